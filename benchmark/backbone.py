@@ -1,0 +1,244 @@
+"""The frozen CLIP every method builds on, loaded once per process and shared by all clients.
+
+`load_backbone(name, pretrained)` builds an open_clip model from its config and loads
+weights from an open_clip pretrained tag, a local checkpoint file, or a provider that the
+suite registers (the toy world's small CLIP). Everything is frozen. The encoders are
+re-written here as plain loops over the towers' blocks so that a method can
+- feed the text tower token *embeddings* (learned context vectors, CoOp-style),
+- read the projected patch tokens of the image tower (FedOTP),
+- wrap chosen blocks of either tower with a function that sees the block input
+  (pFedMMA's adapters, LoRA) -- per call, without mutating the shared model.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import open_clip
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+CONFIG_DIR = Path(__file__).parent / "model_configs"
+open_clip.add_model_config(CONFIG_DIR)
+
+# A block wrapper computes a block's output from (block, block input, attention mask).
+# The plain block is `lambda block, x, mask: block(x, attn_mask=mask)`.
+BlockWrapper = Callable[[nn.Module, Tensor, "Tensor | None"], Tensor]
+BlockWrappers = Mapping[int, BlockWrapper]  # 0-based block index -> wrapper
+
+# Named weight providers beyond open_clip's tags: name -> function returning a local file.
+PRETRAINED_PROVIDERS: dict[str, Callable[[], Path]] = {}
+
+
+class BackboneError(RuntimeError):
+    """A backbone cannot be built or its weights cannot be loaded. The message says what to do."""
+
+
+def register_pretrained(name: str) -> Callable[[Callable[[], Path]], Callable[[], Path]]:
+    """Register a provider so `--pretrained NAME` resolves to the checkpoint it returns."""
+
+    def decorate(provider: Callable[[], Path]) -> Callable[[], Path]:
+        PRETRAINED_PROVIDERS[name] = provider
+        return provider
+
+    return decorate
+
+
+@dataclass(frozen=True)
+class TowerShape:
+    width: int
+    blocks: int
+
+
+class Backbone(nn.Module):
+    """A frozen open_clip CLIP with the encoder entry points the methods need.
+
+    Features returned by the `encode_*` functions are projected but not normalized.
+    """
+
+    def __init__(self, model: open_clip.CLIP, name: str, pretrained: str | None) -> None:
+        super().__init__()
+        if not hasattr(model, "visual") or not hasattr(model.visual, "transformer"):
+            raise BackboneError(
+                f"backbone {name!r} has no ViT image tower; the methods need transformer blocks "
+                "in both towers (choose a ViT-* model)"
+            )
+        self.model = model.eval().requires_grad_(False)
+        self.name = name
+        self.pretrained = pretrained
+        self.tokenizer = open_clip.get_tokenizer(name)
+        visual = model.visual
+        size = visual.image_size
+        self.image_size = int(size[0] if isinstance(size, (tuple, list)) else size)
+        self.image_mean = tuple(getattr(visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN)
+        self.image_std = tuple(getattr(visual, "image_std", None) or open_clip.OPENAI_DATASET_STD)
+        self.text = TowerShape(model.transformer.width, len(model.transformer.resblocks))
+        self.vision = TowerShape(visual.transformer.width, len(visual.transformer.resblocks))
+        self.embed_dim = int(model.text_projection.shape[1])
+        self.context_length = int(model.context_length)
+
+    @property
+    def key(self) -> str:
+        """Identifies the weights, for feature-cache keys."""
+        return f"{self.name}@{self.pretrained}"
+
+    @property
+    def logit_scale(self) -> float:
+        return float(self.model.logit_scale.exp())
+
+    def train(self, mode: bool = True) -> "Backbone":
+        # Frozen: dropout and the like stay in eval mode whatever the caller asks.
+        return super().train(False)
+
+    # -- text -------------------------------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> Tensor:
+        return self.tokenizer(list(texts)).to(self.model.token_embedding.weight.device)
+
+    def token_embedding(self, tokens: Tensor) -> Tensor:
+        return self.model.token_embedding(tokens)
+
+    def encode_text(
+        self,
+        tokens: Tensor,
+        embeddings: Tensor | None = None,
+        block_wrappers: BlockWrappers | None = None,
+    ) -> Tensor:
+        """Text features [B, D] of `tokens`, or of `embeddings` [B, L, W] that replace the
+        token embeddings (learned context); `tokens` still marks where each prompt ends
+        (the EOT token has the highest id)."""
+        model = self.model
+        x = self.token_embedding(tokens) if embeddings is None else embeddings
+        x = x + model.positional_embedding.to(x.dtype)
+        x = _run_blocks(model.transformer, x, model.attn_mask, block_wrappers)
+        x = model.ln_final(x)
+        x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
+        return x @ model.text_projection
+
+    # -- image ------------------------------------------------------------------------
+    def image_tokens(self, images: Tensor, block_wrappers: BlockWrappers | None = None) -> Tensor:
+        """All output tokens of the image tower after `ln_post`, unprojected: [B, 1 + M, W]."""
+        visual = self.model.visual
+        x = visual._embeds(images.to(visual.conv1.weight.dtype))
+        x = _run_blocks(visual.transformer, x, None, block_wrappers)
+        return visual.ln_post(x)
+
+    def encode_image(self, images: Tensor, block_wrappers: BlockWrappers | None = None) -> Tensor:
+        """Image features [B, D] (the class token, projected)."""
+        return self.image_tokens(images, block_wrappers)[:, 0] @ self.model.visual.proj
+
+    def encode_image_patches(
+        self, images: Tensor, block_wrappers: BlockWrappers | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """(image features [B, D], projected patch features [B, M, D]); the class token is
+        dropped from the patches (FedOTP matches prompts to the M patches)."""
+        tokens = self.image_tokens(images, block_wrappers) @ self.model.visual.proj
+        return tokens[:, 0], tokens[:, 1:]
+
+    def blocks(self, tower: str) -> nn.ModuleList:
+        """The residual blocks of 'text' or 'vision', for wrappers that need their weights."""
+        if tower == "text":
+            return self.model.transformer.resblocks
+        if tower == "vision":
+            return self.model.visual.transformer.resblocks
+        raise ValueError(f"tower must be 'text' or 'vision', got {tower!r}")
+
+    @torch.no_grad()
+    def zero_shot_text_features(self, class_names: Sequence[str], template: str = "a photo of a {}.") -> Tensor:
+        return self.encode_text(self.tokenize([template.format(c) for c in class_names]))
+
+
+def _run_blocks(
+    transformer: nn.Module, x: Tensor, attn_mask: Tensor | None, block_wrappers: BlockWrappers | None
+) -> Tensor:
+    if not transformer.batch_first:  # open_clip < 2.24 keeps [L, B, W]
+        raise BackboneError("open_clip_torch with batch_first transformers (>= 2.24) is required")
+    wrappers = block_wrappers or {}
+    for index, block in enumerate(transformer.resblocks):
+        wrapper = wrappers.get(index)
+        x = block(x, attn_mask=attn_mask) if wrapper is None else wrapper(block, x, attn_mask)
+    return x
+
+
+# -- loading ---------------------------------------------------------------------------
+def load_backbone(name: str, pretrained: str | Path | None = None, device: str | torch.device = "cpu") -> Backbone:
+    """The frozen backbone `name` with weights `pretrained`, built once per process.
+
+    `pretrained`: None or "none" (random weights, seeded: for parameter counts and tests),
+    an open_clip tag ("openai", "laion2b_s34b_b88k", ...), a local checkpoint file, or the
+    name of a registered provider (e.g. the toy world's CLIP).
+    """
+    key = None if pretrained in (None, "", "none") else str(pretrained)
+    return _load_backbone_cached(name, key, str(torch.device(device)))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_backbone_cached(name: str, pretrained: str | None, device: str) -> Backbone:
+    if name not in open_clip.list_models():
+        raise BackboneError(
+            f"unknown backbone {name!r}. open_clip knows e.g. ViT-B-16, ViT-B-32, ViT-L-14 "
+            f"(and -quickgelu variants); the suite adds {', '.join(sorted(_suite_configs()))}. "
+            "List them all with `python -c 'import open_clip; print(open_clip.list_models())'`."
+        )
+    checkpoint = _resolve_checkpoint(name, pretrained)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # random-weight backbones are identical run to run
+        try:
+            if checkpoint is not None:
+                model = open_clip.create_model(name, pretrained=str(checkpoint), device=device)
+            elif pretrained is None:
+                model = open_clip.create_model(name, device=device)
+            else:
+                model = open_clip.create_model(name, pretrained=pretrained, device=device)
+        except Exception as exc:  # open_clip raises many kinds; all mean "could not load"
+            raise BackboneError(_load_failure(name, pretrained, checkpoint, exc)) from exc
+    return Backbone(model, name, pretrained).to(device)
+
+
+def _suite_configs() -> list[str]:
+    return [p.stem for p in CONFIG_DIR.glob("*.json")]
+
+
+def _resolve_checkpoint(name: str, pretrained: str | None) -> Path | None:
+    if pretrained is None:
+        return None
+    if pretrained in PRETRAINED_PROVIDERS:
+        return PRETRAINED_PROVIDERS[pretrained]()
+    path = Path(pretrained).expanduser()
+    looks_like_path = path.suffix in {".pt", ".pth", ".bin", ".safetensors", ".ckpt"} or "/" in pretrained
+    if looks_like_path:
+        if not path.is_file():
+            raise BackboneError(
+                f"checkpoint file {path} for backbone {name!r} does not exist. Pass --pretrained "
+                "with the path of a local open_clip checkpoint (a state_dict saved with torch.save), "
+                "or an open_clip tag such as 'openai'."
+            )
+        return path
+    tags = open_clip.list_pretrained_tags_by_model(name)
+    if pretrained not in tags:
+        raise BackboneError(
+            f"backbone {name!r} has no pretrained tag {pretrained!r}. Its tags: {', '.join(tags) or 'none'}. "
+            "Pass one of them, a local checkpoint path, or 'none' for random weights."
+        )
+    return None
+
+
+def _load_failure(name: str, pretrained: str | None, checkpoint: Path | None, exc: Exception) -> str:
+    cause = f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    if checkpoint is not None:
+        return (
+            f"could not load checkpoint {checkpoint} into backbone {name!r} ({cause}). The file must be "
+            f"a state_dict of the open_clip model {name!r}; OpenAI weights need the '-quickgelu' config "
+            f"(e.g. ViT-B-16-quickgelu), or the activations are silently wrong."
+        )
+    cache = Path.home() / ".cache" / "huggingface" / "hub"
+    return (
+        f"could not load the pretrained weights {pretrained!r} for backbone {name!r} ({cause}). "
+        f"open_clip looks in the Hugging Face cache ({cache}) and otherwise downloads them, which needs "
+        "network access. Offline, download the checkpoint on a connected machine "
+        f"(open_clip.create_model('{name}', pretrained='{pretrained}') caches it) and copy the cache, "
+        "or pass the checkpoint file itself: --pretrained /path/to/weights.pt."
+    )

@@ -1,0 +1,149 @@
+"""What every dataset in the suite is: labelled image splits with a fixed class order.
+
+A loader (real on-disk layout, CIFAR pickles or the toy world) returns a `DatasetSplits`;
+everything downstream (few-shot sampling, partitions, the simulator, evaluation) sees
+only this interface and never a dataset's own file format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+Transform = Callable[[object], torch.Tensor]
+
+
+class DatasetError(RuntimeError):
+    """A dataset is missing, incomplete or corrupt. The message says what to do."""
+
+
+class LabeledImages(Dataset):
+    """One split of a dataset: image `i` has label `labels[i]`, an index into `class_names`.
+
+    Subclasses implement `load(i)` returning a tensor [3, H, W] (already transformed).
+    `labels` and `domains` are plain lists so partitions never need to touch an image.
+    `cache_key` identifies the images *and* the transform, so cached features of a
+    split are never reused under another transform.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        labels: Sequence[int],
+        class_names: Sequence[str],
+        domains: Sequence[str] | None = None,
+        cache_key: str | None = None,
+    ) -> None:
+        self.name = name
+        self.labels = [int(y) for y in labels]
+        self.class_names = list(class_names)
+        self.domains = list(domains) if domains is not None else None
+        self.cache_key = cache_key or name
+        if self.domains is not None and len(self.domains) != len(self.labels):
+            raise ValueError(f"{name}: {len(self.domains)} domains for {len(self.labels)} images")
+        bad = [y for y in self.labels if not 0 <= y < len(self.class_names)]
+        if bad:
+            raise DatasetError(
+                f"{name}: label {bad[0]} is outside 0..{len(self.class_names) - 1} "
+                f"({len(self.class_names)} classes); the split file does not match the class list"
+            )
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def load(self, index: int) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.load(index), self.labels[index]
+
+
+class FileImages(LabeledImages):
+    """Images stored as files (JPEG/PNG), decoded with PIL and transformed on access."""
+
+    def __init__(
+        self,
+        name: str,
+        paths: Sequence[Path | str],
+        labels: Sequence[int],
+        class_names: Sequence[str],
+        transform: Transform,
+        domains: Sequence[str] | None = None,
+        cache_key: str | None = None,
+    ) -> None:
+        super().__init__(name, labels, class_names, domains, cache_key)
+        if len(paths) != len(self.labels):
+            raise ValueError(f"{name}: {len(paths)} paths for {len(self.labels)} labels")
+        self.paths = [Path(p) for p in paths]
+        self.transform = transform
+
+    def load(self, index: int) -> torch.Tensor:
+        from PIL import Image, UnidentifiedImageError
+
+        path = self.paths[index]
+        try:
+            with Image.open(path) as img:
+                img = img.convert("RGB")
+        except FileNotFoundError:
+            raise DatasetError(
+                f"{self.name}: image {path} is listed in the split but does not exist. "
+                "The dataset folder is incomplete: re-extract the archive or fix the split file."
+            ) from None
+        except (UnidentifiedImageError, OSError) as exc:
+            raise DatasetError(
+                f"{self.name}: image {path} cannot be decoded ({exc.__class__.__name__}: {exc}). "
+                "The file is corrupt: replace it from the original archive."
+            ) from None
+        return self.transform(img)
+
+
+class TensorImages(LabeledImages):
+    """Images held in memory as a uint8 tensor [N, H, W, 3] (CIFAR, the toy world)."""
+
+    def __init__(
+        self,
+        name: str,
+        images: torch.Tensor,
+        labels: Sequence[int],
+        class_names: Sequence[str],
+        transform: Transform,
+        domains: Sequence[str] | None = None,
+        cache_key: str | None = None,
+    ) -> None:
+        super().__init__(name, labels, class_names, domains, cache_key)
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[-1] != 3:
+            raise ValueError(f"{name}: expected uint8 images [N, H, W, 3], got {images.dtype} {tuple(images.shape)}")
+        if len(images) != len(self.labels):
+            raise ValueError(f"{name}: {len(images)} images for {len(self.labels)} labels")
+        self.images = images
+        self.transform = transform
+
+    def load(self, index: int) -> torch.Tensor:
+        from PIL import Image
+
+        return self.transform(Image.fromarray(self.images[index].numpy()))
+
+
+@dataclass
+class DatasetSplits:
+    """A dataset as the benchmark uses it: train and test splits over one class list.
+
+    `class_names` is in the dataset's own, deterministic order: base/novel splits take
+    the first half as base. `domain_names` is set for feature-shift datasets.
+    """
+
+    name: str
+    train: LabeledImages
+    test: LabeledImages
+    class_names: list[str]
+    domain_names: list[str] | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for split in (self.train, self.test):
+            if split.class_names != self.class_names:
+                raise ValueError(f"{self.name}: split {split.name} has a different class list")

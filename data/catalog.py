@@ -1,0 +1,84 @@
+"""The registry of datasets: a name maps to a loader reading one on-disk layout.
+
+`@register_dataset("dtd", folder="dtd", ...)` on a loader function is the one way a
+dataset enters the suite; `fedbench datasets` and the reproduce presets read this registry.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from data.base import DatasetError, DatasetSplits
+from data.transforms import ImageTransforms
+
+Loader = Callable[[Path, ImageTransforms], DatasetSplits]
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    folder: str  # under the data root
+    layout: str  # one line: what the loader expects to find there
+    how_to_get: str  # one paragraph: where the data comes from
+    loader: Loader
+    protocol: str = "base2novel"  # the paper protocol this dataset is used with
+    generated: bool = False  # made by code (the toy world), not read from the data root
+
+    def path(self, root: Path) -> Path:
+        return Path(root) / self.folder
+
+
+DATASETS: dict[str, DatasetInfo] = {}
+
+
+def register_dataset(
+    name: str,
+    *,
+    folder: str,
+    layout: str,
+    how_to_get: str,
+    protocol: str = "base2novel",
+    generated: bool = False,
+) -> Callable[[Loader], Loader]:
+    def decorate(loader: Loader) -> Loader:
+        if name in DATASETS:
+            raise ValueError(f"dataset {name!r} is registered twice")
+        DATASETS[name] = DatasetInfo(name, folder, layout, how_to_get, loader, protocol, generated)
+        return loader
+
+    return decorate
+
+
+def default_data_root() -> Path:
+    return Path(os.environ.get("FEDBENCH_DATA", Path.home() / ".cache" / "fedbench" / "data"))
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    _import_builtin_loaders()
+    if name not in DATASETS:
+        raise DatasetError(
+            f"unknown dataset {name!r}. Known datasets: {', '.join(sorted(DATASETS))}. "
+            "Run `fedbench datasets` to see which are present under the data root."
+        )
+    return DATASETS[name]
+
+
+def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> DatasetSplits:
+    """Load dataset `name` from `root`; a missing folder is a DatasetError saying how to get it."""
+    info = dataset_info(name)
+    folder = info.path(Path(root))
+    if not info.generated and not folder.is_dir():
+        raise DatasetError(
+            f"dataset {name!r} not found: looked for the folder {folder}. Expected layout: "
+            f"{info.layout}. {info.how_to_get} Point the suite at your data with --data-root DIR "
+            "(or FEDBENCH_DATA=DIR)."
+        )
+    return info.loader(folder, transforms)
+
+
+def _import_builtin_loaders() -> None:
+    # Loaders register on import; importing here keeps `data.catalog` free of cycles.
+    import data.loaders  # noqa: F401

@@ -1,0 +1,27 @@
+"""K-shot sampling of a training split, seeded by the run seed."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Iterable, Sequence
+
+
+def few_shot_indices(
+    labels: Sequence[int], shots: int, seed: int, class_ids: Iterable[int] | None = None
+) -> list[int]:
+    """`shots` indices per class (all of a class's images when it has fewer), sorted.
+
+    Sampling is per class in label order with one `random.Random(seed)`, so the sample
+    depends only on the labels, the shot count and the seed. `shots <= 0` keeps everything.
+    """
+    by_class: dict[int, list[int]] = defaultdict(list)
+    for index, label in enumerate(labels):
+        by_class[label].append(index)
+    wanted = sorted(by_class) if class_ids is None else sorted(set(class_ids))
+    rng = random.Random(seed)
+    chosen: list[int] = []
+    for label in wanted:
+        pool = by_class.get(label, [])
+        chosen.extend(pool if shots <= 0 or len(pool) <= shots else rng.sample(pool, shots))
+    return sorted(chosen)

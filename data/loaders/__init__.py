@@ -1,0 +1,3 @@
+"""Built-in dataset loaders; importing this package registers them in `data.catalog`."""
+
+from data.loaders import coop  # noqa: F401
