@@ -1,0 +1,1 @@
+"""Subcommands of `fedbench`, one module each (discovered by `benchmark.cli`)."""

@@ -1,0 +1,33 @@
+"""`fedbench run`: one method on one dataset; prints the final table, writes a run folder."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.cliargs import add_run_arguments
+
+    p = subparsers.add_parser(
+        "run",
+        help="run one federated experiment",
+        description="Run one method on one dataset under one protocol. Method hyperparameters are flags "
+        "too (`--method M --method-help` lists them). Precedence: defaults < --config YAML < flags.",
+    )
+    add_run_arguments(p)
+    p.set_defaults(func=run, takes_method_flags=True)
+
+
+def run(args) -> int:
+    from benchmark.cliargs import config_from_args, method_parser
+    from benchmark.reporting import format_summary
+    from benchmark.runner import run_experiment
+    from benchmark.tracking import Tracker
+
+    config = config_from_args(args)
+    if args.method_help:
+        method_parser(config.method).print_help()
+        return 0
+    with Tracker.for_run(config) as tracker:
+        result = run_experiment(config, tracker=tracker)
+    print(format_summary(result.summary))
+    print(f"run folder: {result.run_dir}")
+    return 0

@@ -1,0 +1,169 @@
+"""The resolved configuration of one run, and the one precedence rule for building it.
+
+Precedence, lowest to highest: `RunConfig` defaults < YAML file (`--config`) < explicit
+command-line flags. Method hyperparameters live in `method_args` (YAML) or as their own
+flags (`--lr 0.01`); both are validated against the method's `__init__` signature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names it and says what is expected."""
+
+
+@dataclass
+class RunConfig:
+    """One run: a method on a dataset under a protocol. Field docs become `--help` texts."""
+
+    method: str = "promptfl"  # registered method name (`fedbench methods`)
+    dataset: str = "toy"  # dataset name (`fedbench datasets`)
+    protocol: str = "base2novel"  # base2novel | dirichlet | domains
+    shots: int = 16  # training images per class (0 = all)
+    rounds: int = 50  # communication rounds
+    local_epochs: int = 2  # local epochs per round
+    clients: int = 10  # number of clients
+    participation: float = 1.0  # fraction of clients sampled each round
+    batch_size: int = 32  # local training batch size
+    seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
+    backbone: str = "fedbench-toy-vit"  # open_clip model name
+    pretrained: str = "fedbench-toy"  # open_clip tag, local checkpoint path, or 'none'
+    beta: float = 0.5  # Dirichlet concentration (dirichlet / domains protocols)
+    min_client_size: int = 2  # minimum images per client (dirichlet / domains)
+    augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
+    eval_batch_size: int = 256  # evaluation batch size
+    data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
+    out: str = "runs"  # folder receiving the run folder
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto (bf16-mixed on GPU, 32 on CPU) | 32-true | bf16-mixed | 16-mixed
+    num_workers: int = 0  # data-loader workers
+    wandb: str = "disabled"  # disabled | offline | online
+    wandb_project: str = "fedbench"  # W&B project
+    wandb_group: str = ""  # W&B group (a table name when run by `fedbench reproduce`)
+    method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        checks = [
+            (self.rounds >= 1, "rounds", "an integer >= 1"),
+            (self.local_epochs >= 1, "local_epochs", "an integer >= 1"),
+            (self.clients >= 1, "clients", "an integer >= 1"),
+            (0 < self.participation <= 1, "participation", "a fraction in (0, 1]"),
+            (self.batch_size >= 1, "batch_size", "an integer >= 1"),
+            (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
+            (self.beta > 0, "beta", "a positive number"),
+            (self.wandb in {"disabled", "offline", "online"}, "wandb", "disabled, offline or online"),
+        ]
+        for ok, name, expected in checks:
+            if not ok:
+                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
+
+    # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
+    NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
+        {"data_root", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group", "eval_batch_size"}
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def result_key(self) -> dict[str, Any]:
+        return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
+
+    def hash(self) -> str:
+        payload = json.dumps(self.result_key(), sort_keys=True, default=str).encode()
+        return hashlib.sha256(payload).hexdigest()[:10]
+
+    def run_name(self) -> str:
+        return f"{self.method}_{self.dataset}_{self.protocol}_{self.shots}shot_seed{self.seed}_{self.hash()}"
+
+    def resolved_data_root(self) -> Path:
+        from data.catalog import default_data_root
+
+        return Path(self.data_root).expanduser() if self.data_root else default_data_root()
+
+
+def config_fields() -> list[dataclasses.Field]:
+    return [f for f in fields(RunConfig) if f.name != "method_args"]
+
+
+def field_help(name: str) -> str:
+    """The comment after a field in the class body, used as its `--help` text."""
+    import inspect
+
+    for line in inspect.getsource(RunConfig).splitlines():
+        stripped = line.strip()
+        if stripped.startswith(f"{name}:") and "#" in stripped:
+            return stripped.split("#", 1)[1].strip()
+    return ""
+
+
+def field_type(f: dataclasses.Field) -> type:
+    hints = typing.get_type_hints(RunConfig)
+    return hints[f.name]
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of option: value, got {type(data).__name__}")
+    return data
+
+
+def build_config(*layers: dict[str, Any]) -> RunConfig:
+    """Merge layers (later wins) into a RunConfig. Unknown keys are errors, not ignored."""
+    known = {f.name for f in fields(RunConfig)}
+    merged: dict[str, Any] = {}
+    method_args: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            key = key.replace("-", "_")
+            if key == "method_args":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"method_args must be a mapping, got {value!r}")
+                method_args.update(value)
+            elif key in known:
+                merged[key] = value
+            else:
+                raise ConfigError(
+                    f"unknown option {key!r}. Run options: {', '.join(sorted(known - {'method_args'}))}; "
+                    "method hyperparameters go under method_args: in YAML."
+                )
+    for f in config_fields():
+        if f.name in merged:
+            merged[f.name] = _coerce(f.name, field_type(f), merged[f.name])
+    return RunConfig(**merged, method_args=method_args)
+
+
+def _coerce(name: str, kind: type, value: Any) -> Any:
+    from benchmark.registry import parse_bool
+
+    try:
+        if kind is bool:
+            return parse_bool(value)
+        if kind is int and isinstance(value, float) and not value.is_integer():
+            raise ValueError
+        return kind(value) if value is not None else value
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} = {value!r} is invalid: expected {kind.__name__}") from None
+
+
+def save_yaml(config: RunConfig, path: Path) -> None:
+    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))

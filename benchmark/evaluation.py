@@ -1,0 +1,112 @@
+"""Accuracy of a client's personalized model over a class set: the one function that
+Local, Base, Novel and every protocol's metric go through."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Callable, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from benchmark.features import FeatureCache
+from benchmark.method import FederatedMethod, State
+from data.base import LabeledImages
+
+AccuracyFn = Callable[[Sequence[int], Sequence[int]], float]  # (test indices, class ids) -> %
+
+
+def harmonic_mean(*values: float) -> float:
+    """HM = n / sum(1/v): DESIGN.md's HM of Local, Base and Novel (0 if any is 0)."""
+    if any(v <= 0 for v in values):
+        return 0.0
+    return len(values) / sum(1.0 / v for v in values)
+
+
+def indices_of_classes(labels: Sequence[int], class_ids: Sequence[int], among: Sequence[int] | None = None) -> list[int]:
+    wanted = set(class_ids)
+    pool = range(len(labels)) if among is None else among
+    return [i for i in pool if labels[i] in wanted]
+
+
+class Evaluator:
+    """Evaluates the method's *current* state on a test split.
+
+    Results are memoized by (state fingerprint, indices, classes): global methods, whose
+    clients share one state, pay for Base and Novel once instead of once per client.
+    """
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        test: LabeledImages,
+        cache: FeatureCache | None,
+        batch_size: int = 256,
+        num_workers: int = 0,
+    ) -> None:
+        self.method = method
+        self.test = test
+        self.cache = cache if method.frozen_image_features else None
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self._memo: dict[tuple, float] = {}
+
+    def load(self, state: State) -> AccuracyFn:
+        self.method.load_client_state(state)
+        fingerprint = _fingerprint(state)
+        return lambda indices, class_ids: self._accuracy(fingerprint, indices, class_ids)
+
+    def _accuracy(self, fingerprint: str, indices: Sequence[int], class_ids: Sequence[int]) -> float:
+        key = (fingerprint, tuple(indices), tuple(class_ids))
+        if key not in self._memo:
+            self._memo[key] = accuracy(
+                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers
+            )
+        return self._memo[key]
+
+
+@torch.no_grad()
+def accuracy(
+    method: FederatedMethod,
+    split: LabeledImages,
+    indices: Sequence[int],
+    class_ids: Sequence[int],
+    cache: FeatureCache | None = None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+) -> float:
+    """Top-1 accuracy (%) of `method` on images `indices` of `split`, classifying over
+    `class_ids` only (the images' labels must be among them)."""
+    indices = list(indices)
+    if not indices:
+        return float("nan")
+    to_local = {c: i for i, c in enumerate(class_ids)}
+    stray = next((i for i in indices if split.labels[i] not in to_local), None)
+    if stray is not None:
+        raise ValueError(f"image {stray} of {split.name} has label {split.labels[stray]}, not among the classes scored")
+    method.eval()
+    device = method.device
+    class_features = method.encode_classes([split.class_names[c] for c in class_ids])
+    targets = torch.tensor([to_local[split.labels[i]] for i in indices])
+    correct = 0
+    if cache is not None:
+        features = cache.features(method, split, indices)[indices]
+        for start in range(0, len(indices), batch_size):
+            logits = method.classify(features[start : start + batch_size].to(device), class_features)
+            correct += (logits.argmax(-1).cpu() == targets[start : start + batch_size]).sum().item()
+    else:
+        loader = DataLoader(Subset(split, indices), batch_size=batch_size, num_workers=num_workers)
+        start = 0
+        for images, _ in loader:
+            logits = method.classify(method.encode_images(images.to(device)), class_features)
+            correct += (logits.argmax(-1).cpu() == targets[start : start + len(images)]).sum().item()
+            start += len(images)
+    return 100.0 * correct / len(indices)
+
+
+def _fingerprint(state: State) -> str:
+    digest = hashlib.sha1()
+    for key in sorted(state):
+        digest.update(key.encode())
+        digest.update(state[key].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

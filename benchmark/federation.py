@@ -1,0 +1,220 @@
+"""The federated simulator: rounds x sampled clients x local epochs, one resident module.
+
+Each round: every sampled client gets its own state swapped into the one resident
+method module, receives the server's download, trains with a fresh Lightning Trainer
+(so a fresh optimizer and scheduler: nothing leaks from the previous client), and
+uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
+of each client's latest upload. State is plain name -> tensor dicts throughout.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
+from data.base import LabeledImages
+from data.partition import ClientShard
+
+
+def client_sampling_schedule(num_clients: int, participation: float, rounds: int, seed: int) -> list[list[int]]:
+    """The clients of every round, fixed by (clients, participation, rounds, seed) alone,
+    so every method sees the same stream."""
+    per_round = max(1, round(participation * num_clients))
+    rng = np.random.default_rng([seed, 0x5EED])
+    if per_round >= num_clients:
+        return [list(range(num_clients)) for _ in range(rounds)]
+    return [sorted(rng.choice(num_clients, per_round, replace=False).tolist()) for _ in range(rounds)]
+
+
+def client_seed(seed: int, round_index: int, client_id: int) -> int:
+    """Randomness of one client-round, independent of the order clients are run in."""
+    return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1)[0])
+
+
+class ClientTrainSet(Dataset):
+    """A client's training images with labels mapped into its own label space."""
+
+    def __init__(self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard) -> None:
+        self.images = images  # a LabeledImages split, or precomputed features [N, D]
+        self.indices = list(shard.train_indices)
+        to_local = {c: i for i, c in enumerate(shard.class_ids)}
+        self.labels = [to_local[labels[i]] for i in self.indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int):
+        index = self.indices[i]
+        image = self.images[index] if isinstance(self.images, torch.Tensor) else self.images.load(index)
+        return image, self.labels[i]
+
+
+@dataclass
+class RoundLog:
+    round: int
+    clients: list[int]
+    train_loss: dict[int, float]
+    bytes_up: int
+    bytes_down: int
+    model_seconds: float  # inside Lightning's fit
+    total_seconds: float
+
+
+@dataclass
+class FederationResult:
+    client_states: dict[int, State]  # each client's personalized state for evaluation
+    rounds: list[RoundLog] = field(default_factory=list)
+    final_download_bytes: int = 0
+
+
+@dataclass
+class TrainerSettings:
+    accelerator: str = "cpu"
+    precision: str = "32-true"
+    num_workers: int = 0
+    batch_size: int = 32
+    local_epochs: int = 1
+
+
+class FederatedSimulator:
+    """Runs one federation for one method; `run()` returns every client's final state."""
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        train_images: LabeledImages | torch.Tensor,
+        train_labels: Sequence[int],
+        class_names: Sequence[str],
+        clients: Sequence[ClientShard],
+        schedule: list[list[int]],
+        seed: int,
+        settings: TrainerSettings,
+        on_round_end: Callable[[RoundLog], None] | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.method = method
+        self.train_images = train_images
+        self.train_labels = list(train_labels)
+        self.class_names = list(class_names)
+        self.clients = {c.client_id: c for c in clients}
+        self.schedule = schedule
+        self.seed = seed
+        self.settings = settings
+        self.on_round_end = on_round_end
+        self.progress = progress
+
+    def run(self) -> FederationResult:
+        method = self.method
+        initial = method.client_state()
+        # Every client starts from the same initial state (the method built with the run seed).
+        states: dict[int, State] = {cid: {k: v.clone() for k, v in initial.items()} for cid in self.clients}
+        result = FederationResult(states)
+        aggregate: State = {}
+        bank: dict[int, State] = {}
+        if not method.trains:
+            return result
+        bar = _progress(len(self.schedule), "rounds", self.progress)
+        for round_index, sampled in enumerate(self.schedule):
+            t_round = time.perf_counter()
+            updates: list[ClientUpdate] = []
+            log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
+            for cid in sampled:
+                method.load_client_state(states[cid])
+                if round_index > 0:
+                    received = method.download(cid, aggregate, bank)
+                    method.load_client_state(received)
+                    log.bytes_down += state_bytes(received)
+                t_fit = time.perf_counter()
+                log.train_loss[cid] = self._train_client(cid, round_index)
+                log.model_seconds += time.perf_counter() - t_fit
+                states[cid] = method.client_state()
+                upload = method.uploaded_state()
+                log.bytes_up += state_bytes(upload)
+                updates.append(ClientUpdate(cid, self.clients[cid].num_samples, upload))
+            aggregate = method.aggregate(updates) if updates and updates[0].state else {}
+            bank.update({u.client_id: u.state for u in updates})
+            log.total_seconds = time.perf_counter() - t_round
+            result.rounds.append(log)
+            if self.on_round_end:
+                self.on_round_end(log)
+            bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
+            bar.update()
+        bar.close()
+        if method.evaluate_after_download:
+            for cid, state in states.items():
+                method.load_client_state(state)
+                received = method.download(cid, aggregate, bank)
+                method.load_client_state(received)
+                result.final_download_bytes += state_bytes(received)
+                states[cid] = method.client_state()
+        return result
+
+    def _train_client(self, cid: int, round_index: int) -> float:
+        shard = self.clients[cid]
+        s = self.settings
+        seed = client_seed(self.seed, round_index, cid)
+        torch.manual_seed(seed)
+        loader = DataLoader(
+            ClientTrainSet(self.train_images, self.train_labels, shard),
+            batch_size=min(s.batch_size, max(1, shard.num_samples)),
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+            num_workers=s.num_workers,
+            persistent_workers=False,
+        )
+        self.method.set_client(
+            ClientContext(cid, round_index + 1, tuple(self.class_names[c] for c in shard.class_ids), shard.num_samples)
+        )
+        with _quiet_lightning():
+            trainer = L.Trainer(
+                accelerator=s.accelerator,
+                devices=1,
+                precision=s.precision,
+                max_epochs=s.local_epochs,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                log_every_n_steps=1,
+            )
+            trainer.fit(self.method, train_dataloaders=loader)
+        self.method.set_client(None)
+        loss = trainer.callback_metrics.get("train_loss")
+        return float(loss) if loss is not None else float("nan")
+
+
+class _quiet_lightning:
+    """Lightning prints device banners and tips on every fit; one per client-round is noise."""
+
+    LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
+
+    def __enter__(self):
+        self._levels = [(n, logging.getLogger(n).level) for n in self.LOGGERS]
+        for name in self.LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", module="lightning")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        return self
+
+    def __exit__(self, *exc):
+        self._warnings.__exit__(*exc)
+        for name, level in self._levels:
+            logging.getLogger(name).setLevel(level)
+
+
+def _progress(total: int, unit: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True)

@@ -1,0 +1,187 @@
+"""The method contract: what a federated fine-tuning method computes and what it shares.
+
+A method is a LightningModule. It says *what* to compute (features, logits, a training
+step, optimizers) and *which* of its state travels (uploaded to the server, downloaded
+from it, kept personal). The simulator in `benchmark.federation` says *when*: it never
+computes a loss, and a method never loops over clients or rounds.
+
+Client state is the method's `state_dict()` -- plain name -> tensor dicts, never hidden
+attributes -- so the simulator can swap clients in and out of one resident module,
+checkpoint them and move them between processes. The frozen backbone is *not* a
+submodule: it is shared by every client and never enters a client's state.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from benchmark.backbone import Backbone
+
+State = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class ClientContext:
+    """Who is training now: set by the simulator before each client's local training."""
+
+    client_id: int
+    round: int
+    class_names: tuple[str, ...]  # the client's label space: label i is class_names[i]
+    num_samples: int
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """What one client sent to the server after local training."""
+
+    client_id: int
+    num_samples: int
+    state: State
+
+
+class FederatedMethod(L.LightningModule):
+    """Base class of every method. Override what your method changes; defaults in brackets.
+
+    Computation (called by training and by evaluation alike):
+      - `encode_images(images)` -> image features [CLIP image features, L2-normalized]
+      - `encode_classes(class_names)` -> whatever `classify` needs about the classes
+        [zero-shot text features of "a photo of a {name}.", normalized]
+      - `classify(image_features, class_features)` -> logits [B, C] [scale * cosine]
+      - `logits(images, class_names)`: the composition; Local, Base and Novel all go
+        through it, so no method can special-case a metric.
+      - `training_step` [cross-entropy over the current client's classes] and
+        `configure_optimizers` (ordinary Lightning; a fresh optimizer per client-round).
+
+    Federation (plain name -> tensor dicts over `state_dict()` keys):
+      - `upload_keys`: fnmatch patterns of the state sent to the server each round.
+      - `aggregate(updates)` on the server [FedAvg weighted by n_i / sum n_j].
+      - `download(client_id, aggregate, bank)` -> what a client receives at the start of
+        a round it takes part in, and once more after the last round for evaluation
+        [the aggregate]. `bank` maps client id -> its latest upload (pFedMoAP uses it).
+      - everything in the state that is not downloaded stays personal.
+
+    Class attributes:
+      - `frozen_image_features`: `encode_images` depends only on the frozen backbone,
+        so evaluation may compute test-image features once and share them across clients.
+      - `evaluate_after_download`: evaluate each client with the final download applied
+        [True]; False evaluates the state its last local training left.
+    """
+
+    name: ClassVar[str] = ""  # set by @register_method
+    upload_keys: ClassVar[tuple[str, ...]] = ()
+    frozen_image_features: ClassVar[bool] = False
+    evaluate_after_download: ClassVar[bool] = True
+
+    def __init__(self, backbone: Backbone) -> None:
+        super().__init__()
+        # Not a submodule: one frozen copy for all clients, excluded from client state.
+        object.__setattr__(self, "_backbone", backbone)
+        self.client: ClientContext | None = None
+
+    @property
+    def backbone(self) -> Backbone:
+        return self._backbone
+
+    # -- computation --------------------------------------------------------------------
+    def encode_images(self, images: Tensor) -> Tensor:
+        return F.normalize(self.backbone.encode_image(images), dim=-1)
+
+    def encode_classes(self, class_names: Sequence[str]) -> Any:
+        return F.normalize(self.backbone.zero_shot_text_features(class_names), dim=-1)
+
+    def classify(self, image_features: Tensor, class_features: Any) -> Tensor:
+        return self.backbone.logit_scale * image_features @ class_features.t()
+
+    def logits(self, images: Tensor, class_names: Sequence[str]) -> Tensor:
+        return self.classify(self.image_features(images), self.encode_classes(class_names))
+
+    def image_features(self, inputs: Tensor) -> Tensor:
+        """`encode_images` of a batch of images [B, 3, H, W]; a batch of precomputed features
+        [B, D] (frozen-feature cache, only for `frozen_image_features` methods) passes through."""
+        if inputs.dim() == 2:
+            return inputs
+        return self.encode_images(inputs)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        images, labels = batch
+        loss = F.cross_entropy(self.logits(images, self.current_client.class_names), labels)
+        self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=len(labels))
+        return loss
+
+    def configure_optimizers(self):
+        raise NotImplementedError(f"method {self.name!r} trains nothing; set `trains = False`")
+
+    @property
+    def trains(self) -> bool:
+        """Whether local training does anything (zero-shot CLIP: no)."""
+        return any(p.requires_grad for p in self.parameters())
+
+    @property
+    def current_client(self) -> ClientContext:
+        if self.client is None:
+            raise RuntimeError("no client is set: the simulator calls `set_client` before training")
+        return self.client
+
+    def set_client(self, client: ClientContext | None) -> None:
+        self.client = client
+
+    # -- state --------------------------------------------------------------------------
+    def client_state(self) -> State:
+        """A detached copy of everything a client owns (the method's whole state_dict)."""
+        return {k: v.detach().clone() for k, v in self.state_dict().items()}
+
+    def load_client_state(self, state: Mapping[str, Tensor]) -> None:
+        """Load a full or partial client state; unknown keys are an error, not ignored."""
+        own = self.state_dict()
+        unknown = sorted(set(state) - set(own))
+        if unknown:
+            raise KeyError(f"method {self.name!r} has no state {unknown[:5]}; known: {sorted(own)[:10]}")
+        with torch.no_grad():
+            for key, value in state.items():
+                own[key].copy_(value)
+
+    def uploaded_state(self) -> State:
+        return {k: v for k, v in self.client_state().items() if self.is_uploaded(k)}
+
+    def is_uploaded(self, key: str) -> bool:
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.upload_keys)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Trainable parameters and the number of them a client uploads each round."""
+        trainable = {n: p.numel() for n, p in self.named_parameters() if p.requires_grad}
+        uploaded = sum(n for k, n in trainable.items() if self.is_uploaded(k))
+        return {"trainable_params": sum(trainable.values()), "uploaded_params": uploaded}
+
+    # -- server side --------------------------------------------------------------------
+    def aggregate(self, updates: Sequence[ClientUpdate]) -> State:
+        return fedavg(updates)
+
+    def download(self, client_id: int, aggregate: State, bank: Mapping[int, State]) -> State:
+        return dict(aggregate)
+
+
+def fedavg(updates: Sequence[ClientUpdate]) -> State:
+    """Sample-weighted mean: sum_i n_i / sum_j n_j * state_i, per key, in float64."""
+    if not updates:
+        return {}
+    total = sum(u.num_samples for u in updates)
+    if total <= 0:
+        raise ValueError("FedAvg over clients with no training samples")
+    keys = updates[0].state.keys()
+    averaged = {}
+    for key in keys:
+        acc = sum(u.state[key].double() * (u.num_samples / total) for u in updates)
+        averaged[key] = acc.to(updates[0].state[key].dtype)
+    return averaged
+
+
+def state_bytes(state: Mapping[str, Tensor]) -> int:
+    """Bytes of the tensors actually sent."""
+    return sum(t.numel() * t.element_size() for t in state.values())

@@ -1,0 +1,158 @@
+"""One experiment from a RunConfig to a run folder: the flow of DESIGN.md in one place."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmark.backbone import Backbone, load_backbone
+from benchmark.config import RunConfig
+from benchmark.evaluation import Evaluator
+from benchmark.features import FeatureCache
+from benchmark.federation import FederatedSimulator, FederationResult, TrainerSettings, client_sampling_schedule
+from benchmark.method import FederatedMethod
+from benchmark.protocols import get_protocol
+from benchmark.registry import build_method
+from benchmark.results import ALL_CLIENTS, MetricRow, write_run
+from data.base import DatasetSplits
+from data.catalog import load_dataset
+from data.partition import Partition
+from data.transforms import clip_transforms
+
+# Frozen features survive across runs in one process (a sweep, the demo): same backbone,
+# same split, same transform -> same features.
+_FEATURES = FeatureCache()
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    summary: dict[str, Any]
+    per_client: dict[int, dict[str, float]]
+    run_dir: Path | None
+    federation: FederationResult
+
+
+def resolve_device(config: RunConfig) -> tuple[str, str]:
+    """(torch device, Lightning precision) for the config's `device` and `precision`."""
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = config.precision
+    if precision == "auto":
+        precision = "bf16-mixed" if device.startswith("cuda") else "32-true"
+    return device, precision
+
+
+def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
+    transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
+    return load_dataset(config.dataset, config.resolved_data_root(), transforms)
+
+
+def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:
+    # Initialization depends on the run seed and nothing else.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return build_method(config.method, backbone, config.method_args)
+
+
+def run_experiment(
+    config: RunConfig, write: bool = True, progress: bool = True, tracker=None
+) -> RunResult:
+    """Run `config` end to end; write its run folder under `config.out` when `write`."""
+    started = time.perf_counter()
+    protocol = get_protocol(config.protocol)
+    device, precision = resolve_device(config)
+    backbone = load_backbone(config.backbone, config.pretrained, device)
+    method = build_seeded_method(config, backbone)  # validates --method before data loads
+    dataset = load_run_dataset(config, backbone)
+    partition = protocol.partition(dataset, config)
+    schedule = client_sampling_schedule(config.clients, config.participation, config.rounds, config.seed)
+    method.to(device)
+
+    # Without augmentation the training inputs are deterministic, so frozen-feature
+    # methods train on cached features: exact, and the image tower runs once per image.
+    cache_train = method.frozen_image_features and not config.augment
+    train_inputs = dataset.train
+    if cache_train:
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        train_inputs = _FEATURES.features(method, dataset.train, needed)
+
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    settings = TrainerSettings(accelerator, precision, config.num_workers, config.batch_size, config.local_epochs)
+    rows: list[MetricRow] = []
+
+    def on_round_end(log) -> None:
+        for cid, loss in log.train_loss.items():
+            rows.append(MetricRow(log.round, cid, "train_loss", loss))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))
+        if tracker is not None:
+            tracker.log_round(log)
+
+    simulator = FederatedSimulator(
+        method, train_inputs, dataset.train.labels, dataset.class_names, partition.clients,
+        schedule, config.seed, settings, on_round_end, progress,
+    )
+    federation = simulator.run()
+    per_client, summary_metrics = evaluate_clients(method, protocol, dataset, partition, federation, config, progress)
+    final_round = config.rounds
+    for cid, metrics in per_client.items():
+        rows.extend(MetricRow(final_round, cid, m, v) for m, v in metrics.items())
+    rows.extend(MetricRow(final_round, ALL_CLIENTS, m, v) for m, v in summary_metrics.items())
+
+    counts = method.parameter_counts()
+    rounds = federation.rounds
+    summary = {
+        "method": config.method,
+        "dataset": config.dataset,
+        "protocol": config.protocol,
+        "shots": config.shots,
+        "seed": config.seed,
+        "config_hash": config.hash(),
+        "round": final_round,
+        "metrics": summary_metrics,
+        **counts,
+        "bytes_up_per_round": [r.bytes_up for r in rounds],
+        "bytes_down_per_round": [r.bytes_down for r in rounds],
+        "bytes_up_total": sum(r.bytes_up for r in rounds),
+        "bytes_down_total": sum(r.bytes_down for r in rounds) + federation.final_download_bytes,
+        "partition_hash": partition.hash,
+        "train_features_cached": cache_train,
+        "device": device,
+        "precision": precision,
+        "wall_seconds": round(time.perf_counter() - started, 3),
+    }
+    run_dir = None
+    if write:
+        run_dir = write_run(
+            Path(config.out) / config.run_name(), config, rows, summary,
+            {"hash": partition.hash, **partition.manifest()},
+        )
+    if tracker is not None:
+        tracker.log_final(summary, per_client)
+    return RunResult(config, summary, per_client, run_dir, federation)
+
+
+def evaluate_clients(
+    method: FederatedMethod,
+    protocol,
+    dataset: DatasetSplits,
+    partition: Partition,
+    federation: FederationResult,
+    config: RunConfig,
+    progress: bool = True,
+) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
+    """Every client's personalized model under the protocol's metrics, then the summary."""
+    from tqdm.auto import tqdm
+
+    evaluator = Evaluator(method, dataset.test, _FEATURES, config.eval_batch_size, config.num_workers)
+    per_client: dict[int, dict[str, float]] = {}
+    for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
+        accuracy = evaluator.load(federation.client_states[client.client_id])
+        per_client[client.client_id] = protocol.client_metrics(accuracy, client, partition, dataset)
+    return per_client, protocol.summarize(per_client, partition)

@@ -1,0 +1,111 @@
+"""Weights & Biases tracking that never stops the benchmark.
+
+One W&B run per experiment: config, per-round metrics, the final summary and a
+per-client table. Mode 'offline' writes under `<out>/wandb`; 'online' needs a login;
+'disabled' does nothing. Any tracking failure becomes a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from benchmark.config import RunConfig
+
+
+class Tracker:
+    """Wraps one wandb run; every call is guarded so tracking failures only warn."""
+
+    def __init__(self, run: Any | None) -> None:
+        self.run = run
+
+    @classmethod
+    @contextmanager
+    def for_run(cls, config: RunConfig, job_type: str | None = None) -> Iterator["Tracker"]:
+        tracker = cls(_start(config, job_type))
+        try:
+            yield tracker
+        finally:
+            tracker.finish()
+
+    def _guard(self, what: str, fn, *args, **kwargs) -> None:
+        if self.run is None:
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # tracking must never stop the benchmark
+            warnings.warn(f"W&B {what} failed ({exc.__class__.__name__}: {exc}); the run goes on untracked")
+
+    def log_round(self, log) -> None:
+        values = {f"train_loss/client_{c}": v for c, v in log.train_loss.items()}
+        values.update(bytes_up=log.bytes_up, bytes_down=log.bytes_down, round_seconds=log.total_seconds)
+        if log.train_loss:
+            values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
+        self._guard("log", self.run and self.run.log, values, step=log.round)
+
+    def log_final(self, summary: dict[str, Any], per_client: dict[int, dict[str, float]]) -> None:
+        def log() -> None:
+            import wandb
+
+            for key, value in summary["metrics"].items():
+                self.run.summary[key] = value
+            for key in ("trainable_params", "uploaded_params", "bytes_up_total", "bytes_down_total", "wall_seconds"):
+                self.run.summary[key] = summary[key]
+            metrics = list(next(iter(per_client.values())).keys()) if per_client else []
+            table = wandb.Table(columns=["client", *metrics])
+            for cid, values in per_client.items():
+                table.add_data(cid, *(values[m] for m in metrics))
+            self.run.log({"per_client": table, **{f"final/{k}": v for k, v in summary["metrics"].items()}})
+
+        self._guard("final log", log)
+
+    def log_artifacts(self, tables: dict[str, Any], images: dict[str, Path]) -> None:
+        def log() -> None:
+            import wandb
+
+            payload = {name: wandb.Table(dataframe=frame) for name, frame in tables.items()}
+            payload.update({name: wandb.Image(str(path)) for name, path in images.items()})
+            self.run.log(payload)
+
+        self._guard("table log", log)
+
+    def finish(self) -> None:
+        if self.run is not None:
+            self._guard("finish", self.run.finish)
+            self.run = None
+
+
+def _start(config: RunConfig, job_type: str | None) -> Any | None:
+    if config.wandb == "disabled":
+        return None
+    try:
+        import wandb
+
+        mode = config.wandb
+        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
+            warnings.warn("W&B: no login found (run `wandb login`); logging offline instead")
+            mode = "offline"
+        directory = Path(config.out)
+        directory.mkdir(parents=True, exist_ok=True)
+        return wandb.init(
+            project=config.wandb_project,
+            group=config.wandb_group or f"{config.protocol}-{config.dataset}",
+            job_type=job_type or config.method,
+            name=config.run_name(),
+            config=config.to_dict(),
+            mode=mode,
+            dir=str(directory),
+            reinit="finish_previous",
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+        )
+    except Exception as exc:
+        warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
+        return None
+
+
+def _has_netrc_login() -> bool:
+    netrc = Path.home() / ".netrc"
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")

@@ -1,0 +1,63 @@
+"""Shared fixtures: a tiny CLIP and a fake dataset in the real split_zhou layout."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+# Nothing in the tests may reach the network (W&B, Hugging Face).
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+TINY = "fedbench-tiny-vit"
+
+
+def write_split_zhou(root: Path, num_classes: int = 8, train_per_class: int = 6, test_per_class: int = 3) -> Path:
+    """A DTD-shaped dataset: dtd/images/<class>/*.jpg + split_zhou_DescribableTextures.json.
+    Each class's images are a distinct colour with noise, so a model can learn them."""
+    from PIL import Image
+
+    folder = root / "dtd"
+    rng = np.random.default_rng(0)
+    splits: dict[str, list] = {"train": [], "val": [], "test": []}
+    for label in range(num_classes):
+        cname = f"texture_{chr(ord('a') + label)}"
+        (folder / "images" / cname).mkdir(parents=True, exist_ok=True)
+        colour = np.array([(label * 37) % 256, (label * 91) % 256, (label * 53) % 256])
+        for split, count in (("train", train_per_class), ("test", test_per_class)):
+            for k in range(count):
+                rel = f"{cname}/{split}_{k}.png"
+                pixels = np.clip(colour + rng.normal(0, 20, (32, 32, 3)), 0, 255).astype(np.uint8)
+                Image.fromarray(pixels).save(folder / "images" / rel)
+                splits[split].append([rel, label, cname])
+    (folder / "split_zhou_DescribableTextures.json").write_text(json.dumps(splits))
+    return root
+
+
+@pytest.fixture(scope="session")
+def fake_data_root(tmp_path_factory) -> Path:
+    return write_split_zhou(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone():
+    from benchmark.backbone import load_backbone
+
+    return load_backbone(TINY, None)
+
+
+def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
+    from benchmark.config import build_config
+
+    base = dict(
+        dataset="dtd", backbone=TINY, pretrained="none", data_root=str(fake_data_root), out=str(tmp_path / "runs"),
+        shots=4, rounds=2, local_epochs=1, clients=4, batch_size=8, seed=1,
+    )
+    base.update(overrides)
+    method_args = base.pop("method_args", {})
+    return build_config(base, {"method_args": method_args})
