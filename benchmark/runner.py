@@ -65,6 +65,7 @@ def run_experiment(
 ) -> RunResult:
     """Run `config` end to end; write its run folder under `config.out` when `write`."""
     started = time.perf_counter()
+    _FEATURES.progress = progress
     protocol = get_protocol(config.protocol)
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)

@@ -17,7 +17,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 TINY = "fedbench-tiny-vit"
 
 
-def write_split_zhou(root: Path, num_classes: int = 8, train_per_class: int = 6, test_per_class: int = 3) -> Path:
+def write_split_zhou(root: Path, num_classes: int = 12, train_per_class: int = 6, test_per_class: int = 3) -> Path:
     """A DTD-shaped dataset: dtd/images/<class>/*.jpg + split_zhou_DescribableTextures.json.
     Each class's images are a distinct colour with noise, so a model can learn them."""
     from PIL import Image
@@ -56,7 +56,7 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
 
     base = dict(
         dataset="dtd", backbone=TINY, pretrained="none", data_root=str(fake_data_root), out=str(tmp_path / "runs"),
-        shots=4, rounds=2, local_epochs=1, clients=4, batch_size=8, seed=1,
+        shots=4, rounds=2, local_epochs=1, clients=3, batch_size=8, seed=1,
     )
     base.update(overrides)
     method_args = base.pop("method_args", {})
