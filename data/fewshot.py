@@ -25,3 +25,42 @@ def few_shot_indices(
         pool = by_class.get(label, [])
         chosen.extend(pool if shots <= 0 or len(pool) <= shots else rng.sample(pool, shots))
     return sorted(chosen)
+
+
+def few_shot_subset(labels: Sequence[int], pool: Iterable[int], shots: int, seed: int) -> list[int]:
+    """`shots` indices per class drawn from `pool` (indices into `labels`), sorted.
+
+    Used for few-shot sampling inside one client's share; the same rules as
+    `few_shot_indices` (all of a class when it has fewer; `shots <= 0` keeps the pool).
+    """
+    pool = sorted(set(pool))
+    chosen = few_shot_indices([labels[i] for i in pool], shots, seed)
+    return [pool[p] for p in chosen]
+
+
+def cached_few_shot_indices(
+    labels: Sequence[int], shots: int, seed: int, cache_dir, tag: str = ""
+) -> list[int]:
+    """`few_shot_indices`, cached as JSON in `cache_dir` (next to the split) so reruns read
+    the identical sample. The file name carries a hash of the labels, so a changed split
+    never reuses a stale sample."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    digest = hashlib.sha256(json.dumps([int(y) for y in labels]).encode()).hexdigest()[:12]
+    path = Path(cache_dir) / f"fewshot{('_' + tag) if tag else ''}_k{shots}_s{seed}_{digest}.json"
+    if path.is_file():
+        try:
+            return [int(i) for i in json.loads(path.read_text())]
+        except (ValueError, TypeError):
+            pass  # a damaged cache file is recomputed
+    indices = few_shot_indices(labels, shots, seed)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(indices))
+        tmp.replace(path)
+    except OSError:
+        pass  # a read-only data root only loses the cache
+    return indices

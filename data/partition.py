@@ -87,3 +87,204 @@ def base2novel_partition(
         indices = few_shot_indices(train_labels, shots, seed, class_ids)
         clients.append(ClientShard(client_id, tuple(indices), tuple(class_ids)))
     return Partition("base2novel", tuple(clients), tuple(base), tuple(novel))
+
+
+# ---------------------------------------------------------------------------------------
+# Dirichlet label shift (CIFAR) and feature + label shift (DomainNet, Office-Caltech10)
+
+_MAX_DIRICHLET_DRAWS = 1000
+
+
+def _dirichlet_split(
+    labels: Sequence[int], num_clients: int, beta: float, rng, min_size: int
+) -> list[list[int]]:
+    """Split positions 0..len(labels)-1 over clients, class by class, with Dirichlet(beta)
+    proportions, redrawing until every client holds at least `min_size` items.
+
+    As in the usual FL code (NIID-Bench, FedOTP): a client already holding more than
+    its fair share n/N gets no more of the next classes, which keeps sizes from exploding.
+    """
+    import numpy as np
+
+    labels_arr = np.asarray(labels, dtype=np.int64)
+    n = len(labels_arr)
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    if beta <= 0:
+        raise ValueError(f"the Dirichlet concentration beta must be > 0, got {beta}")
+    if n < num_clients * min_size:
+        raise ValueError(
+            f"{n} images cannot give {num_clients} clients at least {min_size} each; "
+            "use fewer clients or a smaller min_size"
+        )
+    classes = np.unique(labels_arr)
+    for _ in range(_MAX_DIRICHLET_DRAWS):
+        shares: list[list[int]] = [[] for _ in range(num_clients)]
+        for label in classes:
+            positions = np.flatnonzero(labels_arr == label)
+            rng.shuffle(positions)
+            proportions = rng.dirichlet(np.full(num_clients, beta))
+            open_clients = np.array([len(share) < n / num_clients for share in shares])
+            proportions = proportions * open_clients
+            proportions = proportions / proportions.sum()
+            cuts = (np.cumsum(proportions) * len(positions)).astype(int)[:-1]
+            for share, chunk in zip(shares, np.split(positions, cuts)):
+                share.extend(int(p) for p in chunk)
+        if min(len(share) for share in shares) >= min_size:
+            return [sorted(share) for share in shares]
+    raise ValueError(
+        f"no Dirichlet(beta={beta}) split of {n} images over {num_clients} clients gave every client "
+        f">= {min_size} images in {_MAX_DIRICHLET_DRAWS} draws; raise beta or lower min_size/num_clients"
+    )
+
+
+def _split_like(
+    train_labels: Sequence[int], train_shares: list[list[int]], test_labels: Sequence[int], rng
+) -> list[list[int]]:
+    """Split test positions so that each client gets, per class, the same fraction of the
+    class's test images as it holds of the class's train images (every test item once)."""
+    import numpy as np
+
+    num_clients = len(train_shares)
+    train_counts: dict[int, np.ndarray] = {}
+    for client, share in enumerate(train_shares):
+        for position in share:
+            counts = train_counts.setdefault(int(train_labels[position]), np.zeros(num_clients))
+            counts[client] += 1
+    test_arr = np.asarray(test_labels, dtype=np.int64)
+    shares: list[list[int]] = [[] for _ in range(num_clients)]
+    for label in np.unique(test_arr):
+        positions = np.flatnonzero(test_arr == label)
+        rng.shuffle(positions)
+        counts = train_counts.get(int(label))
+        if counts is None:  # a class with no train images here: spread it evenly
+            counts = np.ones(num_clients)
+        cuts = np.round(np.cumsum(counts / counts.sum()) * len(positions)).astype(int)[:-1]
+        for share, chunk in zip(shares, np.split(positions, cuts)):
+            share.extend(int(p) for p in chunk)
+    return [sorted(share) for share in shares]
+
+
+def _client_few_shot(train_labels: Sequence[int], indices: list[int], shots: int, seed: int) -> list[int]:
+    from data.fewshot import few_shot_subset
+
+    return indices if shots <= 0 else few_shot_subset(train_labels, indices, shots, seed)
+
+
+def dirichlet_partition(
+    train_labels: Sequence[int],
+    test_labels: Sequence[int],
+    num_clients: int,
+    beta: float,
+    seed: int,
+    min_size: int = 2,
+    shots: int = 0,
+    num_classes: int | None = None,
+) -> Partition:
+    """Label shift over `num_clients` clients by Dirichlet(beta) (CIFAR protocol).
+
+    Every train index goes to exactly one client (before the optional `shots`-per-class
+    sample within each client's share); each client's test shard has the same class
+    proportions as its train share; every client's label space is all classes.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    train_shares = _dirichlet_split(train_labels, num_clients, beta, rng, min_size)
+    test_shares = _split_like(train_labels, train_shares, test_labels, rng)
+    num_classes = num_classes or max([*train_labels, *test_labels]) + 1
+    all_classes = tuple(range(num_classes))
+    clients = tuple(
+        ClientShard(
+            client_id,
+            tuple(_client_few_shot(train_labels, train, shots, seed * 100_003 + client_id)),
+            all_classes,
+            test_indices=tuple(test),
+        )
+        for client_id, (train, test) in enumerate(zip(train_shares, test_shares))
+    )
+    return Partition("dirichlet", clients)
+
+
+def domain_partition(
+    train_labels: Sequence[int],
+    test_labels: Sequence[int],
+    train_domains: Sequence[str],
+    test_domains: Sequence[str],
+    clients_per_domain: int,
+    beta: float,
+    seed: int,
+    min_size: int = 2,
+    shots: int = 0,
+    domain_names: Sequence[str] | None = None,
+    num_classes: int | None = None,
+) -> Partition:
+    """Feature + label shift: each domain's images go to its own `clients_per_domain`
+    clients by a Dirichlet(beta) split of its classes; the same proportions split the
+    domain's test images. Clients are numbered domain by domain and never cross domains."""
+    import numpy as np
+
+    if len(train_domains) != len(train_labels) or len(test_domains) != len(test_labels):
+        raise ValueError("domain_partition needs one domain per image in train and test")
+    if domain_names is None:
+        domain_names = list(dict.fromkeys(train_domains))  # first-appearance order, deterministic
+    unknown = (set(train_domains) | set(test_domains)) - set(domain_names)
+    if unknown:
+        raise ValueError(f"images carry domains {sorted(unknown)} outside domain_names {list(domain_names)}")
+    num_classes = num_classes or max([*train_labels, *test_labels]) + 1
+    all_classes = tuple(range(num_classes))
+    clients: list[ClientShard] = []
+    for domain_index, domain in enumerate(domain_names):
+        train_idx = [i for i, d in enumerate(train_domains) if d == domain]
+        test_idx = [i for i, d in enumerate(test_domains) if d == domain]
+        rng = np.random.default_rng([seed, domain_index])
+        train_sub = [train_labels[i] for i in train_idx]
+        train_shares = _dirichlet_split(train_sub, clients_per_domain, beta, rng, min_size)
+        test_shares = _split_like(train_sub, train_shares, [test_labels[i] for i in test_idx], rng)
+        for train, test in zip(train_shares, test_shares):
+            client_id = len(clients)
+            indices = [train_idx[p] for p in train]
+            clients.append(
+                ClientShard(
+                    client_id,
+                    tuple(_client_few_shot(train_labels, indices, shots, seed * 100_003 + client_id)),
+                    all_classes,
+                    test_indices=tuple(test_idx[p] for p in test),
+                    domain=domain,
+                )
+            )
+    return Partition("domains", tuple(clients))
+
+
+def save_manifest(partition: Partition, path) -> str:
+    """Write the partition as JSON (protocol, hash, per client: indices, classes, domain);
+    return the hash. `load_manifest` reads it back and checks the hash."""
+    from pathlib import Path
+
+    payload = {"hash": partition.hash, **partition.manifest()}
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(payload, indent=1))
+    return partition.hash
+
+
+def load_manifest(path) -> Partition:
+    from pathlib import Path
+
+    payload = json.loads(Path(path).read_text())
+    clients = tuple(
+        ClientShard(
+            c["client_id"],
+            tuple(c["train_indices"]),
+            tuple(c["class_ids"]),
+            None if c.get("test_indices") is None else tuple(c["test_indices"]),
+            c.get("domain"),
+        )
+        for c in payload["clients"]
+    )
+    partition = Partition(
+        payload["protocol"], clients, tuple(payload["base_class_ids"]), tuple(payload["novel_class_ids"])
+    )
+    if partition.hash != payload["hash"]:
+        raise ValueError(f"{path}: partition hash {partition.hash} does not match the recorded {payload['hash']}")
+    return partition

@@ -1,3 +1,5 @@
 """Built-in dataset loaders; importing this package registers them in `data.catalog`."""
 
 from data.loaders import coop  # noqa: F401
+from data.loaders import cifar  # noqa: F401
+from data.loaders import domains  # noqa: F401

@@ -1,0 +1,117 @@
+"""`fedbench datasets` (what is under the data root) and `fedbench data download NAME`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from data.base import DatasetError
+from data.catalog import DATASETS, _import_builtin_loaders, default_data_root, load_dataset
+from data.transforms import clip_transforms
+
+_MESSAGE_WIDTH = 110
+
+
+def add_parser(subparsers) -> None:
+    listing = subparsers.add_parser(
+        "datasets", help="list every dataset and whether it is found under the data root",
+        description="Table of every registered dataset: found / missing / incomplete under the data root, "
+        "with image and class counts.",
+    )
+    listing.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    listing.set_defaults(func=run_datasets)
+
+    data = subparsers.add_parser("data", help="fetch datasets", description="Dataset management.")
+    data.set_defaults(func=lambda args: _usage(data))
+    actions = data.add_subparsers(dest="data_command", metavar="{download}")
+    download = actions.add_parser(
+        "download", help="download a dataset into the data root (or print the manual steps)",
+        description="Download with torchvision where it can (CIFAR, Caltech101, OxfordPets, Flowers102, Food101, "
+        "DTD, SUN397) into the suite's layout, then print the manual steps still needed (CoOp split files, "
+        "UCF101 mid-frames, DomainNet and Office-Caltech10 releases).",
+    )
+    download.add_argument("name", choices=_dataset_names(), help="dataset name")
+    download.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    download.set_defaults(func=run_download)
+
+
+def _dataset_names() -> list[str]:
+    _import_builtin_loaders()
+    return [name for name, info in DATASETS.items() if not info.generated]
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _shorten(text: str, width: int = _MESSAGE_WIDTH) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def dataset_status(name: str, root: Path) -> dict:
+    """One row of the table: status found / missing / incomplete / generated, with counts."""
+    info = DATASETS[name]
+    row = {"dataset": name, "protocol": info.protocol, "status": "", "classes": "", "train": "", "test": "",
+           "domains": "", "folder / note": str(info.path(root))}
+    if info.generated:
+        row.update(status="generated", **{"folder / note": "made by code, not read from the data root"})
+        return row
+    if not info.path(root).is_dir():
+        row["status"] = "missing"
+        return row
+    try:
+        splits = load_dataset(name, root, clip_transforms(224, augment=False))
+    except DatasetError as exc:
+        message = str(exc).replace(f"{root}/", "")  # paths relative to the data root keep the note short
+        row.update(status="incomplete", **{"folder / note": _shorten(message)})
+        return row
+    row.update(
+        status="found", classes=len(splits.class_names), train=len(splits.train), test=len(splits.test),
+        domains=len(splits.domain_names) if splits.domain_names else "",
+    )
+    return row
+
+
+def run_datasets(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    _import_builtin_loaders()
+    root = Path(args.data_root or default_data_root()).expanduser()
+    rows = [dataset_status(name, root) for name in DATASETS]
+    print(f"data root: {root}")
+    print(pd.DataFrame(rows).to_string(index=False))
+    missing = [r["dataset"] for r in rows if r["status"] in ("missing", "incomplete")]
+    if missing:
+        print(f"\n{len(missing)} not usable; `fedbench data download NAME` fetches or explains how to get one.")
+    return 0
+
+
+def run_download(args: argparse.Namespace) -> int:
+    """0 when the dataset loads afterwards; 1 when manual steps remain (printed) or the download failed."""
+    from data.download import TORCHVISION, manual_steps, torchvision_download
+
+    root = Path(args.data_root or default_data_root()).expanduser()
+    name = args.name
+    status = dataset_status(name, root)
+    if status["status"] == "found":
+        print(f"{name} is already complete under {root}: {status['train']} train / {status['test']} test images.")
+        return 0
+    if name in TORCHVISION:
+        try:
+            torchvision_download(name, root)
+        except Exception as exc:  # network or archive failures: say what happened, not a trace
+            print(f"download of {name} failed: {exc.__class__.__name__}: {exc}")
+            return 1
+    steps = manual_steps(name, root)
+    if steps:
+        print(f"To complete {name} under {root}, do by hand:")
+        for number, step in enumerate(steps, start=1):
+            print(f"  {number}. {step}")
+        print(f"Then check with `fedbench datasets --data-root {root}`.")
+    status = dataset_status(name, root)
+    if status["status"] == "found":
+        print(f"{name} is ready: {status['train']} train / {status['test']} test images.")
+        return 0
+    return 1

@@ -1,0 +1,118 @@
+"""`fedbench data download NAME`: torchvision downloads arranged into the suite's layout,
+and the exact manual steps for what torchvision cannot fetch (the CoOp split JSONs,
+UCF101 mid-frames, the FedBN DomainNet / Office-Caltech10 releases).
+
+Never called by the tests except through `manual_steps` (no network in tests).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from data.catalog import dataset_info
+
+_COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
+
+# CoOp's split files (links as given in CoOp's DATASETS.md).
+SPLIT_ZHOU_LINKS = {
+    "caltech101": "https://drive.google.com/file/d/1hyarUivQE36mY6jSomru6Fjd-JzwcCzN/view?usp=sharing",
+    "oxford_pets": "https://drive.google.com/file/d/1501r8Ber4nNKvmlFVQZ8SeUHTcdTTEqs/view?usp=sharing",
+    "oxford_flowers": "https://drive.google.com/file/d/1Pp0sRXzZFZq15zVOzKjKBu4A9i01nozT/view?usp=sharing",
+    "food101": "https://drive.google.com/file/d/1QK0tGi096I0Ba6kggatX1ee6dJFIcEJl/view?usp=sharing",
+    "dtd": "https://drive.google.com/file/d/1u3_QfB467jqHgNXC00UIzbLZRQCg2S7x/view?usp=sharing",
+    "sun397": "https://drive.google.com/file/d/1y2RD81BYuiyvebdN-JymPfyWYcd8_MUq/view?usp=sharing",
+    "ucf101": "https://drive.google.com/file/d/1I0S0q91hJfsV9Gf4xDIjgDq4AqBNJb1y/view?usp=sharing",
+}
+FLOWERS_CAT_TO_NAME = "https://drive.google.com/file/d/1AkcxCXeK_RCGCEC_GvmWxjcjaNhu-at0/view?usp=sharing"
+UCF101_MIDFRAMES = "https://drive.google.com/file/d/10Jqome3vtUA2keJkNanAiFpgbyC9Hc2O/view?usp=sharing"
+FEDBN_DOMAINNET_SPLIT = "https://drive.google.com/file/d/1_dx2-YDdvnNlQ13DTgDnLoGvMZvMyccR/view?usp=sharing"
+FEDBN_OFFICE = "https://drive.google.com/file/d/1gxhV5xRXQgC9AL4XexduH7hdxDng7bJ3/view?usp=sharing"
+DOMAINNET_ZIPS = {
+    "clipart": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/clipart.zip",
+    "infograph": "http://csr.bu.edu/ftp/visda/2019/multi-source/infograph.zip",
+    "painting": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/painting.zip",
+    "quickdraw": "http://csr.bu.edu/ftp/visda/2019/multi-source/quickdraw.zip",
+    "real": "http://csr.bu.edu/ftp/visda/2019/multi-source/real.zip",
+    "sketch": "http://csr.bu.edu/ftp/visda/2019/multi-source/sketch.zip",
+}
+
+# Datasets torchvision can fetch: name -> (torchvision class, kwargs, moves from the
+# staging folder into the dataset folder: (source relative to staging, target relative to folder)).
+TORCHVISION = {
+    "cifar10": ("CIFAR10", {}, []),
+    "cifar100": ("CIFAR100", {}, []),
+    "caltech101": ("Caltech101", {"target_type": "category"}, [("caltech101/101_ObjectCategories", "101_ObjectCategories")]),
+    "oxford_pets": ("OxfordIIITPet", {}, [("oxford-iiit-pet/images", "images"), ("oxford-iiit-pet/annotations", "annotations")]),
+    "oxford_flowers": ("Flowers102", {}, [("flowers-102/jpg", "jpg"), ("flowers-102/imagelabels.mat", "imagelabels.mat"), ("flowers-102/setid.mat", "setid.mat")]),
+    "food101": ("Food101", {}, [("food-101/images", "images"), ("food-101/meta", "meta")]),
+    "dtd": ("DTD", {}, [("dtd/dtd/images", "images"), ("dtd/dtd/labels", "labels"), ("dtd/dtd/imdb", "imdb")]),
+    "sun397": ("SUN397", {}, [("SUN397", "SUN397")]),
+}
+
+
+def manual_steps(name: str, root: Path) -> list[str]:
+    """The steps a user must do by hand to complete dataset `name` under `root`."""
+    info = dataset_info(name)
+    folder = info.path(Path(root))
+    steps: list[str] = []
+    if name == "ucf101":
+        steps.append(
+            f"Download UCF-101-midframes.zip from {UCF101_MIDFRAMES} and extract it into {folder}/ "
+            f"(giving {folder}/UCF-101-midframes/<class>/*.jpg)."
+        )
+    if name in SPLIT_ZHOU_LINKS:
+        from data.loaders.coop import COOP_DATASETS
+
+        split_name = COOP_DATASETS[name][2]
+        steps.append(
+            f"Download {split_name} from {SPLIT_ZHOU_LINKS[name]} (CoOp's DATASETS.md, {_COOP_DATASETS_MD}) "
+            f"and save it as {folder / split_name}."
+        )
+    if name == "oxford_flowers":
+        steps.append(
+            f"Optional: download cat_to_name.json from {FLOWERS_CAT_TO_NAME} into {folder}/ "
+            "(class names are read from the split file)."
+        )
+    if name == "domainnet":
+        steps.append(
+            f"Download FedBN's DomainNet split (domainnet_dataset.zip) from {FEDBN_DOMAINNET_SPLIT} into "
+            f"{Path(root)}/ and unzip it there, giving {folder}/<domain>_train.pkl and <domain>_test.pkl."
+        )
+        for domain, url in DOMAINNET_ZIPS.items():
+            steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
+    if name == "office_caltech10":
+        steps.append(
+            f"Download FedBN's office_caltech_10_dataset.zip from {FEDBN_OFFICE} into {Path(root)}/ and unzip it "
+            f"there, giving {folder}/<domain>/<class>/* and {folder}/<domain>_{{train,test}}.pkl "
+            "for amazon, caltech, dslr, webcam."
+        )
+    return steps
+
+
+def torchvision_download(name: str, root: Path, log: Callable[[str], None] = print) -> None:
+    """Fetch `name` with torchvision and move its files into the suite's layout under `root`."""
+    import torchvision.datasets as tvd
+
+    if name not in TORCHVISION:
+        raise ValueError(f"torchvision cannot download {name!r}; see `manual_steps`")
+    class_name, kwargs, moves = TORCHVISION[name]
+    root = Path(root)
+    folder = dataset_info(name).path(root)
+    if not moves:  # CIFAR: torchvision's own folder is the suite's folder
+        log(f"downloading {name} with torchvision.datasets.{class_name} into {root} ...")
+        getattr(tvd, class_name)(root=str(root), download=True, **kwargs)
+        return
+    staging = root / ".downloads" / name
+    log(f"downloading {name} with torchvision.datasets.{class_name} into {staging} ...")
+    getattr(tvd, class_name)(root=str(staging), download=True, **kwargs)
+    folder.mkdir(parents=True, exist_ok=True)
+    for source, target in moves:
+        src, dst = staging / source, folder / target
+        if dst.exists():
+            log(f"kept existing {dst}")
+        elif src.exists():
+            shutil.move(str(src), str(dst))
+            log(f"moved {src} -> {dst}")
+    log(f"the downloaded archives stay in {staging}; delete that folder to free space.")

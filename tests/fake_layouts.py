@@ -1,0 +1,209 @@
+"""Tiny, real-format instances of every on-disk dataset layout, for tests.
+
+`make_fake_dataset(name, root)` writes dataset `name` under `root` exactly as the real
+release lays it out (split_zhou JSON, CIFAR pickles, FedBN split pickles, Flowers'
+imagelabels.mat and cat_to_name.json), with a few classes and a few small images.
+Each image is a solid colour that encodes its class (red channel) and, for the
+feature-shift datasets, its domain (green channel): `decode_marker` reads them back from
+a transformed tensor, so a test can check that every image carries its true label.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from data.transforms import OPENAI_MEAN, OPENAI_STD
+
+STEP = 16  # colour step between classes; JPEG and resizing stay well within +-STEP/2
+
+
+def marker_colour(class_index: int, domain_index: int = 0) -> tuple[int, int, int]:
+    if not 0 <= class_index < 16 or not 0 <= domain_index < 16:
+        raise ValueError("fake datasets encode at most 16 classes and 16 domains")
+    return (8 + STEP * class_index, 8 + STEP * domain_index, 128)
+
+
+def decode_marker(image: torch.Tensor, mean=OPENAI_MEAN, std=OPENAI_STD) -> tuple[int, int]:
+    """(class index, domain index) from a normalized [3, H, W] tensor of a fake image."""
+    rgb = image.mean(dim=(1, 2)) * torch.tensor(std) + torch.tensor(mean)
+    red, green = (rgb[:2] * 255).tolist()
+    return round((red - 8) / STEP), round((green - 8) / STEP)
+
+
+@dataclass
+class FakeDataset:
+    name: str
+    folder: Path  # the dataset folder under root
+    class_names: list[str]  # as the loader should report them (underscores -> spaces)
+    num_train: int
+    num_test: int
+    domain_names: list[str] | None = None
+    files: list[Path] = field(default_factory=list)  # every image file written
+
+
+def _save_image(path: Path, colour: tuple[int, int, int], size: int = 12) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (size, size), colour).save(path, quality=95)
+
+
+# Class-folder names in each real dataset's style (underscores where the real ones have them).
+_COOP_CLASSES = {
+    "caltech101": ["accordion", "airplanes", "anchor", "ant", "barrel", "bass"],
+    "oxford_pets": ["Abyssinian", "american_bulldog", "american_pit_bull_terrier", "basset_hound", "beagle", "Bengal"],
+    "oxford_flowers": ["pink primrose", "hard-leaved pocket orchid", "canterbury bells", "sweet pea", "english marigold", "tiger lily"],
+    "food101": ["apple_pie", "baby_back_ribs", "baklava", "beef_carpaccio", "beef_tartare", "beet_salad"],
+    "dtd": ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered"],
+    "sun397": ["abbey", "airplane_cabin", "airport_terminal", "alley", "amphitheater", "amusement_arcade"],
+    "ucf101": ["Apply_Eye_Makeup", "Apply_Lipstick", "Archery", "Baby_Crawling", "Balance_Beam", "Band_Marching"],
+}
+_COOP_FILES = {
+    "caltech101": ("caltech-101", "101_ObjectCategories", "split_zhou_Caltech101.json"),
+    "oxford_pets": ("oxford_pets", "images", "split_zhou_OxfordPets.json"),
+    "oxford_flowers": ("oxford_flowers", "jpg", "split_zhou_OxfordFlowers.json"),
+    "food101": ("food-101", "images", "split_zhou_Food101.json"),
+    "dtd": ("dtd", "images", "split_zhou_DescribableTextures.json"),
+    "sun397": ("sun397", "SUN397", "split_zhou_SUN397.json"),
+    "ucf101": ("ucf101", "UCF-101-midframes", "split_zhou_UCF101.json"),
+}
+DOMAINS = {
+    "domainnet": ("DomainNet", ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"],
+                  ["bird", "feather", "headphones", "ice_cream", "teapot", "tiger", "whale", "windmill", "wine_glass", "zebra"]),
+    "office_caltech10": ("office_caltech_10", ["amazon", "caltech", "dslr", "webcam"],
+                         ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor", "mouse", "mug", "projector"]),
+}
+FAKE_NAMES = [*_COOP_FILES, "cifar10", "cifar100", *DOMAINS]
+
+
+def _coop_relpath(name: str, cls: str, c: int, k: int, number: int) -> str:
+    """An image path relative to the image folder, in the real release's style."""
+    if name == "oxford_pets":
+        return f"{cls}_{k + 1}.jpg"  # flat folder, class in the file name
+    if name == "oxford_flowers":
+        return f"image_{number:05d}.jpg"  # flat folder, labels in imagelabels.mat
+    if name == "sun397":
+        return f"{cls[0]}/{cls}/sun_{c:02d}{k:04d}.jpg"
+    if name == "ucf101":
+        return f"{cls}/v_{cls.replace('_', '')}_g{k + 1:02d}_c01.jpg"
+    return f"{cls}/image_{k + 1:04d}.jpg"
+
+
+def _make_coop(name: str, root: Path, num_classes: int, per_class: int) -> FakeDataset:
+    folder_name, image_dir, split_name = _COOP_FILES[name]
+    folder = root / folder_name
+    classes = _COOP_CLASSES[name][:num_classes]
+    n_test, n_val = max(1, per_class // 2), 1
+    splits: dict[str, list] = {"train": [], "val": [], "test": []}
+    files, flower_labels, number = [], [], 0
+    for c, cls in enumerate(classes):
+        for k in range(per_class + n_val + n_test):
+            number += 1
+            rel = _coop_relpath(name, cls, c, k, number)
+            path = folder / image_dir / rel
+            _save_image(path, marker_colour(c))
+            files.append(path)
+            flower_labels.append(c + 1)
+            split = "train" if k < per_class else "val" if k < per_class + n_val else "test"
+            splits[split].append([rel, c, cls])
+    (folder / split_name).write_text(json.dumps(splits))
+    if name == "oxford_flowers":
+        from scipy.io import savemat
+
+        savemat(folder / "imagelabels.mat", {"labels": np.array([flower_labels], dtype=np.uint8)})
+        (folder / "cat_to_name.json").write_text(json.dumps({str(c + 1): cls for c, cls in enumerate(classes)}))
+    if name == "oxford_pets":
+        (folder / "annotations").mkdir(parents=True, exist_ok=True)
+        (folder / "annotations" / "trainval.txt").write_text("")
+    return FakeDataset(
+        name, folder, [c.replace("_", " ") for c in classes], per_class * num_classes, n_test * num_classes, files=files
+    )
+
+
+def _cifar_batch(labels: list[int], label_key: str) -> dict:
+    data = np.stack([np.repeat(np.array(marker_colour(y), dtype=np.uint8), 32 * 32) for y in labels])
+    return {"batch_label": "fake", "data": data, label_key: labels, "filenames": [f"{i}.png" for i in range(len(labels))]}
+
+
+def _make_cifar(name: str, root: Path, num_classes: int, per_class: int) -> FakeDataset:
+    n_test = max(1, per_class // 2)
+    train = [c for c in range(num_classes) for _ in range(per_class)]
+    test = [c for c in range(num_classes) for _ in range(n_test)]
+    rng = np.random.default_rng(0)
+    rng.shuffle(train)  # interleaved classes, as in the real batches
+    classes = [f"class_{c}_{'ab'[c % 2]}" for c in range(num_classes)]
+    files = []
+    if name == "cifar10":
+        folder = root / "cifar-10-batches-py"
+        folder.mkdir(parents=True, exist_ok=True)
+        chunks = np.array_split(np.array(train), 5)
+        for i, chunk in enumerate(chunks, start=1):
+            files.append(folder / f"data_batch_{i}")
+            files[-1].write_bytes(pickle.dumps(_cifar_batch([int(y) for y in chunk], "labels")))
+        (folder / "test_batch").write_bytes(pickle.dumps(_cifar_batch(test, "labels")))
+        (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": classes, "num_vis": 3072}))
+        files.append(folder / "test_batch")
+    else:
+        folder = root / "cifar-100-python"
+        folder.mkdir(parents=True, exist_ok=True)
+        for split, labels in (("train", train), ("test", test)):
+            batch = _cifar_batch(labels, "fine_labels")
+            batch["coarse_labels"] = [0] * len(labels)
+            (folder / split).write_bytes(pickle.dumps(batch))
+            files.append(folder / split)
+        (folder / "meta").write_bytes(pickle.dumps({"fine_label_names": classes, "coarse_label_names": ["all"]}))
+    return FakeDataset(name, folder, [c.replace("_", " ") for c in classes], len(train), len(test), files=files)
+
+
+def _make_domains(name: str, root: Path, num_classes: int, per_class: int, label_format: str) -> FakeDataset:
+    folder_name, domains, all_classes = DOMAINS[name]
+    folder = root / folder_name
+    classes = all_classes[:num_classes]
+    n_test = max(1, per_class // 2)
+    files = []
+    for d, domain in enumerate(domains):
+        pairs: dict[str, tuple[list, list]] = {"train": ([], []), "test": ([], [])}
+        for c, cls in enumerate(classes):
+            for k in range(per_class + n_test):
+                path = folder / domain / cls / f"{domain}_{c:03d}_{k:06d}.jpg"
+                _save_image(path, marker_colour(c, d))
+                files.append(path)
+                paths, labels = pairs["train" if k < per_class else "test"]
+                paths.append(f"{folder_name}/{domain}/{cls}/{path.name}")  # relative to the data root
+                # integer labels deliberately in reverse order: the loader must not trust them
+                labels.append(cls if label_format == "text" else num_classes - 1 - c)
+        for split, (paths, labels) in pairs.items():
+            order = np.random.default_rng(d).permutation(len(paths))  # classes interleaved
+            payload = (np.array(paths)[order], np.array(labels)[order])
+            (folder / f"{domain}_{split}.pkl").write_bytes(pickle.dumps(payload))
+    return FakeDataset(
+        name, folder, [c.replace("_", " ") for c in classes], per_class * num_classes * len(domains),
+        n_test * num_classes * len(domains), domain_names=list(domains), files=files,
+    )
+
+
+def make_fake_dataset(
+    name: str, root: Path | str, num_classes: int = 3, per_class: int = 4, label_format: str = "text"
+) -> FakeDataset:
+    """Write a tiny instance of dataset `name` under `root`, in its real on-disk format.
+
+    `per_class` train images per class (per domain for the feature-shift datasets) and
+    max(1, per_class // 2) test images (CoOp datasets: one more per class in `val`).
+    `label_format` ("text" or "int") picks the label type in the DomainNet/Office pkls.
+    """
+    root = Path(root)
+    if not 1 <= num_classes <= 6 and name in _COOP_FILES:
+        raise ValueError(f"fake {name} supports 1..6 classes, got {num_classes}")
+    if name in _COOP_FILES:
+        return _make_coop(name, root, num_classes, per_class)
+    if name in ("cifar10", "cifar100"):
+        return _make_cifar(name, root, num_classes, per_class)
+    if name in DOMAINS:
+        return _make_domains(name, root, num_classes, per_class, label_format)
+    raise ValueError(f"no fake layout for {name!r}; known: {', '.join(FAKE_NAMES)}")

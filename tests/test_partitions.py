@@ -1,0 +1,168 @@
+"""Federated partitions: class dealing (base-to-novel), Dirichlet label shift, domains."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+import pytest
+
+from data.partition import (
+    base2novel_partition,
+    base_novel_split,
+    deal_classes,
+    dirichlet_partition,
+    domain_partition,
+    load_manifest,
+    save_manifest,
+)
+
+
+@pytest.mark.parametrize(
+    "num_classes, n_base, sizes",
+    [
+        (100, 50, [5] * 10),  # Caltech101
+        (47, 24, [2] * 9 + [6]),  # DTD
+        (397, 199, [20] * 9 + [19]),  # SUN397
+        (37, 19, [2] * 9 + [1]),  # OxfordPets
+    ],
+)
+def test_base_classes_dealt_without_overlap(num_classes, n_base, sizes):
+    base, novel = base_novel_split(num_classes)
+    assert base == list(range(n_base)) and novel == list(range(n_base, num_classes))
+    dealt = deal_classes(base, 10)
+    assert [len(group) for group in dealt] == sizes
+    flat = [c for group in dealt for c in group]
+    assert sorted(flat) == base  # no overlap, all base classes covered
+    assert dealt == deal_classes(base, 10)  # fixed shuffle seed
+
+
+def test_base2novel_partition_clients_hold_their_classes():
+    labels = [i % 20 for i in range(400)]
+    partition = base2novel_partition(labels, 20, num_clients=5, shots=4, seed=1)
+    for client in partition.clients:
+        assert {labels[i] for i in client.train_indices} == set(client.class_ids)
+        assert len(client.train_indices) == 4 * len(client.class_ids)
+
+
+def _labels(n: int, num_classes: int, seed: int = 0) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(num_classes) for _ in range(n)]
+
+
+def _mean_entropy(partition, labels) -> float:
+    total = 0.0
+    for client in partition.clients:
+        counts = Counter(labels[i] for i in client.train_indices)
+        n = sum(counts.values())
+        total -= sum(c / n * math.log(c / n) for c in counts.values())
+    return total / len(partition.clients)
+
+
+TRAIN, TEST = _labels(3000, 10, 0), _labels(1000, 10, 1)
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5])
+def test_dirichlet_covers_every_index_once_and_respects_min_size(beta):
+    partition = dirichlet_partition(TRAIN, TEST, num_clients=50, beta=beta, seed=1, min_size=5)
+    assert partition.protocol == "dirichlet" and len(partition.clients) == 50
+    train = [i for c in partition.clients for i in c.train_indices]
+    test = [i for c in partition.clients for i in c.test_indices]
+    assert sorted(train) == list(range(len(TRAIN))) and sorted(test) == list(range(len(TEST)))
+    assert min(c.num_samples for c in partition.clients) >= 5
+    assert all(c.class_ids == tuple(range(10)) and c.domain is None for c in partition.clients)
+
+
+def test_dirichlet_test_shard_follows_train_proportions():
+    partition = dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.3, seed=2)
+    train_class_totals, test_class_totals = Counter(TRAIN), Counter(TEST)
+    for client in partition.clients:
+        train_counts = Counter(TRAIN[i] for i in client.train_indices)
+        test_counts = Counter(TEST[i] for i in client.test_indices)
+        for label in range(10):
+            expected = train_counts[label] / train_class_totals[label] * test_class_totals[label]
+            assert abs(test_counts[label] - expected) <= 1.0 + 1e-9  # rounding of cumulative cuts
+        assert set(test_counts) <= set(train_counts)  # no test class the client never trained on
+
+
+def test_dirichlet_skew_grows_as_beta_falls():
+    entropies = [
+        _mean_entropy(dirichlet_partition(TRAIN, TEST, num_clients=20, beta=beta, seed=3), TRAIN)
+        for beta in (100.0, 1.0, 0.1)
+    ]
+    assert entropies[0] > entropies[1] > entropies[2]
+    assert entropies[0] > 0.95 * math.log(10)  # near-uniform labels at large beta
+
+
+def test_dirichlet_reproducible_from_seed():
+    first = dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=7)
+    assert first == dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=7)
+    assert first.hash == dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=7).hash
+    other = dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=8)
+    assert other.hash != first.hash
+
+
+def test_dirichlet_impossible_min_size_is_a_clear_error():
+    with pytest.raises(ValueError, match="at least 50"):
+        dirichlet_partition(TRAIN[:100], TEST[:10], num_clients=10, beta=0.5, seed=1, min_size=50)
+
+
+def test_dirichlet_few_shot_within_each_share():
+    full = dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=4)
+    shot = dirichlet_partition(TRAIN, TEST, num_clients=10, beta=0.5, seed=4, shots=2)
+    for a, b in zip(full.clients, shot.clients):
+        assert set(b.train_indices) <= set(a.train_indices)
+        counts = Counter(TRAIN[i] for i in b.train_indices)
+        full_counts = Counter(TRAIN[i] for i in a.train_indices)
+        assert all(counts[c] == min(2, full_counts[c]) for c in full_counts)
+        assert b.test_indices == a.test_indices
+
+
+DOMAINS = ["amazon", "caltech", "dslr", "webcam"]
+
+
+def _domain_data():
+    rng = random.Random(5)
+    train_domains = [rng.choice(DOMAINS) for _ in range(1200)]
+    test_domains = [rng.choice(DOMAINS) for _ in range(400)]
+    return _labels(1200, 10, 2), _labels(400, 10, 3), train_domains, test_domains
+
+
+def test_domain_partition_keeps_clients_inside_their_domain():
+    train, test, train_dom, test_dom = _domain_data()
+    partition = domain_partition(train, test, train_dom, test_dom, clients_per_domain=3, beta=0.5, seed=1,
+                                 domain_names=DOMAINS)
+    assert partition.protocol == "domains" and len(partition.clients) == 12
+    assert [c.domain for c in partition.clients] == [d for d in DOMAINS for _ in range(3)]
+    assert [c.client_id for c in partition.clients] == list(range(12))
+    for client in partition.clients:
+        assert {train_dom[i] for i in client.train_indices} == {client.domain}
+        assert {test_dom[i] for i in client.test_indices} <= {client.domain}
+        assert client.num_samples >= 2 and client.class_ids == tuple(range(10))
+    assert sorted(i for c in partition.clients for i in c.train_indices) == list(range(len(train)))
+    assert sorted(i for c in partition.clients for i in c.test_indices) == list(range(len(test)))
+    again = domain_partition(train, test, train_dom, test_dom, 3, 0.5, 1, domain_names=DOMAINS)
+    assert again.hash == partition.hash
+    assert domain_partition(train, test, train_dom, test_dom, 3, 0.5, 2, domain_names=DOMAINS).hash != partition.hash
+
+
+def test_domain_partition_is_label_skewed_within_domains():
+    train, test, train_dom, test_dom = _domain_data()
+    skewed = domain_partition(train, test, train_dom, test_dom, 3, beta=0.1, seed=1)
+    flat = domain_partition(train, test, train_dom, test_dom, 3, beta=100.0, seed=1)
+    assert _mean_entropy(skewed, train) < _mean_entropy(flat, train)
+
+
+def test_manifest_round_trip(tmp_path):
+    partition = dirichlet_partition(TRAIN, TEST, num_clients=5, beta=0.5, seed=1)
+    path = tmp_path / "runs" / "partition.json"
+    assert save_manifest(partition, path) == partition.hash
+    assert load_manifest(path) == partition
+    train, test, train_dom, test_dom = _domain_data()
+    domains = domain_partition(train, test, train_dom, test_dom, 2, 0.5, 1)
+    save_manifest(domains, path)
+    assert load_manifest(path) == domains
+    path.write_text(path.read_text().replace('"client_id": 1,', '"client_id": 9,', 1))
+    with pytest.raises(ValueError, match="hash"):
+        load_manifest(path)
