@@ -1,0 +1,258 @@
+"""The toy world's small CLIP: contrastive pretraining on generated image-caption pairs.
+
+The checkpoint is a plain open_clip state_dict saved with torch.save under the cache dir
+(`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as `toy-clip-<model>-<recipe hash>.pt`,
+where the hash covers the world (vocabulary, hold-outs, version), the model config, the
+training hyperparameters and `CODE_VERSION`. It is built the first time it is needed and
+loaded thereafter; `load_backbone("fedbench-toy-vit", "fedbench-toy")` goes through the
+provider registered here and then open_clip's ordinary checkpoint loading.
+
+Captions name a random subset of the object's attributes with varied templates (always
+including the zero-shot template "a photo of a {}."). The loss is multi-positive InfoNCE:
+a caption is a positive for every image in the batch it truly describes ("a photo of a
+circle." fits all circles), so partial captions never push true matches apart, and full
+captions make the other images that share a colour but not a shape hard negatives.
+The novel classes' attribute combinations of `toy` and `toy_patterns` never occur.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from benchmark.backbone import CONFIG_DIR, register_pretrained
+from data.toy import world
+
+CODE_VERSION = 1  # bump when the training code changes what a recipe produces
+
+TEMPLATES = (
+    "a photo of a {}.",
+    "a photo of a {}.",
+    "a {}.",
+    "an image of a {}.",
+    "a picture of a {}.",
+    "a rendering of a {}.",
+    "this is a {}.",
+    "there is a {} in the image.",
+)
+# probability that a caption names each attribute (shape otherwise reads "object")
+MENTION = {"size": 0.35, "colour": 0.65, "pattern": 0.5, "shape": 0.9}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines the pretrained weights (hashed into the file name)."""
+
+    model: str = "fedbench-toy-vit"
+    steps: int = 400
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    warmup: int = 30
+    seed: int = 0
+    domains: tuple[str, ...] = ("clean", "noisy", "blurred", "checkerboard", "cluttered")
+    image_size: int = 32
+    extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def identity(self) -> dict:
+        config = json.loads((CONFIG_DIR / f"{self.model}.json").read_text())
+        return {
+            "recipe": {k: v for k, v in asdict(self).items() if k != "extra"},
+            "model_config": config,
+            "world": {
+                "version": world.WORLD_VERSION,
+                "vocab": world.VOCAB,
+                "colours": world.COLOURS,
+                "domains": world.DOMAINS,
+                "holdout_colour_shape": sorted(world.colour_shape_holdout()),
+                "holdout_pattern_shape": sorted(world.pattern_shape_holdout()),
+            },
+            "captions": {"templates": TEMPLATES, "mention": MENTION},
+            "code_version": CODE_VERSION,
+        }
+
+    @property
+    def hash(self) -> str:
+        payload = json.dumps(self.identity(), sort_keys=True, default=list).encode()
+        return hashlib.sha256(payload).hexdigest()[:12]
+
+
+DEFAULT_RECIPE = Recipe()
+# A much smaller model and run for the test suite (tens of seconds, cached the same way).
+TEST_RECIPE = Recipe(model="fedbench-toy-vit-test", steps=150, batch_size=96, lr=2e-3, warmup=15)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
+
+
+def checkpoint_path(recipe: Recipe = DEFAULT_RECIPE) -> Path:
+    return cache_dir() / f"toy-clip-{recipe.model}-{recipe.hash}.pt"
+
+
+def ensure_checkpoint(recipe: Recipe = DEFAULT_RECIPE, progress: bool = True) -> Path:
+    """The checkpoint of `recipe`, pretraining it first if it is not cached yet."""
+    path = checkpoint_path(recipe)
+    if not path.is_file():
+        build_checkpoint(recipe, path, progress=progress)
+    return path
+
+
+@register_pretrained("fedbench-toy")
+def toy_clip_checkpoint() -> Path:
+    """Provider for `--pretrained fedbench-toy` (backbone fedbench-toy-vit)."""
+    return ensure_checkpoint(DEFAULT_RECIPE)
+
+
+@register_pretrained("fedbench-toy-test")
+def toy_clip_test_checkpoint() -> Path:
+    """Provider for the test suite's small model (backbone fedbench-toy-vit-test)."""
+    return ensure_checkpoint(TEST_RECIPE)
+
+
+# -- pretraining data -----------------------------------------------------------------
+def pretrain_attrs(n: int, g: torch.Generator) -> world.Attrs:
+    """`n` random objects whose (colour, shape) and (pattern, shape) are never held out."""
+    held_cs = torch.zeros(len(world.COLOURS), len(world.SHAPES), dtype=torch.bool)
+    for c, s in world.colour_shape_holdout():
+        held_cs[c, s] = True
+    held_ps = torch.zeros(len(world.PATTERNS), len(world.SHAPES), dtype=torch.bool)
+    for p, s in world.pattern_shape_holdout():
+        held_ps[p, s] = True
+    parts: list[world.Attrs] = []
+    have = 0
+    while have < n:
+        a = world.random_attrs(2 * n, g)
+        ok = ~held_cs[a.colour, a.shape] & ~held_ps[a.pattern, a.shape]
+        a = world.Attrs(a.colour[ok], a.shape[ok], a.pattern[ok], a.size[ok])
+        parts.append(a)
+        have += len(a)
+    cat = {k: torch.cat([p.get(k) for p in parts])[:n] for k in world.ATTRIBUTES}
+    return world.Attrs(**cat)
+
+
+def captions(attrs: world.Attrs, g: torch.Generator) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """A caption per object and, per attribute, whether the caption names it."""
+    n = len(attrs)
+    mentioned = {a: torch.rand(n, generator=g) < p for a, p in MENTION.items()}
+    template = torch.randint(0, len(TEMPLATES), (n,), generator=g)
+    texts = []
+    for i in range(n):
+        kw = {a: int(attrs.get(a)[i]) if mentioned[a][i] else None for a in world.ATTRIBUTES}
+        texts.append(TEMPLATES[int(template[i])].format(world.object_name(**kw)))
+    return texts, mentioned
+
+
+def multi_positive_targets(attrs: world.Attrs, mentioned: dict[str, torch.Tensor]) -> torch.Tensor:
+    """[B images, B captions] bool: caption j is true of image i."""
+    n = len(attrs)
+    match = torch.ones(n, n, dtype=torch.bool)
+    for a in world.ATTRIBUTES:
+        v = attrs.get(a)
+        match &= ~mentioned[a].view(1, n) | (v.view(n, 1) == v.view(1, n))
+    return match
+
+
+def normalize_images(images: torch.Tensor, mean, std) -> torch.Tensor:
+    """uint8 [N, H, W, 3] -> normalized float [N, 3, H, W] (== ToTensor + Normalize)."""
+    x = images.permute(0, 3, 1, 2).float() / 255.0
+    m = torch.tensor(mean).view(1, 3, 1, 1)
+    s = torch.tensor(std).view(1, 3, 1, 1)
+    return (x - m) / s
+
+
+def contrastive_loss(img: torch.Tensor, txt: torch.Tensor, scale: torch.Tensor, match: torch.Tensor) -> torch.Tensor:
+    img = F.normalize(img, dim=-1)
+    txt = F.normalize(txt, dim=-1)
+    logits = scale * img @ txt.T
+    t_i2t = match.float() / match.sum(1, keepdim=True)
+    t_t2i = match.T.float() / match.T.sum(1, keepdim=True)
+    l_i2t = -(t_i2t * F.log_softmax(logits, dim=1)).sum(1).mean()
+    l_t2i = -(t_t2i * F.log_softmax(logits.T, dim=1)).sum(1).mean()
+    return (l_i2t + l_t2i) / 2
+
+
+# -- the build ------------------------------------------------------------------------
+def train_model(recipe: Recipe, progress: bool = True):
+    """Pretrain `recipe` from scratch; returns (open_clip model in eval mode, log dict)."""
+    import open_clip
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(2)
+    torch.manual_seed(recipe.seed)
+    g = torch.Generator().manual_seed(recipe.seed)
+    model = open_clip.create_model(recipe.model)
+    tokenizer = open_clip.get_tokenizer(recipe.model)
+    mean = getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
+    std = getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        small = p.ndim < 2 or "embedding" in name or "logit_scale" in name
+        (no_decay if small else decay).append(p)
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.lr,
+        betas=(0.9, 0.98),
+        eps=1e-6,
+    )
+
+    def lr_at(step: int) -> float:
+        if step < recipe.warmup:
+            return recipe.lr * (step + 1) / recipe.warmup
+        t = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+        return recipe.lr * 0.5 * (1 + math.cos(math.pi * t))
+
+    model.train()
+    losses = []
+    start = time.time()
+    bar = tqdm(range(recipe.steps), desc=f"pretraining {recipe.model}", disable=not progress, mininterval=2.0)
+    for step in bar:
+        attrs = pretrain_attrs(recipe.batch_size, g)
+        doms = torch.randint(0, len(recipe.domains), (recipe.batch_size,), generator=g)
+        images = world.render(attrs, [recipe.domains[int(d)] for d in doms], recipe.image_size,
+                              seed=int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        texts, mentioned = captions(attrs, g)
+        match = multi_positive_targets(attrs, mentioned)
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        img_f = model.encode_image(normalize_images(images, mean, std))
+        txt_f = model.encode_text(tokenizer(texts))
+        loss = contrastive_loss(img_f, txt_f, model.logit_scale.exp(), match)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        with torch.no_grad():
+            model.logit_scale.clamp_(0, math.log(100))
+        losses.append(float(loss))
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{sum(losses[-10:]) / len(losses[-10:]):.3f}")
+    model.eval()
+    return model, {"seconds": time.time() - start, "final_loss": sum(losses[-20:]) / len(losses[-20:])}
+
+
+def build_checkpoint(recipe: Recipe = DEFAULT_RECIPE, path: Path | None = None, progress: bool = True) -> Path:
+    """Pretrain `recipe` and save its state_dict (atomically) at `path`; returns the path."""
+    path = Path(path) if path is not None else checkpoint_path(recipe)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    print(
+        f"fedbench: pretraining the toy world's small CLIP ({recipe.model}, {recipe.steps} steps x "
+        f"{recipe.batch_size} generated image-caption pairs) -- done once, cached at {path}",
+        flush=True,
+    )
+    model, log = train_model(recipe, progress=progress)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    torch.save(model.state_dict(), tmp)
+    os.replace(tmp, path)
+    meta = {"identity": recipe.identity(), "hash": recipe.hash, "log": log}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=list))
+    print(f"fedbench: toy CLIP pretrained in {log['seconds']:.0f} s (final loss {log['final_loss']:.3f})", flush=True)
+    return path
