@@ -11,7 +11,7 @@ from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset
 from data.fewshot import cached_few_shot_indices, few_shot_indices, few_shot_subset
 from data.transforms import clip_transforms
-from tests.fake_layouts import FAKE_NAMES, decode_marker, make_fake_dataset
+from fake_layouts import FAKE_NAMES, decode_marker, make_fake_dataset
 
 TRANSFORMS = clip_transforms(32, augment=False)
 PROTOCOL = {"cifar10": "dirichlet", "cifar100": "dirichlet", "domainnet": "domains", "office_caltech10": "domains"}

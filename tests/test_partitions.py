@@ -166,3 +166,77 @@ def test_manifest_round_trip(tmp_path):
     path.write_text(path.read_text().replace('"client_id": 1,', '"client_id": 9,', 1))
     with pytest.raises(ValueError, match="hash"):
         load_manifest(path)
+
+
+# --- the dirichlet and domains protocols, end to end with zero-shot CLIP on fake data ----
+
+def _recording_accuracy(calls):
+    def accuracy(indices, class_ids):
+        calls.append((tuple(indices), tuple(class_ids)))
+        return float(len(calls))
+
+    return accuracy
+
+
+@pytest.mark.parametrize(
+    "dataset, protocol, clients, columns",
+    [
+        ("cifar10", "dirichlet", 3, ["Acc"]),
+        ("office_caltech10", "domains", 8, ["amazon", "caltech", "dslr", "webcam", "Avg"]),
+    ],
+)
+def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, protocol, clients, columns):
+    from benchmark.protocols import get_protocol
+    from benchmark.reporting import format_summary
+    from benchmark.runner import run_experiment
+    from conftest import tiny_config
+    from fake_layouts import make_fake_dataset
+
+    make_fake_dataset(dataset, tmp_path / "data", num_classes=3, per_class=8)
+    config = tiny_config(
+        tmp_path / "data", tmp_path, dataset=dataset, protocol=protocol, method="zeroshot",
+        clients=clients, shots=0, rounds=1, beta=0.5,
+    )
+    result = run_experiment(config, progress=False)
+    metrics = result.summary["metrics"]
+    assert list(metrics) == columns
+    assert all(0.0 <= v <= 100.0 for v in metrics.values())
+    table = format_summary(result.summary)
+    assert all(column in table for column in columns) and "| zeroshot" in table
+    assert (result.run_dir / "partition.json").is_file()
+
+    # each client is scored on its own test shard, over all classes
+    from data.catalog import load_dataset
+    from data.transforms import clip_transforms
+
+    splits = load_dataset(dataset, tmp_path / "data", clip_transforms(32, augment=False))
+    protocol_obj = get_protocol(protocol)
+    partition = protocol_obj.partition(splits, config)
+    assert partition.hash == result.summary["partition_hash"]
+    for client in partition.clients:
+        calls = []
+        protocol_obj.client_metrics(_recording_accuracy(calls), client, partition, splits)
+        assert calls == [(client.test_indices, (0, 1, 2))]
+    if protocol == "domains":
+        assert [c.domain for c in partition.clients] == [d for d in splits.domain_names for _ in range(2)]
+        per_client = {c.client_id: {"Acc": float(c.client_id)} for c in partition.clients}
+        summary = protocol_obj.summarize(per_client, partition)
+        assert summary["amazon"] == 0.5 and summary["webcam"] == 6.5 and summary["Avg"] == 3.5
+
+
+def test_domains_protocol_config_errors(tmp_path):
+    from benchmark.config import ConfigError
+    from benchmark.protocols import get_protocol
+    from conftest import tiny_config
+    from data.catalog import load_dataset
+    from data.transforms import clip_transforms
+    from fake_layouts import make_fake_dataset
+
+    make_fake_dataset("office_caltech10", tmp_path, num_classes=2, per_class=4)
+    make_fake_dataset("dtd", tmp_path, num_classes=2, per_class=4)
+    transforms = clip_transforms(32, augment=False)
+    office = load_dataset("office_caltech10", tmp_path, transforms)
+    with pytest.raises(ConfigError, match="multiple of 4"):
+        get_protocol("domains").partition(office, tiny_config(tmp_path, tmp_path, clients=10))
+    with pytest.raises(ConfigError, match="feature-shift"):
+        get_protocol("domains").partition(load_dataset("dtd", tmp_path, transforms), tiny_config(tmp_path, tmp_path, clients=4))
