@@ -65,8 +65,8 @@ class RoundLog:
     train_loss: dict[int, float]
     bytes_up: int
     bytes_down: int
-    model_seconds: float  # inside Lightning's fit
-    total_seconds: float
+    model_seconds: float  # forward + backward + optimizer step, summed over batches
+    total_seconds: float  # the whole round: state swaps, Trainer setup, data loading, aggregation
 
 
 @dataclass
@@ -133,9 +133,8 @@ class FederatedSimulator:
                     received = method.download(cid, aggregate, bank)
                     method.load_client_state(received)
                     log.bytes_down += state_bytes(received)
-                t_fit = time.perf_counter()
-                log.train_loss[cid] = self._train_client(cid, round_index)
-                log.model_seconds += time.perf_counter() - t_fit
+                log.train_loss[cid], compute = self._train_client(cid, round_index)
+                log.model_seconds += compute
                 states[cid] = method.client_state()
                 upload = method.uploaded_state()
                 log.bytes_up += state_bytes(upload)
@@ -158,7 +157,8 @@ class FederatedSimulator:
                 states[cid] = method.client_state()
         return result
 
-    def _train_client(self, cid: int, round_index: int) -> float:
+    def _train_client(self, cid: int, round_index: int) -> tuple[float, float]:
+        """Train one client; returns (mean train loss, seconds of model compute)."""
         shard = self.clients[cid]
         s = self.settings
         seed = client_seed(self.seed, round_index, cid)
@@ -186,11 +186,27 @@ class FederatedSimulator:
                 enable_model_summary=False,
                 num_sanity_val_steps=0,
                 log_every_n_steps=1,
+                callbacks=[timer := _BatchTimer()],
             )
             trainer.fit(self.method, train_dataloaders=loader)
         self.method.set_client(None)
         loss = trainer.callback_metrics.get("train_loss")
-        return float(loss) if loss is not None else float("nan")
+        return (float(loss) if loss is not None else float("nan")), timer.seconds
+
+
+class _BatchTimer(L.Callback):
+    """Time spent in the model itself (a batch's forward, backward and step), so that
+    `fedbench profile` can separate it from the framework's per-client overhead."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._start = 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.seconds += time.perf_counter() - self._start
 
 
 class _quiet_lightning:

@@ -179,12 +179,32 @@ def test_a_failed_run_leaves_no_run_folder(fake_data_root, tmp_path, monkeypatch
     assert not runs.exists() or not any(runs.iterdir())
 
 
-def fedbench(*args, cwd=None):
+class Done:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def fedbench(capsys):
+    """Runs the CLI in this process (the console script itself is checked once below)."""
+    from benchmark.cli import main
+
+    def call(*args):
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return call
+
+
+def test_console_script_is_installed():
     exe = shutil.which("fedbench", path=str(__import__("pathlib").Path(sys.executable).parent))
-    return subprocess.run([exe, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "run" in done.stdout and "methods" in done.stdout
 
 
-def test_cli_run_prints_the_table_and_writes_the_run(fake_data_root, tmp_path):
+def test_cli_run_prints_the_table_and_writes_the_run(fedbench, fake_data_root, tmp_path):
     out = tmp_path / "runs"
     done = fedbench(
         "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
@@ -198,14 +218,14 @@ def test_cli_run_prints_the_table_and_writes_the_run(fake_data_root, tmp_path):
     assert "lr: 0.01" in config and "rounds: 1" in config
 
 
-def test_cli_methods_lists_both_builtins():
+def test_cli_methods_lists_both_builtins(fedbench):
     done = fedbench("methods")
     assert done.returncode == 0, done.stderr
     names = [line.split()[0] for line in done.stdout.splitlines() if line.strip()]
     assert "zeroshot" in names and "promptfl" in names
 
 
-def test_cli_errors_say_what_to_do(fake_data_root, tmp_path):
+def test_cli_errors_say_what_to_do(fedbench, fake_data_root, tmp_path):
     nope = fedbench("run", "--method", "nope", "--backbone", TINY, "--pretrained", "none")
     assert nope.returncode == 2 and "unknown method 'nope'" in nope.stderr and "fedbench methods" in nope.stderr
     assert "Traceback" not in nope.stderr

@@ -1,0 +1,50 @@
+"""`fedbench profile`: where the time of a client-round goes, model vs framework."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.cliargs import add_run_arguments
+
+    p = subparsers.add_parser(
+        "profile",
+        help="time per client-round: model compute vs framework overhead",
+        description="Runs the configured experiment without writing results and prints, per client-round, "
+        "the time in the model (forward, backward, optimizer step) and the framework's overhead "
+        "(state swaps, Trainer setup, data loading, upload and aggregation). Takes the flags of `run`.",
+    )
+    add_run_arguments(p)
+    p.set_defaults(func=run, takes_method_flags=True)
+
+
+def run(args) -> int:
+    from benchmark.cliargs import config_from_args
+    from benchmark.runner import run_experiment
+
+    config = config_from_args(args)
+    result = run_experiment(config, write=False, progress=True)
+    print(format_profile(result))
+    return 0
+
+
+def format_profile(result) -> str:
+    rounds = result.federation.rounds
+    if not rounds:
+        return f"{result.config.method} trains nothing: no client-rounds to profile"
+    client_rounds = sum(len(r.clients) for r in rounds)
+    total = sum(r.total_seconds for r in rounds)
+    model = sum(r.model_seconds for r in rounds)
+    overhead = total - model
+    c = result.config
+    lines = [
+        f"{c.method} on {c.dataset}: {len(rounds)} rounds, {client_rounds} client-rounds, "
+        f"{c.local_epochs} local epoch(s), batch {c.batch_size}, backbone {c.backbone}",
+        f"per client-round: {1000 * total / client_rounds:8.1f} ms total",
+        f"  model compute:  {1000 * model / client_rounds:8.1f} ms",
+        f"  framework:      {1000 * overhead / client_rounds:8.1f} ms  ({100 * overhead / total:.1f}% of the round)",
+    ]
+    first, rest = rounds[0], rounds[1:]
+    if rest:  # the first round includes one-off warm-up (allocations, first Trainer)
+        steady = sum(r.total_seconds - r.model_seconds for r in rest) / sum(len(r.clients) for r in rest)
+        lines.append(f"  framework after round 1: {1000 * steady:.1f} ms per client-round")
+    return "\n".join(lines)
