@@ -241,3 +241,18 @@ def test_download_argument_errors(capsys):
     assert err.value.code == 2 and "invalid choice" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _parse(["data", "download"])
+
+
+def test_download_then_manual_split_step(tmp_path, capsys, monkeypatch):
+    """After torchvision's images arrive, the CoOp split file is the printed manual step."""
+    import data.download
+
+    def fake_torchvision(name, root, log=print):
+        fake = make_fake_dataset(name, root)
+        (fake.folder / "split_zhou_DescribableTextures.json").unlink()
+
+    monkeypatch.setattr(data.download, "torchvision_download", fake_torchvision)
+    args = _parse(["data", "download", "dtd", "--data-root", str(tmp_path)])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert str(tmp_path / "dtd" / "split_zhou_DescribableTextures.json") in out and "drive.google.com" in out
