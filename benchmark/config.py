@@ -47,7 +47,7 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16-mixed on GPU, 32 on CPU) | 32-true | bf16-mixed | 16-mixed
     num_workers: int = 0  # data-loader workers
-    wandb: str = "disabled"  # disabled | offline | online
+    wandb: str = "auto"  # auto (online when logged in, else offline) | online | offline | disabled
     wandb_project: str = "fedbench"  # W&B project
     wandb_group: str = ""  # W&B group (a table name when run by `fedbench reproduce`)
     method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
@@ -64,7 +64,7 @@ class RunConfig:
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.beta > 0, "beta", "a positive number"),
-            (self.wandb in {"disabled", "offline", "online"}, "wandb", "disabled, offline or online"),
+            (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
         ]
         for ok, name, expected in checks:
             if not ok:

@@ -1,7 +1,8 @@
 """Weights & Biases tracking that never stops the benchmark.
 
 One W&B run per experiment: config, per-round metrics, the final summary and a
-per-client table. Mode 'offline' writes under `<out>/wandb`; 'online' needs a login;
+per-client table. Mode 'auto' (default) logs online when a login is present and offline
+otherwise; 'offline' writes under `<out>/wandb` (`wandb sync` uploads it later);
 'disabled' does nothing. Any tracking failure becomes a warning.
 """
 
@@ -85,7 +86,10 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
         import wandb
 
         mode = config.wandb
-        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
+        logged_in = bool(os.environ.get("WANDB_API_KEY")) or _has_netrc_login()
+        if mode == "auto":
+            mode = "online" if logged_in else "offline"
+        elif mode == "online" and not logged_in:
             warnings.warn("W&B: no login found (run `wandb login`); logging offline instead")
             mode = "offline"
         directory = Path(config.out)

@@ -56,7 +56,7 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
 
     base = dict(
         dataset="dtd", backbone=TINY, pretrained="none", data_root=str(fake_data_root), out=str(tmp_path / "runs"),
-        shots=4, rounds=2, local_epochs=1, clients=3, batch_size=8, seed=1,
+        shots=4, rounds=2, local_epochs=1, clients=3, batch_size=8, seed=1, wandb="disabled",
     )
     base.update(overrides)
     method_args = base.pop("method_args", {})

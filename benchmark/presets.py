@@ -1,0 +1,145 @@
+"""Presets: one YAML per paper table, expanded into the cells (runs) that fill it.
+
+A preset file holds
+  title, paper_table (optional key into the paper reference numbers),
+  run:      RunConfig options shared by every cell,
+  datasets: names, or {name, run: {per-dataset options}},
+  methods:  names, or {label, method, method_args} variants (ablations),
+  seeds:    list of seeds,
+  grid:     optional {option: [values]} axes (shots, beta, ...).
+Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmark.config import ConfigError, RunConfig, build_config
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    label: str
+    method: str
+    method_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a table: the row label (method variant), the column keys, and its config."""
+
+    label: str
+    dataset: str
+    grid: tuple[tuple[str, Any], ...]
+    config: RunConfig
+
+
+@dataclass
+class Preset:
+    name: str
+    title: str
+    run: dict[str, Any]
+    datasets: list[dict[str, Any]]
+    methods: list[MethodVariant]
+    seeds: list[int]
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    paper_table: str | None = None
+
+    def cells(
+        self,
+        overrides: dict[str, Any] | None = None,
+        seeds: list[int] | None = None,
+        datasets: list[str] | None = None,
+        methods: list[str] | None = None,
+    ) -> list[Cell]:
+        """Expand into cells; the filters keep only the named seeds/datasets/methods
+        (a method filter matches a variant's method name or its label)."""
+        chosen_datasets = [d for d in self.datasets if datasets is None or d["name"] in datasets]
+        _check_filter("dataset", datasets, [d["name"] for d in self.datasets], self.name)
+        chosen_methods = self._methods(methods)
+        axes = list(self.grid.items())
+        cells = []
+        for ds in chosen_datasets:
+            for values in itertools.product(*(v for _, v in axes)):
+                grid = tuple((k, v) for (k, _), v in zip(axes, values))
+                for variant in chosen_methods:
+                    for seed in seeds if seeds is not None else self.seeds:
+                        config = build_config(
+                            self.run,
+                            ds.get("run", {}),
+                            dict(grid),
+                            {"dataset": ds["name"], "method": variant.method, "seed": seed,
+                             "wandb_group": self.name},
+                            {"method_args": variant.method_args},
+                            overrides or {},
+                        )
+                        cells.append(Cell(variant.label, ds["name"], grid, config))
+        return cells
+
+
+    def _methods(self, wanted: list[str] | None) -> list[MethodVariant]:
+        """The preset's variants named in `wanted`; a registered method the preset does not
+        list (your own plugin) joins the table with default hyperparameters."""
+        if wanted is None:
+            return list(self.methods)
+        from benchmark.registry import get_method
+
+        chosen = [m for m in self.methods if m.method in wanted or m.label in wanted]
+        known = {m.method for m in self.methods} | {m.label for m in self.methods}
+        for name in wanted:
+            if name not in known:
+                get_method(name)  # unknown everywhere: the registry's error says what exists
+                chosen.append(MethodVariant(name, name))
+        return chosen
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name_or_path: str) -> Preset:
+    """A preset by name (`benchmark/presets/NAME.yaml`) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown table {name_or_path!r}: no preset {path}. Presets: {', '.join(available_presets())}; "
+            "or pass the path of your own preset YAML."
+        )
+    data = yaml.safe_load(path.read_text()) or {}
+    missing = [k for k in ("run", "datasets", "methods", "seeds") if k not in data]
+    if missing:
+        raise ConfigError(f"preset {path} lacks {', '.join(missing)}; see benchmark/presets/base2novel.yaml")
+    datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
+    methods = [
+        MethodVariant(m, m) if isinstance(m, str)
+        else MethodVariant(m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})))
+        for m in data["methods"]
+    ]
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
+    return Preset(
+        name=path.stem,
+        title=data.get("title", path.stem),
+        run=dict(data["run"]),
+        datasets=datasets,
+        methods=methods,
+        seeds=[int(s) for s in data["seeds"]],
+        grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
+        paper_table=data.get("paper_table"),
+    )
+
+
+def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:
+    unknown = sorted(set(wanted or []) - set(known))
+    if unknown:
+        raise ConfigError(f"preset {preset!r} has no {kind} {', '.join(unknown)}; it has: {', '.join(dict.fromkeys(known))}")

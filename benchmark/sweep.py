@@ -1,0 +1,130 @@
+"""`fedbench reproduce`: expand a preset, run the cells that have no finished run folder,
+render the table. Each run folder appears atomically when its run ends, so a sweep that
+is killed and restarted redoes only the cell that was running."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.paper import reference_numbers
+from benchmark.plots import radar, round_curves
+from benchmark.presets import Cell, Preset
+from benchmark.results import is_complete
+from benchmark.tables import collect, paper_comparison, render, run_dir, summarize
+from data.catalog import dataset_info
+
+
+@dataclass
+class SweepPlan:
+    preset: Preset
+    cells: list[Cell]
+    done: list[Cell]
+    todo: list[Cell]
+    missing_datasets: dict[str, str]  # dataset -> what to do to get it
+
+    def describe(self) -> str:
+        lines = [
+            f"{self.preset.name}: {self.preset.title}",
+            f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run",
+        ]
+        by_dataset: dict[str, list[int]] = {}
+        for cell in self.cells:
+            counts = by_dataset.setdefault(cell.dataset, [0, 0])
+            counts[0] += 1
+            counts[1] += cell in self.done
+        for name, (total, done) in by_dataset.items():
+            status = "MISSING" if name in self.missing_datasets else "present"
+            lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {status}")
+        for name, how in self.missing_datasets.items():
+            lines.append(f"missing dataset {name}: {how}")
+        return "\n".join(lines)
+
+
+def plan_sweep(preset: Preset, cells: list[Cell]) -> SweepPlan:
+    done = [c for c in cells if is_complete(run_dir(c))]
+    todo = [c for c in cells if c not in done]
+    missing = {}
+    for cell in cells:
+        if cell.dataset in missing:
+            continue
+        info = dataset_info(cell.dataset)
+        folder = info.path(cell.config.resolved_data_root())
+        if not info.generated and not folder.is_dir():
+            missing[cell.dataset] = f"expected {folder} ({info.layout}). {info.how_to_get}"
+    return SweepPlan(preset, cells, done, todo, missing)
+
+
+@dataclass
+class SweepReport:
+    ran: list[Cell] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # run name -> error
+    skipped: list[Cell] = field(default_factory=list)  # data missing
+    files: dict[str, Path] = field(default_factory=dict)
+
+
+def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None) -> SweepReport:
+    """Run the missing cells (a failing cell is reported, the others go on), then render."""
+    from tqdm.auto import tqdm
+
+    from benchmark.runner import run_experiment
+    from benchmark.tracking import Tracker
+
+    report = SweepReport()
+    bar = tqdm(plan.todo, desc=f"reproduce {plan.preset.name}", unit="run", disable=not progress, dynamic_ncols=True)
+    for cell in bar:
+        if cell.dataset in plan.missing_datasets:
+            report.skipped.append(cell)
+            continue
+        bar.set_postfix_str(f"{cell.label} / {cell.dataset} / seed {cell.config.seed}")
+        try:
+            with Tracker.for_run(cell.config, job_type=cell.label) as tracker:
+                run_experiment(cell.config, tracker=tracker, progress=False)
+            report.ran.append(cell)
+        except Exception as exc:  # one broken cell must not lose the rest of the sweep
+            report.failed[cell.config.run_name()] = f"{exc.__class__.__name__}: {exc}"
+            if progress:
+                traceback.print_exc()
+    report.files = render_tables(plan, results_dir, wandb_mode)
+    return report
+
+
+def render_tables(plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None) -> dict[str, Path]:
+    """Tables (md/csv/tex), the paper comparison and the figures, from whatever is finished."""
+    stats = summarize(collect(plan.cells))
+    if stats.empty:
+        return {}
+    reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
+    comparison = paper_comparison(stats, reference) if reference is not None else paper_comparison(stats, _empty())
+    out = Path(results_dir)
+    files = render(stats, comparison, out, plan.preset.title)
+    for name, path in (("radar", radar(stats, out / "radar.png")), ("curves", round_curves(plan.cells, out / "curves.png"))):
+        if path is not None:
+            files[name] = path
+    if wandb_mode and wandb_mode != "disabled":
+        _log_tables(plan, stats, comparison, files, wandb_mode)
+    return files
+
+
+def _empty():
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
+def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wandb_mode: str) -> None:
+    """The rendered table and plots, logged once per reproduction in a run of their own."""
+    from dataclasses import replace
+
+    from benchmark.tracking import Tracker
+
+    base = plan.cells[0].config
+    config = replace(base, method="table", wandb=wandb_mode)
+    images = {k: v for k, v in files.items() if v.suffix == ".png"}
+    tables: dict[str, Any] = {"table": stats}
+    if not comparison.empty:
+        tables["paper_comparison"] = comparison
+    with Tracker.for_run(config, job_type="table") as tracker:
+        tracker.log_artifacts(tables, images)

@@ -1,0 +1,127 @@
+"""Tables are pandas views over run folders: long rows in, pivots out.
+
+`collect` reads every finished cell into long rows (one per run x metric); `summarize`
+gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
+HM is averaged, never the HM of averages: DESIGN.md); `render` writes Markdown, CSV and
+LaTeX. A cell with no finished run is simply absent: `fedbench reproduce` fills it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from benchmark.presets import Cell
+from benchmark.results import is_complete, read_summary
+
+AVERAGE = "Average"
+KEYS = ["label", "method", "dataset", "grid"]
+
+
+def run_dir(cell: Cell) -> Path:
+    return Path(cell.config.out) / cell.config.run_name()
+
+
+def collect(cells: Sequence[Cell]) -> pd.DataFrame:
+    """Long rows (label, method, dataset, grid, seed, metric, value) of the finished cells."""
+    rows = []
+    for cell in cells:
+        folder = run_dir(cell)
+        if not is_complete(folder):
+            continue
+        summary = read_summary(folder)
+        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        for metric, value in summary["metrics"].items():
+            rows.append(
+                {"label": cell.label, "method": cell.config.method, "dataset": cell.dataset, "grid": grid,
+                 "seed": cell.config.seed, "metric": metric, "value": float(value)}
+            )
+    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
+
+
+def summarize(long: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
+    per seed the mean over datasets, then mean and std over seeds."""
+    columns = [*KEYS, "metric", "mean", "std", "n"]
+    if long.empty:
+        return pd.DataFrame(columns=columns)
+    per_dataset = _over_seeds(long)
+    datasets = long["dataset"].unique()
+    if len(datasets) > 1:
+        # Only metrics every dataset reports (domain names differ between datasets).
+        shared = long.groupby("metric")["dataset"].nunique()
+        common = long[long["metric"].isin(shared[shared == len(datasets)].index)]
+        complete = common.groupby(["label", "grid", "seed", "metric"])["dataset"].transform("nunique") == len(datasets)
+        by_seed = (
+            common[complete].groupby(["label", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"].mean()
+        )
+        by_seed["dataset"] = AVERAGE
+        per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
+    return per_dataset[columns]
+
+
+def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
+    grouped = long.groupby([*KEYS, "metric"], as_index=False, sort=False)["value"]
+    stats = grouped.agg(mean="mean", std="std", n="count")
+    stats["std"] = stats["std"].fillna(0.0)
+    return stats
+
+
+def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
+    """Our mean next to the paper's number for every paper row we have a cell for
+    (missing cells show as NaN so the gap is visible, never dropped)."""
+    if reference.empty:
+        return pd.DataFrame(columns=["method", "dataset", "metric", "ours", "paper", "delta"])
+    ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
+    merged = reference.merge(ours[["method", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left")
+    merged["delta"] = merged["ours"] - merged["paper"]
+    return merged[["method", "dataset", "metric", "ours", "paper", "delta"]]
+
+
+def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'."""
+    part = stats[stats["dataset"] == dataset].copy()
+    part["cell"] = [_fmt(m, s, n) for m, s, n in zip(part["mean"], part["std"], part["n"])]
+    index = ["label", "grid"] if (part["grid"] != "").any() else ["label"]
+    table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
+    table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
+    table.columns.name = None
+    return table
+
+
+def _fmt(mean: float, std: float, n: int) -> str:
+    return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"
+
+
+def render(stats: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path, title: str) -> dict[str, Path]:
+    """Write table.md, table.csv (long stats), table.tex and paper_comparison.csv."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    datasets = list(dict.fromkeys(stats["dataset"]))
+    order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
+    md = [f"# {title}", "", "Mean ± std over seeds; Average = per-seed mean over datasets (HM averaged per run).", ""]
+    tex = []
+    for dataset in order:
+        table = wide(stats, dataset)
+        md += [f"## {dataset}", "", _markdown(table), ""]
+        tex.append(table.to_latex(caption=f"{title}: {dataset}", escape=True))
+    if not comparison.empty:
+        md += ["## Paper comparison", "", _markdown(comparison.round(2).set_index(["method", "dataset", "metric"])), ""]
+    paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
+    paths["md"].write_text("\n".join(md))
+    stats.to_csv(paths["csv"], index=False)
+    paths["tex"].write_text("\n".join(tex))
+    if not comparison.empty:
+        paths["paper"] = out_dir / "paper_comparison.csv"
+        comparison.to_csv(paths["paper"], index=False)
+    return paths
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """A GitHub Markdown table without the optional `tabulate` dependency."""
+    frame = table.reset_index()
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
