@@ -84,6 +84,8 @@ def write_run(
     """Write the run folder atomically (see module doc); replaces an older folder of the same run."""
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.parent.glob(f".{run_dir.name}.*.partial"):  # left by a killed process
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".partial", dir=run_dir.parent))
     try:
         save_yaml(config, staging / "config.yaml")

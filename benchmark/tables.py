@@ -49,16 +49,16 @@ def summarize(long: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     per_dataset = _over_seeds(long)
     datasets = long["dataset"].unique()
-    if len(datasets) > 1:
-        # Only metrics every dataset reports (domain names differ between datasets).
-        shared = long.groupby("metric")["dataset"].nunique()
-        common = long[long["metric"].isin(shared[shared == len(datasets)].index)]
-        complete = common.groupby(["label", "grid", "seed", "metric"])["dataset"].transform("nunique") == len(datasets)
-        by_seed = (
-            common[complete].groupby(["label", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"].mean()
-        )
-        by_seed["dataset"] = AVERAGE
-        per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
+    # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
+    # Only metrics every dataset reports (domain names differ between datasets).
+    shared = long.groupby("metric")["dataset"].nunique()
+    common = long[long["metric"].isin(shared[shared == len(datasets)].index)]
+    complete = common.groupby(["label", "grid", "seed", "metric"])["dataset"].transform("nunique") == len(datasets)
+    by_seed = (
+        common[complete].groupby(["label", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"].mean()
+    )
+    by_seed["dataset"] = AVERAGE
+    per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
     return per_dataset[columns]
 
 
@@ -70,11 +70,12 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
 
 
 def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Our mean next to the paper's number for every paper row we have a cell for
-    (missing cells show as NaN so the gap is visible, never dropped)."""
+    """Our mean next to the paper's number for every paper row of the methods in the table
+    (a cell still to run shows as NaN so the gap is visible, never dropped)."""
     if reference.empty:
         return pd.DataFrame(columns=["method", "dataset", "metric", "ours", "paper", "delta"])
     ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
+    reference = reference[reference["method"].isin(ours["method"])]
     merged = reference.merge(ours[["method", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left")
     merged["delta"] = merged["ours"] - merged["paper"]
     return merged[["method", "dataset", "metric", "ours", "paper", "delta"]]

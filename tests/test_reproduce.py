@@ -1,0 +1,158 @@
+"""`fedbench reproduce`: expansion, resume, tables beside the paper, W&B offline, notebook."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from benchmark.cli import main
+from conftest import TINY
+
+REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "paper_tables.csv"
+PACKAGED_REFERENCE = Path(__file__).resolve().parents[1] / "benchmark" / "reference" / "paper_tables.csv"
+
+
+def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1, 2), rounds=1) -> Path:
+    preset = folder / "mini.yaml"
+    preset.write_text(
+        "title: Mini table\n"
+        "paper_table: base2novel\n"
+        f"run: {{protocol: base2novel, shots: 2, rounds: {rounds}, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\n"
+        f"methods: [{', '.join(methods)}]\n"
+        f"seeds: [{', '.join(map(str, seeds))}]\n"
+    )
+    return preset
+
+
+def reproduce(tmp_path: Path, preset: Path, *extra: str) -> int:
+    return main(["reproduce", str(preset), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory, fake_data_root):
+    tmp = tmp_path_factory.mktemp("reproduce")
+    preset = write_preset(tmp, fake_data_root)
+    assert reproduce(tmp, preset) == 0
+    return tmp, preset
+
+
+def test_reproduce_writes_tables_and_figures(reproduced):
+    tmp, _ = reproduced
+    results = tmp / "results"
+    for name in ("table.md", "table.csv", "table.tex", "paper_comparison.csv", "radar.png", "curves.png"):
+        assert (results / name).is_file(), name
+    assert len(list((tmp / "runs").glob("*_seed*"))) == 4  # 2 methods x 2 seeds
+    assert "| promptfl |" in (results / "table.md").read_text()
+
+
+def test_second_reproduce_trains_nothing(reproduced, capsys):
+    tmp, preset = reproduced
+    before = {p.name: (p / "summary.json").stat().st_mtime_ns for p in (tmp / "runs").glob("*_seed*")}
+    capsys.readouterr()
+    assert reproduce(tmp, preset) == 0
+    out = capsys.readouterr().out
+    assert "ran 0 runs, 4 were already done" in out
+    after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in (tmp / "runs").glob("*_seed*")}
+    assert before == after
+
+
+def test_average_hm_is_the_mean_of_per_run_hms(reproduced):
+    tmp, _ = reproduced
+    stats = pd.read_csv(tmp / "results" / "table.csv", keep_default_na=False)
+    for method in ("zeroshot", "promptfl"):
+        hms = [
+            json.loads((run / "summary.json").read_text())["metrics"]["HM"]
+            for run in (tmp / "runs").glob(f"{method}_*")
+        ]
+        average = stats[(stats.label == method) & (stats.dataset == "Average") & (stats.metric == "HM")]["mean"]
+        assert average.item() == pytest.approx(sum(hms) / len(hms))
+
+
+def test_paper_numbers_sit_in_the_right_cells(reproduced):
+    tmp, _ = reproduced
+    assert PACKAGED_REFERENCE.read_text() == REFERENCE.read_text()  # the packaged copy is current
+    reference = pd.read_csv(REFERENCE)
+    comparison = pd.read_csv(tmp / "results" / "paper_comparison.csv")
+    for paper_name, ours in (("CLIP", "zeroshot"), ("PromptFL", "promptfl")):
+        for metric in ("Local", "Novel", "HM"):
+            expected = reference[(reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)]
+            row = comparison[(comparison.method == ours) & (comparison.metric == metric)]
+            assert row["paper"].item() == expected["value"].item()
+            assert row["delta"].item() == pytest.approx(row["ours"].item() - row["paper"].item())
+    assert set(comparison.method) == {"zeroshot", "promptfl"}
+
+
+def test_notebook_executes_on_the_results(reproduced):
+    import nbformat
+    from nbclient import NotebookClient
+
+    tmp, _ = reproduced
+    notebook = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb", as_version=4)
+    os.environ["FEDBENCH_RESULTS"] = str(tmp / "results")
+    try:
+        NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+    finally:
+        del os.environ["FEDBENCH_RESULTS"]
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert any("promptfl" in json.dumps(o.get("data", {})) for o in outputs)
+
+
+def test_dry_run_of_the_paper_table_lists_168_cells_and_missing_data(tmp_path, capsys):
+    assert main(["reproduce", "base2novel", "--dry-run", "--data-root", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "168 cells: 0 done, 168 to run" in out
+    for dataset in ("caltech101", "oxford_pets", "oxford_flowers", "food101", "dtd", "sun397", "ucf101"):
+        assert f"missing dataset {dataset}: expected {tmp_path / 'nodata'}" in out
+    assert "split_zhou" in out and "fedbench data download" in out
+
+
+def test_wandb_offline_runs_hold_the_results(tmp_path, fake_data_root):
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",), seeds=(1,))
+    assert reproduce(tmp_path, preset, "--wandb", "offline") == 0
+    (run_dir,) = (tmp_path / "runs").glob("promptfl_*")
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    final = metrics[(metrics.client >= 0) & (metrics.metric.isin(["Local", "Base", "Novel"]))]
+    tables = list((tmp_path / "runs" / "wandb").glob("offline-run-*/files/media/table/per_client_*.table.json"))
+    assert len(tables) == 1
+    logged = json.loads(tables[0].read_text())
+    columns = logged["columns"]
+    for row in logged["data"]:
+        client = dict(zip(columns, row))
+        for metric in ("Local", "Base", "Novel"):
+            expected = final[(final.client == client["client"]) & (final.metric == metric)]["value"].item()
+            assert client[metric] == pytest.approx(expected)
+    summary_tables = list((tmp_path / "runs" / "wandb").glob("offline-run-*/files/media/table/table_*.table.json"))
+    assert len(summary_tables) == 1  # the rendered table, logged once per reproduction
+
+
+@pytest.mark.slow
+def test_killed_sweep_resumes_only_missing_cells(tmp_path, fake_data_root):
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",), seeds=(1, 2, 3, 4), rounds=3)
+    command = [sys.executable, "-m", "benchmark.cli", "reproduce", str(preset), "--out", str(tmp_path / "runs"),
+               "--results", str(tmp_path / "results")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = tmp_path / "runs"
+    deadline = time.time() + 240
+    while time.time() < deadline and len([p for p in runs.glob("promptfl_*") if (p / "summary.json").exists()]) < 1:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    finished = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.glob("promptfl_*")}
+    assert 1 <= len(finished) < 4, "the sweep must be killed mid-way for this test to mean anything"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert f"ran {4 - len(finished)} runs, {len(finished)} were already done" in done.stdout
+    after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.glob("promptfl_*")}
+    assert len(after) == 4 and all(after[name] == mtime for name, mtime in finished.items())
+    assert not list(runs.glob(".*partial"))
