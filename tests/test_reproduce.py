@@ -156,3 +156,16 @@ def test_killed_sweep_resumes_only_missing_cells(tmp_path, fake_data_root):
     after = {p.name: (p / "summary.json").stat().st_mtime_ns for p in runs.glob("promptfl_*")}
     assert len(after) == 4 and all(after[name] == mtime for name, mtime in finished.items())
     assert not list(runs.glob(".*partial"))
+
+
+def test_wandb_dashboard_spec_has_the_panels(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: not logged in, nothing is sent
+    spec_path = tmp_path / "dash.json"
+    assert main(["wandb-dashboard", "base2novel", "--spec", str(spec_path)]) == 0
+    spec = json.loads(spec_path.read_text())
+    titles = [p["title"] for p in spec["panels"]]
+    assert titles[0] == "HM by method" and spec["panels"][0]["group_by"] == ["job_type"]
+    assert "Local / Base / Novel / HM on dtd" in titles and "train loss per round" in titles
+    assert all(p["filters"]["group"] == "base2novel" for p in spec["panels"])
+    assert "wandb login" in capsys.readouterr().out
