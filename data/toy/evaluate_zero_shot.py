@@ -64,6 +64,8 @@ def evaluate(backbone, dataset: str = "toy", num_clients: int = 10) -> dict:
     out["novel"] = restricted(novel, (~is_base).nonzero().flatten())
     out["chance_base"] = 1 / len(base)
     out["chance_novel"] = 1 / len(novel)
+    num_clients = min(num_clients, max(1, len(base) // 2))  # deal_classes needs >= 2 classes per client
+    out["local_clients"] = num_clients
     clients = deal_classes(base, num_clients)
     local = [restricted(base, torch.isin(y, torch.tensor(cl)).nonzero().flatten()) for cl in clients]
     out["local"] = sum(local) / len(local)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"\n== {dataset} ({r['classes']} classes: {r['base_classes']} base / {r['novel_classes']} novel)")
         print(f"  Base  {100 * r['base']:5.1f} %   (chance {100 * r['chance_base']:.1f})")
         print(f"  Novel {100 * r['novel']:5.1f} %   (chance {100 * r['chance_novel']:.1f})")
-        print(f"  Local {100 * r['local']:5.1f} %   (10 clients, over all base classes)")
+        print(f"  Local {100 * r['local']:5.1f} %   ({r['local_clients']} clients, over all base classes)")
         for k, v in r.items():
             if ("|" in k or k.startswith("attribute")) and not k.startswith("chance"):
                 print(f"  {k:34s} {100 * v:5.1f} %   (chance {100 * r['chance ' + k]:.1f})")

@@ -1,0 +1,202 @@
+"""The toy world: deterministic generation, named compositional classes, rendering markers,
+the cached toy CLIP loading through load_backbone, and zero-shot above chance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from data.toy import world
+from data.toy.datasets import generate_split, load_toy, toy_dataset_names
+from data.toy.pretrain import TEST_RECIPE, Recipe, checkpoint_path
+
+try:  # conftest.py imports the fixtures from tests/toy_fixtures.py; until it does, take them here
+    import conftest as _conftest
+
+    _HAVE_FIXTURES = hasattr(_conftest, "toy_test_backbone")
+except ImportError:  # pragma: no cover
+    _HAVE_FIXTURES = False
+if not _HAVE_FIXTURES:  # pragma: no cover
+    from toy_fixtures import toy_splits, toy_test_backbone, toy_test_checkpoint, toy_transforms  # noqa: F401
+
+
+def _attrs(n, colour=0, shape=0, pattern=0, size=1):
+    full = lambda v: torch.full((n,), v, dtype=torch.long)  # noqa: E731
+    return world.Attrs(full(colour), full(shape), full(pattern), full(size))
+
+
+# -- generation -----------------------------------------------------------------------
+def test_render_is_deterministic_from_seed():
+    g = torch.Generator().manual_seed(3)
+    attrs = world.random_attrs(300, g)
+    a = world.render(attrs, "cluttered", 32, seed=7)
+    b = world.render(attrs, "cluttered", 32, seed=7)
+    c = world.render(attrs, "cluttered", 32, seed=8)
+    assert a.dtype == torch.uint8 and a.shape == (300, 32, 32, 3)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_dataset_splits_are_deterministic_and_large_enough():
+    generate_split.cache_clear()
+    x1, y1, d1, _ = generate_split("toy", "train")
+    generate_split.cache_clear()
+    x2, y2, d2, _ = generate_split("toy", "train")
+    assert torch.equal(x1, x2) and y1 == y2 and d1 == d2
+    for name in toy_dataset_names():
+        spec = world.toy_specs()[name]
+        _, ytr, _, _ = generate_split(name, "train")
+        _, yte, _, _ = generate_split(name, "test")
+        assert min(ytr.count(k) for k in range(len(spec.classes))) >= 16
+        assert min(yte.count(k) for k in range(len(spec.classes))) >= 20
+
+
+# -- classes --------------------------------------------------------------------------
+def test_class_names_are_attribute_names():
+    words = {w for vocab in world.VOCAB.values() for w in vocab}
+    for name, spec in world.toy_specs().items():
+        names = spec.class_names
+        assert len(set(names)) == len(names), name
+        for cls in spec.classes:
+            assert cls.name == world.object_name(**dict(cls.fixed))
+            assert set(cls.name.split()) <= words, cls.name
+    assert "red circle" in world.toy_specs()["toy"].class_names
+    assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
+
+
+def test_novel_classes_are_held_out_of_pretraining_and_follow_base():
+    specs = world.toy_specs()
+    for name, holdout, keys in (
+        ("toy", world.colour_shape_holdout(), ("colour", "shape")),
+        ("toy_patterns", world.pattern_shape_holdout(), ("pattern", "shape")),
+    ):
+        spec = specs[name]
+        n_base = math.ceil(len(spec.classes) / 2)
+        assert spec.novel_from == n_base and n_base >= 10 and len(spec.classes) - n_base >= 10
+        combos = [tuple(c.attr(k) for k in keys) for c in spec.classes]
+        assert all(c not in holdout for c in combos[:n_base])
+        assert all(c in holdout for c in combos[n_base:])
+        # every attribute value still occurs in both halves
+        for i, k in enumerate(keys):
+            assert {c[i] for c in combos[:n_base]} == {c[i] for c in combos[n_base:]}
+    from data.toy.pretrain import pretrain_attrs
+
+    a = pretrain_attrs(2000, torch.Generator().manual_seed(0))
+    seen_cs = set(zip(a.colour.tolist(), a.shape.tolist()))
+    seen_ps = set(zip(a.pattern.tolist(), a.shape.tolist()))
+    assert not seen_cs & world.colour_shape_holdout()
+    assert not seen_ps & world.pattern_shape_holdout()
+
+
+# -- rendering markers ----------------------------------------------------------------
+def _near(images, rgb, tol=45):
+    ref = torch.tensor(rgb, dtype=torch.float32)
+    return ((images.float() - ref).abs().amax(-1) <= tol).flatten(1).sum(1)
+
+
+@pytest.mark.parametrize("colour", range(len(world.COLOURS)))
+def test_rendered_colour_appears_in_the_image(colour):
+    imgs = world.render(_attrs(8, colour=colour), "clean", 32, seed=1)
+    rgb = list(world.COLOURS.values())[colour]
+    assert (_near(imgs, rgb) >= 40).all()
+    others = [c for i, c in enumerate(world.COLOURS.values()) if i != colour]
+    for other in others:  # the object is not painted in another colour
+        assert _near(imgs, other, tol=20).sum() < _near(imgs, rgb, tol=20).sum()
+
+
+def test_shape_size_and_pattern_markers():
+    def area(**kw):  # same seed: same position, jitter and background for every call
+        imgs = world.render(_attrs(16, colour=0, **kw), "clean", 32, seed=5)
+        return _near(imgs, world.COLOURS["red"]).float().mean()
+
+    s = world.SHAPES.index
+    assert area(shape=s("ring")) < 0.8 * area(shape=s("circle"))  # a ring has a hole
+    assert area(shape=s("square")) > 1.15 * area(shape=s("diamond"))
+    assert area(size=0) < 0.6 * area(size=1)
+    plain = area(pattern=world.PATTERNS.index("plain"))
+    for p in ("striped", "dotted", "checkered"):
+        assert area(pattern=world.PATTERNS.index(p)) < 0.9 * plain, p
+    stripes = world.render(_attrs(4, colour=0, shape=s("square"), pattern=1), "clean", 32, seed=5)
+    dark = tuple(int(0.35 * v) for v in world.COLOURS["red"])
+    assert (_near(stripes, dark, tol=30) >= 20).all()  # the darker shade of the same colour
+
+
+def test_domains_differ_in_style():
+    attrs = _attrs(32)
+    clean = world.render(attrs, "clean", 32, seed=2).float()
+    for d in ("noisy", "blurred", "checkerboard", "cluttered"):
+        other = world.render(attrs, d, 32, seed=2).float()
+        assert (other - clean).abs().mean() > 1.0, d
+    # blur lowers local contrast
+    def grad(x):
+        return (x[:, 1:] - x[:, :-1]).abs().mean()
+
+    assert grad(world.render(attrs, "blurred", 32, seed=2).float()) < grad(clean)
+
+
+# -- catalog --------------------------------------------------------------------------
+def test_toy_datasets_are_in_the_catalog(tmp_path):
+    from data.catalog import dataset_info, load_dataset
+    from data.transforms import clip_transforms
+
+    tf = clip_transforms(32, augment=False)
+    protocols = {}
+    for name in toy_dataset_names():
+        info = dataset_info(name)
+        assert info.generated and info.folder == "toy"
+        protocols[name] = info.protocol
+    assert set(protocols.values()) == {"base2novel", "domains", "dirichlet"}
+    splits = load_dataset("toy_domains", tmp_path / "nothing-here", tf)
+    assert splits.domain_names == list(world.SHIFT_DOMAINS)
+    assert set(splits.train.domains) == set(splits.domain_names)
+    x, y = splits.test[0]
+    assert x.shape == (3, 32, 32) and x.dtype == torch.float32 and isinstance(y, int)
+    plain = load_toy("toy", tf)
+    assert plain.domain_names is None and plain.train.domains is None
+    assert plain.class_names == world.toy_specs()["toy"].class_names
+
+
+# -- the toy CLIP ---------------------------------------------------------------------
+def test_default_model_has_vit_towers_the_methods_need():
+    from benchmark.backbone import load_backbone
+
+    b = load_backbone("fedbench-toy-vit", None)
+    assert b.vision.blocks >= 4 and b.text.blocks >= 4
+    patches = b.model.visual.positional_embedding.shape[0] - 1
+    assert patches >= 16
+    longest = max(world.object_name(c, s, p, z) for c in range(8) for s in range(8) for p in range(4) for z in range(2))
+    n_tokens = int((b.tokenize([f"a photo of a {longest}."])[0] != 0).sum())
+    assert n_tokens + 16 <= b.context_length
+
+
+def test_recipe_hash_names_the_checkpoint():
+    assert Recipe().hash == Recipe().hash
+    assert Recipe(steps=401).hash != Recipe().hash
+    assert Recipe(model="fedbench-toy-vit-test").hash != Recipe().hash
+    assert TEST_RECIPE.hash in checkpoint_path(TEST_RECIPE).name
+
+
+def test_checkpoint_loads_through_load_backbone(toy_test_checkpoint, toy_test_backbone):
+    assert toy_test_checkpoint == checkpoint_path(TEST_RECIPE)
+    assert toy_test_checkpoint.is_file()
+    saved = torch.load(toy_test_checkpoint, map_location="cpu", weights_only=True)
+    loaded = toy_test_backbone.model.state_dict()
+    assert set(saved) == set(loaded)
+    assert all(torch.equal(saved[k], loaded[k]) for k in saved)
+    assert toy_test_backbone.pretrained == "fedbench-toy-test"
+
+
+def test_zero_shot_on_held_out_classes_is_well_above_chance(toy_test_backbone):
+    from data.toy.evaluate_zero_shot import evaluate
+
+    r = evaluate(toy_test_backbone, "toy")
+    assert r["novel_classes"] >= 10
+    assert r["novel"] >= 3 * r["chance_novel"], r
+    assert r["base"] >= 3 * r["chance_base"], r
+
+
+def test_toy_splits_fixture_matches_backbone(toy_splits, toy_test_backbone):
+    x, _ = toy_splits.test[0]
+    assert x.shape[-1] == toy_test_backbone.image_size
