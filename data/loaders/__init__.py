@@ -3,3 +3,4 @@
 from data.loaders import coop  # noqa: F401
 from data.loaders import cifar  # noqa: F401
 from data.loaders import domains  # noqa: F401
+from data.toy import datasets as _toy  # noqa: F401
