@@ -1,0 +1,156 @@
+"""pFedMMA: multi-modal adapters in both CLIP towers; only the shared projection is federated.
+
+Spec "pFedMMA" (shared/specs/methods.md), after MMA (Yang et al., CVPR 2024) and pFedMMA.
+In every adapted block b (1-based, both towers, default 5..12 = the last 8 of 12):
+
+    h   = ln_1(x)                                  (the block's own frozen pre-norm)
+    y   = up_m(relu(shared_b(relu(down_m(h))))) * alpha      m = text | vision
+    out = block(x) + y                             (parallel to the whole block, every token)
+
+`shared_b` is one Linear used by both towers, so it gets gradient from both; it is the only
+state a client uploads (FedAvg by n_i, the average goes to every client). down/up stay
+personal. Gradient scaling: identity forward, gradient x alpha at the adapter's input and
+x 1/alpha at its output, so the adapter's *parameters* receive 1/alpha times their true
+gradient while the gradient that reaches x through the adapter is the true one. This is
+not `alpha * adapter(h)` with a larger learning rate: the momentum and weight-decay terms
+of SGD see the scaled gradient.
+
+Choices the spec leaves open (documented, not the paper's):
+- `shared_dim` != `adapter_dim` (an ablation only; the paper has 32 and 32): down maps
+  width -> adapter_dim, shared adapter_dim -> shared_dim, up shared_dim -> width, so
+  `shared_dim` is exactly the size of what is federated.
+- Towers of different depth (ViT-L-14: text 12, vision 24): a shared projection pairs the
+  text and the vision block of the same index, so the range is one range of block indices
+  applied to both towers and must fit the shallower one; `last_block = 0` means its last.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.backbone import Backbone, BlockWrappers
+from benchmark.method import FederatedMethod
+from benchmark.registry import register_method
+
+TEMPLATE = "a photo of a {}."
+TOWERS = ("text", "vision")
+FEDERATE = {"shared": ("shared.*",), "all": ("*",), "none": ()}
+
+
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; the gradient is multiplied by `factor` on the way back."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, factor: float) -> Tensor:
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad * ctx.factor, None
+
+
+def scale_grad(x: Tensor, factor: float) -> Tensor:
+    return _ScaleGrad.apply(x, factor)
+
+
+def _linear(fan_in: int, fan_out: int) -> nn.Linear:
+    layer = nn.Linear(fan_in, fan_out)
+    nn.init.kaiming_normal_(layer.weight, mode="fan_out", nonlinearity="relu")
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def adapted_blocks(backbone: Backbone, first_block: int, last_block: int) -> list[int]:
+    """The 1-based block indices adapted in both towers; a clear error when out of range."""
+    depth = min(backbone.text.blocks, backbone.vision.blocks)
+    last = depth if last_block == 0 else last_block
+    if not 1 <= first_block <= last <= depth:
+        raise ValueError(
+            f"pfedmma: adapted blocks {first_block}..{last_block if last_block else 'last'} do not fit backbone "
+            f"{backbone.name!r} (text tower {backbone.text.blocks} blocks, vision tower {backbone.vision.blocks}; "
+            f"a shared projection pairs the blocks of the same index, so the range must lie in 1..{depth}). "
+            f"Choose 1 <= --first-block <= --last-block <= {depth} (1-based; --last-block 0 means block {depth})."
+        )
+    return list(range(first_block, last + 1))
+
+
+@register_method("pfedmma")
+class PFedMMA(FederatedMethod):
+    """Multi-modal adapters in both towers; only the shared projections are federated."""
+
+    upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
+    frozen_image_features = False  # the image tower runs through this client's adapters
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        first_block: int = 5,
+        last_block: int = 0,
+        adapter_dim: int = 32,
+        shared_dim: int = 32,
+        alpha: float = 0.001,
+        federate: str = "shared",
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 5e-4,
+    ) -> None:
+        super().__init__(backbone)
+        self.save_hyperparameters(ignore=["backbone"])
+        if federate not in FEDERATE:
+            raise ValueError(f"pfedmma: federate must be one of {', '.join(FEDERATE)}, got {federate!r}")
+        if adapter_dim < 1 or shared_dim < 1:
+            raise ValueError(f"pfedmma: adapter_dim and shared_dim must be >= 1, got {adapter_dim}, {shared_dim}")
+        if not alpha > 0:
+            raise ValueError(f"pfedmma: alpha must be > 0 (gradients are scaled by 1/alpha), got {alpha}")
+        # Instance-level: the ablation `federate` decides what travels ("none" = local training).
+        self.upload_keys = FEDERATE[federate]
+        self.alpha = float(alpha)
+        self.block_numbers = adapted_blocks(backbone, first_block, last_block)
+        widths = {"text": backbone.text.width, "vision": backbone.vision.width}
+        # Keys: "<tower>_down.<block>", "<tower>_up.<block>", "shared.<block>" (1-based blocks).
+        blocks = [str(b) for b in self.block_numbers]
+        self.text_down = nn.ModuleDict({b: _linear(widths["text"], adapter_dim) for b in blocks})
+        self.text_up = nn.ModuleDict({b: _linear(shared_dim, widths["text"]) for b in blocks})
+        self.vision_down = nn.ModuleDict({b: _linear(widths["vision"], adapter_dim) for b in blocks})
+        self.vision_up = nn.ModuleDict({b: _linear(shared_dim, widths["vision"]) for b in blocks})
+        self.shared = nn.ModuleDict({b: _linear(adapter_dim, shared_dim) for b in blocks})
+        self._tokens: dict[tuple[str, ...], Tensor] = {}
+
+    # -- the adapter -----------------------------------------------------------------------
+    def adapter(self, tower: str, block: int, h: Tensor) -> Tensor:
+        """up(relu(shared(relu(down(h))))), unscaled and with true gradients."""
+        key = str(block)
+        down, up = getattr(self, f"{tower}_down")[key], getattr(self, f"{tower}_up")[key]
+        return up(F.relu(self.shared[key](F.relu(down(h)))))
+
+    def adapted_block(self, tower: str, block_number: int, block: nn.Module, x: Tensor, attn_mask) -> Tensor:
+        h = scale_grad(block.ln_1(x), self.alpha)  # x alpha on the way back into x ...
+        y = scale_grad(self.adapter(tower, block_number, h), 1.0 / self.alpha)  # ... x 1/alpha into the adapter
+        return block(x, attn_mask=attn_mask) + self.alpha * y
+
+    def block_wrappers(self, tower: str) -> BlockWrappers:
+        """{0-based block index: wrapper} for `tower`, built per call (the backbone is shared)."""
+        return {
+            b - 1: (lambda block, x, mask, b=b: self.adapted_block(tower, b, block, x, mask))
+            for b in self.block_numbers
+        }
+
+    # -- computation -----------------------------------------------------------------------
+    def encode_images(self, images: Tensor) -> Tensor:
+        return F.normalize(self.backbone.encode_image(images, self.block_wrappers("vision")), dim=-1)
+
+    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
+        key = tuple(class_names)
+        if key not in self._tokens:  # the frozen tokenizer only; the text tower runs every call
+            self._tokens[key] = self.backbone.tokenize([TEMPLATE.format(c) for c in class_names])
+        tokens = self._tokens[key].to(self.device)
+        return F.normalize(self.backbone.encode_text(tokens, block_wrappers=self.block_wrappers("text")), dim=-1)
+
+    def configure_optimizers(self):
+        hp = self.hparams  # constant learning rate (the paper's recipe): no scheduler
+        return torch.optim.SGD(self.parameters(), lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
