@@ -108,5 +108,5 @@ def _fingerprint(state: State) -> str:
     digest = hashlib.sha1()
     for key in sorted(state):
         digest.update(key.encode())
-        digest.update(state[key].detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        digest.update(state[key].detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()

@@ -209,7 +209,7 @@ def test_cli_run_prints_the_table_and_writes_the_run(fedbench, fake_data_root, t
     done = fedbench(
         "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
         "--data-root", str(fake_data_root), "--out", str(out), "--shots", "2", "--rounds", "1",
-        "--local-epochs", "1", "--clients", "2", "--lr", "0.01",
+        "--local-epochs", "1", "--clients", "2", "--lr", "0.01", "--wandb", "disabled",
     )
     assert done.returncode == 0, done.stderr
     assert "| promptfl" in done.stdout and "Local" in done.stdout and "HM" in done.stdout
