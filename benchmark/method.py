@@ -48,6 +48,13 @@ class ClientUpdate:
 
 class FederatedMethod(L.LightningModule):
     """Base class of every method. Override what your method changes; defaults in brackets.
+    (`fedbench methods --describe NAME` shows which of these a method overrides;
+    docs/writing-a-method.md walks through a complete one.)
+
+    Construction: `__init__(self, backbone, <hyperparameters>)`. Every argument after
+    `backbone` is a hyperparameter: typed, with the paper's default, exposed as a CLI flag
+    and a YAML key. Call `self.save_hyperparameters(ignore=["backbone"])`; trainable state
+    is `nn.Parameter`s / submodules of the method (never of the shared backbone).
 
     Computation (called by training and by evaluation alike):
       - `encode_images(images)` -> image features [CLIP image features, L2-normalized]
@@ -60,7 +67,8 @@ class FederatedMethod(L.LightningModule):
         `configure_optimizers` (ordinary Lightning; a fresh optimizer per client-round).
 
     Federation (plain name -> tensor dicts over `state_dict()` keys):
-      - `upload_keys`: fnmatch patterns of the state sent to the server each round.
+      - `upload_keys`: fnmatch patterns of the state sent to the server each round
+        [(): nothing leaves the client].
       - `aggregate(updates)` on the server [FedAvg weighted by n_i / sum n_j].
       - `download(client_id, aggregate, bank)` -> what a client receives at the start of
         a round it takes part in, and once more after the last round for evaluation
@@ -69,7 +77,8 @@ class FederatedMethod(L.LightningModule):
 
     Class attributes:
       - `frozen_image_features`: `encode_images` depends only on the frozen backbone,
-        so evaluation may compute test-image features once and share them across clients.
+        so evaluation may compute test-image features once and share them across clients
+        [False]. Set it only if `encode_images` uses nothing trainable.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
     """
@@ -91,15 +100,25 @@ class FederatedMethod(L.LightningModule):
 
     # -- computation --------------------------------------------------------------------
     def encode_images(self, images: Tensor) -> Tensor:
+        """Runs on every image batch (training and evaluation) unless cached features are
+        passed instead (`frozen_image_features`). Returns image features, [B, D] or whatever
+        `classify` expects. Default: the frozen CLIP image feature, L2-normalized."""
         return F.normalize(self.backbone.encode_image(images), dim=-1)
 
     def encode_classes(self, class_names: Sequence[str]) -> Any:
+        """Runs once per batch in training and once per class set in evaluation (Local, Base,
+        Novel). Returns whatever `classify` needs about the classes, e.g. text features [C, D].
+        Default: zero-shot text features of "a photo of a {name}.", L2-normalized."""
         return F.normalize(self.backbone.zero_shot_text_features(class_names), dim=-1)
 
     def classify(self, image_features: Tensor, class_features: Any) -> Tensor:
+        """Runs after the two encoders. Returns logits [B, C], column c for class_names[c].
+        Default: CLIP's logit scale * cosine similarity (features are already normalized)."""
         return self.backbone.logit_scale * image_features @ class_features.t()
 
     def logits(self, images: Tensor, class_names: Sequence[str]) -> Tensor:
+        """Not a hook: `classify(image_features(images), encode_classes(class_names))`, the one
+        path training and every metric take. Override the three parts instead."""
         return self.classify(self.image_features(images), self.encode_classes(class_names))
 
     def image_features(self, inputs: Tensor) -> Tensor:
@@ -110,13 +129,23 @@ class FederatedMethod(L.LightningModule):
         return self.encode_images(inputs)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        """Runs on each batch of the current client's local training (Lightning). `batch` is
+        (images or cached features, labels indexing `current_client.class_names`). Returns the
+        loss to minimize. Default: cross-entropy of `logits` over the client's classes."""
         images, labels = batch
         loss = F.cross_entropy(self.logits(images, self.current_client.class_names), labels)
         self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=len(labels))
         return loss
 
     def configure_optimizers(self):
-        raise NotImplementedError(f"method {self.name!r} trains nothing; set `trains = False`")
+        """Runs at the start of every client-round (a fresh optimizer each time, so no momentum
+        leaks between clients). Returns what Lightning accepts: an optimizer, or a dict with
+        "optimizer" and "lr_scheduler" (`benchmark.optim.sgd_with_cosine` is CoOp's recipe).
+        Required as soon as the method has trainable parameters. Default: raises."""
+        raise NotImplementedError(
+            f"method {self.name!r} has trainable parameters but does not override configure_optimizers; "
+            "return an optimizer over them, or freeze them (requires_grad=False)"
+        )
 
     @property
     def trains(self) -> bool:
@@ -161,9 +190,16 @@ class FederatedMethod(L.LightningModule):
 
     # -- server side --------------------------------------------------------------------
     def aggregate(self, updates: Sequence[ClientUpdate]) -> State:
+        """Runs on the server after each round with the uploads (`upload_keys` of each client's
+        state) of the clients that trained. Returns the aggregate state (name -> tensor).
+        Default: FedAvg, weighted by n_i / sum_j n_j."""
         return fedavg(updates)
 
     def download(self, client_id: int, aggregate: State, bank: Mapping[int, State]) -> State:
+        """Runs for each client at the start of a round it takes part in, and once more after
+        the last round before evaluation. `bank` maps client id -> its latest upload. Returns
+        the (partial) state loaded into the client; keys not returned stay personal.
+        Default: the aggregate."""
         return dict(aggregate)
 
 

@@ -1,8 +1,11 @@
 """The method registry: the single source of method names.
 
 Built-ins in `methods/` register with `@register_method("name")`; a third-party package
-declares an entry point in the group `fedbench.methods` pointing at its module (or at the
-class). A plugin that fails to load is reported by name and package; the others still work.
+declares an entry point in the group `fedbench.methods` pointing at its module (importing it
+runs its decorators) or at the class (registered under the entry point's name unless it is
+already registered). A plugin that fails to load -- import error, not a FederatedMethod, a
+hyperparameter without a default, a taken name -- is reported by name and package in
+PLUGIN_ERRORS; the others still work. docs/writing-a-method.md is the author's guide.
 A method's `__init__` arguments (after `backbone`) are its hyperparameters: `hyperparameters()`
 reads them, and the CLI and YAML configs are generated from that.
 """
@@ -20,6 +23,13 @@ from typing import Any, Callable, TypeVar
 from benchmark.method import FederatedMethod
 
 ENTRY_POINT_GROUP = "fedbench.methods"
+# What a method may override (docstrings on FederatedMethod say when each runs and what it
+# returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
+HOOKS = (
+    "encode_images", "encode_classes", "classify", "training_step", "configure_optimizers",
+    "aggregate", "download",
+)
+CLASS_ATTRIBUTES = ("upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download")
 M = TypeVar("M", bound=type[FederatedMethod])
 
 _METHODS: dict[str, type[FederatedMethod]] = {}
@@ -44,6 +54,7 @@ def register_method(name: str) -> Callable[[M], M]:
                 f"method name {name!r} from {_current_origin} is already registered by {_ORIGINS[name]}; "
                 "choose another name"
             )
+        check_method_class(cls, name)
         cls.name = name
         _METHODS[name] = cls
         _ORIGINS[name] = _current_origin
@@ -83,7 +94,7 @@ class Hyperparameter:
     help: str = ""
 
 
-def hyperparameters(cls: type[FederatedMethod]) -> list[Hyperparameter]:
+def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list[Hyperparameter]:
     """The `__init__` arguments after `backbone`, with their types and defaults."""
     signature = inspect.signature(cls.__init__)
     hints = typing.get_type_hints(cls.__init__)
@@ -92,7 +103,7 @@ def hyperparameters(cls: type[FederatedMethod]) -> list[Hyperparameter]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.default is inspect.Parameter.empty:
-            raise MethodError(f"method {cls.name!r}: hyperparameter {p.name!r} needs a default")
+            raise MethodError(f"method {name or cls.name!r}: hyperparameter {p.name!r} needs a default")
         params.append(Hyperparameter(p.name, _plain_type(hints.get(p.name, type(p.default))), p.default))
     return params
 
@@ -109,7 +120,42 @@ def build_method(name: str, backbone, method_args: dict[str, Any] | None = None)
             f"Its hyperparameters: {', '.join(known) or 'none'} (see `fedbench methods --describe {name}`)."
         )
     converted = {k: convert_value(known[k], v, name) for k, v in args.items()}
-    return cls(backbone, **converted)
+    try:
+        method = cls(backbone, **converted)
+    except MethodError:
+        raise
+    except ValueError as exc:  # the convention for a bad hyperparameter value: say which method
+        raise MethodError(f"method {name!r}: {exc}") from exc
+    if method.trains and not overrides(cls, "configure_optimizers"):
+        trainable = [k for k, p in method.named_parameters() if p.requires_grad]
+        raise MethodError(
+            f"method {name!r} from {method_origin(name)} has trainable parameters ({_short(trainable)}) but does "
+            "not override configure_optimizers: return an optimizer over them "
+            "(benchmark.optim.sgd_with_cosine), or freeze them with requires_grad=False"
+        )
+    return method
+
+
+def check_method_class(cls: type[FederatedMethod], name: str) -> None:
+    """What can be checked without building the method: hyperparameters have defaults and
+    `upload_keys` is a tuple of patterns (a bare string would match character by character)."""
+    keys = cls.upload_keys
+    if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
+        raise MethodError(f"method {name!r}: upload_keys must be a tuple of fnmatch patterns, got {keys!r}")
+    hyperparameters(cls, name)
+
+
+def overrides(cls: type[FederatedMethod], hook: str) -> bool:
+    """Whether `cls` (or a base between it and FederatedMethod) replaces the default `hook`."""
+    return getattr(cls, hook) is not getattr(FederatedMethod, hook)
+
+
+def overridden_hooks(cls: type[FederatedMethod]) -> list[str]:
+    return [h for h in HOOKS if overrides(cls, h)]
+
+
+def _short(keys: list[str], limit: int = 4) -> str:
+    return ", ".join(keys[:limit]) + (f", ... (+{len(keys) - limit} more)" if len(keys) > limit else "")
 
 
 def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
@@ -151,20 +197,53 @@ def _plain_type(hint: Any) -> type:
 
 
 def _load_all() -> None:
-    global _loaded, _current_origin
+    global _loaded
     if _loaded:
         return
     _loaded = True
     import methods
 
+    # Built-ins are plugins too: one broken module in methods/ must not hide the others.
     for info in pkgutil.iter_modules(methods.__path__):
-        importlib.import_module(f"methods.{info.name}")
+        module = f"methods.{info.name}"
+        _load_plugin(module, "fedbench", lambda module=module: importlib.import_module(module), None)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
-        package = ep.dist.name if ep.dist is not None else "unknown package"
-        _current_origin = f"plugin {ep.name!r} (package {package})"
-        try:
-            ep.load()  # importing the module runs its @register_method decorators
-        except Exception as exc:  # a broken plugin must not break the built-ins
-            PLUGIN_ERRORS[f"{ep.name!r} ({ep.value}, package {package})"] = f"{exc.__class__.__name__}: {exc}"
-        finally:
-            _current_origin = "fedbench"
+        package = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown package"
+        _load_plugin(f"{ep.name!r} ({ep.value}, package {package})", f"plugin {ep.name!r} (package {package})",
+                     ep.load, ep.name)
+
+
+def _load_plugin(label: str, origin: str, load: Callable[[], Any], entry_name: str | None) -> None:
+    """Import one plugin; on any failure record why under `label` and undo its registrations."""
+    global _current_origin
+    before = set(_METHODS)
+    _current_origin = origin
+    try:
+        loaded = load()  # importing a module runs its @register_method decorators
+        if isinstance(loaded, type) and entry_name is not None:
+            if not issubclass(loaded, FederatedMethod):
+                raise MethodError(
+                    f"{loaded.__module__}.{loaded.__qualname__} is not a subclass of benchmark.FederatedMethod"
+                )
+            if loaded not in _METHODS.values():
+                register_method(entry_name)(loaded)
+            _ORIGINS[loaded.name] = origin  # the entry point naming a class claims it
+        elif not isinstance(loaded, type) and not inspect.ismodule(loaded):
+            raise MethodError(f"the entry point must name a module or a FederatedMethod subclass, got {loaded!r}")
+        elif inspect.ismodule(loaded) and entry_name is not None and not any(
+            c.__module__ == loaded.__name__ for c in _METHODS.values()
+        ):
+            raise MethodError(
+                f"module {loaded.__name__} registered no method: decorate a FederatedMethod subclass "
+                "with @register_method, or point the entry point at the class"
+            )
+        if inspect.ismodule(loaded) and entry_name is not None:
+            # Another entry point may have imported this module first: the methods defined
+            # in a module are credited to the entry point that names the module.
+            _ORIGINS.update({n: origin for n, c in _METHODS.items() if c.__module__ == loaded.__name__})
+    except Exception as exc:  # a broken plugin must not break the others
+        for name in set(_METHODS) - before:
+            del _METHODS[name], _ORIGINS[name]
+        PLUGIN_ERRORS[label] = f"{exc.__class__.__name__}: {exc}"
+    finally:
+        _current_origin = "fedbench"

@@ -2,38 +2,49 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("methods", help="list the registered methods")
-    p.add_argument("--describe", metavar="NAME", help="hyperparameters, shared state and parameter counts of one method")
+    p.add_argument(
+        "--describe", metavar="NAME",
+        help="hyperparameters, shared state, parameter counts and overridden hooks of one method",
+    )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from benchmark.registry import PLUGIN_ERRORS, available_methods, method_origin
+    from benchmark import registry
 
     if args.describe:
         print(describe(args.describe, args.backbone))
         return 0
-    for name, cls in available_methods().items():
+    for name, cls in registry.available_methods().items():
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        origin = method_origin(name)
+        origin = registry.method_origin(name)
         suffix = "" if origin == "fedbench" else f"  [{origin}]"
         print(f"{name:<14} {summary}{suffix}")
-    for plugin, why in PLUGIN_ERRORS.items():
+    for plugin, why in registry.PLUGIN_ERRORS.items():
         print(f"(plugin {plugin} failed to load: {why})")
     return 0
 
 
 def describe(name: str, backbone_name: str) -> str:
     from benchmark.backbone import load_backbone
-    from benchmark.registry import get_method, hyperparameters
+    from benchmark.registry import CLASS_ATTRIBUTES, build_method, get_method, hyperparameters, method_origin
 
     cls = get_method(name)
-    lines = [f"{name}: {(cls.__doc__ or '').strip()}", "", "hyperparameters (flag = default):"]
+    lines = [
+        f"{name}: {(cls.__doc__ or '').strip()}",
+        f"(class {cls.__module__}.{cls.__qualname__}, from {method_origin(name)})",
+        "",
+        "hyperparameters (flag = default):",
+    ]
     lines += [f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}" for h in hyperparameters(cls)]
-    method = cls(load_backbone(backbone_name, None))
+    method = build_method(name, load_backbone(backbone_name, None))
     state = method.client_state()
     uploaded = sorted(k for k in state if method.is_uploaded(k))
     personal = sorted(k for k in state if not method.is_uploaded(k))
@@ -42,10 +53,35 @@ def describe(name: str, backbone_name: str) -> str:
         "",
         f"on {backbone_name}: {counts['trainable_params']:,} trainable parameters, "
         f"{counts['uploaded_params']:,} uploaded per client per round",
-        f"uploaded state: {_short(uploaded)}",
+        f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",
+        "",
+        "class attributes: " + ", ".join(f"{a} = {getattr(cls, a)!r}" for a in CLASS_ATTRIBUTES),
+        "hooks (`help(benchmark.method.FederatedMethod.<hook>)` says when each runs and what it returns):",
     ]
+    lines += hook_lines(cls)
     return "\n".join(lines)
+
+
+def hook_lines(cls) -> list[str]:
+    """One line per contract hook: where this method overrides it, or the default it keeps."""
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import HOOKS, overrides
+
+    lines = []
+    for hook in HOOKS:
+        if overrides(cls, hook):
+            owner = next(c for c in cls.__mro__ if hook in vars(c))
+            lines.append(f"  * {hook:<21} overridden in {owner.__module__}.{owner.__qualname__}")
+        else:
+            lines.append(f"    {hook:<21} default: {_default_of(getattr(FederatedMethod, hook))}")
+    return lines
+
+
+def _default_of(function) -> str:
+    doc = " ".join((inspect.getdoc(function) or "").split())
+    found = re.search(r"Default: (.*)", doc)
+    return found.group(1).rstrip(".") if found else "(see its docstring)"
 
 
 def _short(keys: list[str], limit: int = 8) -> str:
