@@ -18,12 +18,13 @@ class FeatureCache:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.progress = progress
-        self._store: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}  # key -> (features, done mask)
+        self._store: dict[tuple[str, str, str], tuple[Tensor, Tensor]] = {}  # key -> (features, done mask)
 
     @torch.no_grad()
     def features(self, method, split: LabeledImages, indices: list[int] | None = None) -> Tensor:
-        """Features [len(split), D] of `split`; rows outside `indices` may be unset."""
-        key = (method.backbone.key, split.cache_key)
+        """Features [len(split), ...] of `split` (what `method.encode_images` returns per
+        image: [D], or [M, D] for patch features); rows outside `indices` may be unset."""
+        key = (method.backbone.key, method.image_feature_kind, split.cache_key)
         wanted = list(range(len(split))) if indices is None else list(indices)
         if key not in self._store:
             self._store[key] = (torch.empty(0), torch.zeros(len(split), dtype=torch.bool))
@@ -32,7 +33,7 @@ class FeatureCache:
         if todo:
             computed = self._encode(method, split, todo)
             if feats.numel() == 0:
-                feats = torch.zeros(len(split), computed.shape[1], dtype=computed.dtype)
+                feats = torch.zeros(len(split), *computed.shape[1:], dtype=computed.dtype)
             feats[todo] = computed
             done[todo] = True
             self._store[key] = (feats, done)

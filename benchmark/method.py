@@ -79,6 +79,10 @@ class FederatedMethod(L.LightningModule):
       - `frozen_image_features`: `encode_images` depends only on the frozen backbone,
         so evaluation may compute test-image features once and share them across clients
         [False]. Set it only if `encode_images` uses nothing trainable.
+      - `image_feature_kind`: names what such an `encode_images` returns ["clip": the
+        normalized CLIP image feature]; the feature cache is keyed by it, so methods that
+        return other frozen features (FedOTP: patch features [M, D]) never share entries
+        with the others.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
     """
@@ -86,6 +90,7 @@ class FederatedMethod(L.LightningModule):
     name: ClassVar[str] = ""  # set by @register_method
     upload_keys: ClassVar[tuple[str, ...]] = ()
     frozen_image_features: ClassVar[bool] = False
+    image_feature_kind: ClassVar[str] = "clip"
     evaluate_after_download: ClassVar[bool] = True
 
     def __init__(self, backbone: Backbone) -> None:
@@ -123,8 +128,9 @@ class FederatedMethod(L.LightningModule):
 
     def image_features(self, inputs: Tensor) -> Tensor:
         """`encode_images` of a batch of images [B, 3, H, W]; a batch of precomputed features
-        [B, D] (frozen-feature cache, only for `frozen_image_features` methods) passes through."""
-        if inputs.dim() == 2:
+        ([B, D], or [B, M, D] for patch features; frozen-feature cache, only for
+        `frozen_image_features` methods) passes through."""
+        if inputs.dim() != 4:
             return inputs
         return self.encode_images(inputs)
 

@@ -1,0 +1,208 @@
+"""FedOTP: a global and a local CoOp prompt matched to image patches by unbalanced OT.
+
+Li et al., "Global and Local Prompts Cooperation via Optimal Transport for Federated
+Learning" (CVPR 2024); behaviour from specs/methods.md and the authors' GLP_OT trainer.
+Each class has N = 2 prompts: prompt 0 (global, FedAvg'd) and prompt 1 (local, personal).
+An image is its M patch features; its logit for class c is the transport-weighted
+similarity between the patches and the class's two prompt features.
+
+State: the spec's ctx [2, 16, W] is stored as two Parameters, `global_ctx` (ctx[0]) and
+`local_ctx` (ctx[1]), because the federation selects state by parameter name: only
+`global_ctx` is uploaded. Counts are unchanged (2 x 16 x W trainable, 16 x W uploaded).
+
+OT: the spec's iterations, in fp32 under any training precision, on a kernel whose columns
+are rescaled so that exp(-cost/eps) stays in range -- an exact change of variables (same u,
+same plan, same stopping decisions), where the literal fp32 kernel under- and overflows for
+cosines below ~0.1 (random or weakly aligned features) and the plan turns NaN.
+The stop rule compares v at its true scale (~exp(cost/eps), astronomically large) with
+thresh, as the authors' code does, so in practice max_iter is what stops the iteration, and
+the row sums may exceed 1/M by a few percent after 100 iterations (columns are exact).
+
+Optimizer: the authors' recipe (scripts/fedotp_few_shot.sh, configs/trainers/GLP_OT):
+SGD lr 0.001 with Dassl's momentum 0.9 and weight decay 5e-4, "single_step" schedule whose
+step falls at the end of the local epochs -- i.e. a constant lr within a client-round.
+
+Memory: the OT works on [B, C, M, N] (ViT-B/16: M = 196) and frozen patch features are
+cached per image as [M, D] fp32 (ViT-B/16: 196 x 512 x 4 B = 392 KiB per image, e.g.
+~20 GB for a 50k-image test set); `cache_patch_features=False` re-encodes images instead.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.backbone import Backbone
+from benchmark.method import FederatedMethod
+from benchmark.prompts import ContextPrompts
+from benchmark.registry import register_method
+
+OT_VARIANTS = ("COT", "Sinkhorn")  # the authors' names; matched case-insensitively
+
+
+def column_stabilized_kernel(cost: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """K = exp(-cost / eps) [..., M, N] written as K~ diag(t) with K~ = exp(-(cost - min_m cost) / eps)
+    (each column's largest entry is 1) and log t = -min_m cost / eps [..., N].
+
+    With eps = 0.01, exp(-cost / eps) leaves fp32's range once cost > ~0.9 (cosine < ~0.1),
+    which random or weakly aligned features reach, and the literal iteration then divides by
+    0. A column scaling of K is absorbed exactly by the column scaling v (v~ = t v): the
+    solvers iterate on K~ and v~, give the same u and the same plan T = diag(u) K diag(v) =
+    diag(u) K~ diag(v~), and evaluate the stopping rule on v = v~ / t in float64.
+    """
+    shift = cost.amin(dim=-2, keepdim=True)
+    return torch.exp(-(cost - shift) / eps), -shift.squeeze(-2) / eps
+
+
+def _scaled_change(new: Tensor, old: Tensor, log_scale: Tensor) -> float:
+    """mean |new - old| * exp(log_scale), in float64 (the true-scale change of a scaled vector)."""
+    delta = (new - old).abs().double()
+    scaled = torch.where(delta == 0, torch.zeros_like(delta), delta * torch.exp(log_scale.double()))
+    return scaled.mean().item()
+
+
+def unbalanced_ot_plan(
+    cost: Tensor, a: Tensor, b: Tensor, eps: float = 0.01, max_iter: int = 100, thresh: float = 1e-3
+) -> Tensor:
+    """FedOTP's unbalanced OT ("COT"): the plan T [..., M, N] for cost [..., M, N].
+
+    K = exp(-cost / eps); u = v = 1; repeat <= max_iter: u = min(a / (K v), 1);
+    v = b / (K^T u); stop when mean |v - v_prev| (over the whole batch, as the authors do)
+    < thresh; T = diag(u) K diag(v). The last update is on v, so the column sums equal b;
+    the row sums are at most a up to the stopping tolerance. a [..., M], b [..., N].
+    Computed on the column-stabilized kernel (see `column_stabilized_kernel`).
+    """
+    kernel, log_t = column_stabilized_kernel(cost, eps)
+    ones = torch.ones_like(a)
+    v = torch.exp(log_t)  # v~ for v = 1; underflow to 0 only sends a / (K v) to inf, and u to 1
+    u = ones
+    for _ in range(max_iter):
+        v_prev = v
+        u = torch.minimum(a / (kernel @ v.unsqueeze(-1)).squeeze(-1), ones)
+        v = b / (kernel.transpose(-1, -2) @ u.unsqueeze(-1)).squeeze(-1)
+        if _scaled_change(v, v_prev, -log_t) < thresh:  # |v - v_prev| = |v~ - v~_prev| / t
+            break
+    return u.unsqueeze(-1) * kernel * v.unsqueeze(-2)
+
+
+def sinkhorn_plan(
+    cost: Tensor, a: Tensor, b: Tensor, eps: float = 0.01, max_iter: int = 100, thresh: float = 1e-3
+) -> Tensor:
+    """Plain Sinkhorn (the authors' "Sinkhorn" option): u = a / (K v), v = b / (K^T u) from
+    v = 1; stops, as their code does, when mean |u - u_prev| < thresh.
+
+    Balanced Sinkhorn's plan is unchanged when the starting v is multiplied by c > 0 (every
+    u is divided by c, every v multiplied by c), so v~ starts at t / max(t) to stay in
+    range and the stopping rule is evaluated on the true-scale u = u' / max(t)."""
+    kernel, log_t = column_stabilized_kernel(cost, eps)
+    log_c = log_t.amax(dim=-1, keepdim=True)
+    v = torch.exp(log_t - log_c)
+    u_log_scale = -log_c.expand_as(a)  # u (true scale) = u' * exp(-log c)
+    u = torch.exp(-u_log_scale)  # u = 1 at the true scale
+    for _ in range(max_iter):
+        u_prev = u
+        u = a / (kernel @ v.unsqueeze(-1)).squeeze(-1)
+        v = b / (kernel.transpose(-1, -2) @ u.unsqueeze(-1)).squeeze(-1)
+        if _scaled_change(u, u_prev, u_log_scale) < thresh:
+            break
+    return u.unsqueeze(-1) * kernel * v.unsqueeze(-2)
+
+
+def transport_logits(
+    patches: Tensor,
+    prompts: Tensor,
+    logit_scale: float,
+    ot: str = "COT",
+    top_percent: float = 0.8,
+    eps: float = 0.01,
+    thresh: float = 1e-3,
+    max_iter: int = 100,
+) -> Tensor:
+    """logits [B, C] = scale * sum_mn T_mn sim_mn for normalized patches [B, M, D] and
+    normalized prompt features [N, C, D]. The plan is computed without gradient and in
+    fp32 whatever the ambient precision (in fp16/bf16 exp(-cost/eps) underflows to 0 and
+    the plan turns NaN); gradient reaches the prompts through `sim` only."""
+    device_type = patches.device.type
+    with torch.autocast(device_type=device_type, enabled=False):
+        sim = torch.einsum("bmd,ncd->bcmn", patches.float(), prompts.float())
+        num_patches, num_prompts = sim.shape[-2], sim.shape[-1]
+        a = sim.new_full(sim.shape[:-1], 1.0 / num_patches)
+        sinkhorn = ot.lower() == "sinkhorn"
+        mass = 1.0 if sinkhorn else min(1.0, top_percent)  # the authors' min(sum a, top_percent)
+        b = sim.new_full((*sim.shape[:-2], num_prompts), mass / num_prompts)
+        with torch.no_grad():
+            solve = sinkhorn_plan if sinkhorn else unbalanced_ot_plan
+            plan = solve(1.0 - sim.detach(), a, b, eps, max_iter, thresh)
+        if not torch.isfinite(plan).all():
+            raise FloatingPointError(f"FedOTP's transport plan is not finite (eps={eps}); try a larger eps")
+        return logit_scale * (plan * sim).sum(dim=(-2, -1))
+
+
+@register_method("fedotp")
+class FedOTP(FederatedMethod):
+    """Global prompt (uploaded, FedAvg by n_i) + local prompt (personal), OT over patches."""
+
+    upload_keys = ("global_ctx",)
+    frozen_image_features = True
+    image_feature_kind = "patches"  # [M, D] per image, not the pooled feature
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        n_ctx: int = 16,
+        init_std: float = 0.02,
+        ot: str = "COT",
+        top_percent: float = 0.8,
+        eps: float = 0.01,
+        thresh: float = 1e-3,
+        max_iter: int = 100,
+        lr: float = 0.001,
+        momentum: float = 0.9,
+        weight_decay: float = 5e-4,
+        cache_patch_features: bool = True,
+    ) -> None:
+        super().__init__(backbone)
+        if ot.lower() not in {v.lower() for v in OT_VARIANTS}:
+            raise ValueError(f"ot must be one of {', '.join(OT_VARIANTS)}, got {ot!r}")
+        if not 0.0 < top_percent <= 1.0:
+            raise ValueError(f"top_percent is the transported mass, in (0, 1]; got {top_percent}")
+        if eps <= 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        self.save_hyperparameters(ignore=["backbone"])
+        # Exact either way; False trades the [M, D]-per-image cache for re-encoding images.
+        self.frozen_image_features = cache_patch_features
+        self.prompts = ContextPrompts(backbone, n_ctx)
+        width = backbone.text.width
+        # ctx[0] and ctx[1] of the spec, drawn as one [2, n_ctx, W] tensor like the authors.
+        ctx = torch.randn(2, n_ctx, width) * init_std
+        self.global_ctx = nn.Parameter(ctx[0].clone())
+        self.local_ctx = nn.Parameter(ctx[1].clone())
+
+    def encode_images(self, images: Tensor) -> Tensor:
+        # All patch tokens (CLS dropped) after ln_post and the projection, normalized.
+        _, patches = self.backbone.encode_image_patches(images)
+        return F.normalize(patches, dim=-1)
+
+    def encode_classes(self, class_names) -> Tensor:
+        """Normalized prompt features [2, C, D]: [0] global prompt, [1] local prompt."""
+        names = list(class_names)
+        num_classes = len(names)
+        # One text-tower pass over 2C prompts: the C global ones, then the C local ones.
+        ctx = torch.cat(
+            [self.global_ctx.expand(num_classes, -1, -1), self.local_ctx.expand(num_classes, -1, -1)]
+        )
+        features = self.prompts.encode(ctx, names + names)
+        return F.normalize(features, dim=-1).view(2, num_classes, -1)
+
+    def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
+        hp = self.hparams
+        return transport_logits(
+            image_features, class_features, self.backbone.logit_scale,
+            hp.ot, hp.top_percent, hp.eps, hp.thresh, hp.max_iter,
+        )
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [self.global_ctx, self.local_ctx]
+        return torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
