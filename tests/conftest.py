@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from toy_fixtures import toy_splits, toy_test_backbone, toy_test_checkpoint, toy_transforms  # noqa: F401
+
 # Nothing in the tests may reach the network (W&B, Hugging Face).
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -61,3 +63,24 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
     base.update(overrides)
     method_args = base.pop("method_args", {})
     return build_config(base, {"method_args": method_args})
+
+
+class Done:
+    """What a CLI call returned and printed."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def fedbench(capsys):
+    """The CLI, run in this process (the console script itself is checked in test_spine)."""
+    from benchmark.cli import main
+
+    def call(*args) -> Done:
+        capsys.readouterr()
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return Done(code, out, err)
+
+    return call

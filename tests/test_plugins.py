@@ -30,25 +30,6 @@ EXAMPLE = ROOT / "docs" / "examples" / "half_prompt.py"
 TINY_TEXT_WIDTH = 64
 
 
-class Done:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def fedbench(capsys):
-    """The CLI, in this process."""
-    from benchmark.cli import main
-
-    def call(*args):
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
-
-
 @pytest.fixture
 def fresh_registry(monkeypatch):
     """A registry that loads again (built-ins already imported stay registered), with the

@@ -179,25 +179,6 @@ def test_a_failed_run_leaves_no_run_folder(fake_data_root, tmp_path, monkeypatch
     assert not runs.exists() or not any(runs.iterdir())
 
 
-class Done:
-    def __init__(self, returncode, stdout, stderr):
-        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
-
-
-@pytest.fixture
-def fedbench(capsys):
-    """Runs the CLI in this process (the console script itself is checked once below)."""
-    from benchmark.cli import main
-
-    def call(*args):
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return Done(code, out, err)
-
-    return call
-
-
 def test_console_script_is_installed():
     exe = shutil.which("fedbench", path=str(__import__("pathlib").Path(sys.executable).parent))
     done = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=300)

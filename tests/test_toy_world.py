@@ -12,16 +12,6 @@ from data.toy import world
 from data.toy.datasets import generate_split, load_toy, toy_dataset_names
 from data.toy.pretrain import TEST_RECIPE, Recipe, checkpoint_path
 
-try:  # conftest.py imports the fixtures from tests/toy_fixtures.py; until it does, take them here
-    import conftest as _conftest
-
-    _HAVE_FIXTURES = hasattr(_conftest, "toy_test_backbone")
-except ImportError:  # pragma: no cover
-    _HAVE_FIXTURES = False
-if not _HAVE_FIXTURES:  # pragma: no cover
-    from toy_fixtures import toy_splits, toy_test_backbone, toy_test_checkpoint, toy_transforms  # noqa: F401
-
-
 def _attrs(n, colour=0, shape=0, pattern=0, size=1):
     full = lambda v: torch.full((n,), v, dtype=torch.long)  # noqa: E731
     return world.Attrs(full(colour), full(shape), full(pattern), full(size))
