@@ -46,7 +46,7 @@ class ClientTrainSet(Dataset):
     def __init__(self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard) -> None:
         self.images = images  # a LabeledImages split, or precomputed features [N, D]
         self.indices = list(shard.train_indices)
-        to_local = {c: i for i, c in enumerate(shard.class_ids)}
+        to_local = {c: i for i, c in enumerate(shard.train_classes)}
         self.labels = [to_local[labels[i]] for i in self.indices]
 
     def __len__(self) -> int:
@@ -172,7 +172,7 @@ class FederatedSimulator:
             persistent_workers=False,
         )
         self.method.set_client(
-            ClientContext(cid, round_index + 1, tuple(self.class_names[c] for c in shard.class_ids), shard.num_samples)
+            ClientContext(cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples)
         )
         with _quiet_lightning():
             trainer = L.Trainer(

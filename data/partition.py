@@ -19,14 +19,23 @@ BASE_CLASS_SHUFFLE_SEED = 2023
 
 @dataclass(frozen=True)
 class ClientShard:
-    """One client's data. `class_ids` is its label space (dataset label ids, sorted);
-    `test_indices` is its own test shard where the protocol has one (Dirichlet, domains)."""
+    """One client's data. `class_ids`: the classes its images belong to (dataset label ids,
+    sorted); `label_space`: the classes its classifier spans in training, when that is more
+    than its own (base2novel: all base classes, as in the authors' code, where a client's
+    model learns that its images are never another client's classes); `test_indices`: its
+    own test shard where the protocol has one (Dirichlet, domains)."""
 
     client_id: int
     train_indices: tuple[int, ...]
     class_ids: tuple[int, ...]
     test_indices: tuple[int, ...] | None = None
     domain: str | None = None
+    label_space: tuple[int, ...] | None = None
+
+    @property
+    def train_classes(self) -> tuple[int, ...]:
+        """The label space of local training: `label_space`, or else its own classes."""
+        return self.label_space if self.label_space is not None else self.class_ids
 
     @property
     def num_samples(self) -> int:
@@ -85,7 +94,7 @@ def base2novel_partition(
     clients = []
     for client_id, class_ids in enumerate(deal_classes(base, num_clients)):
         indices = few_shot_indices(train_labels, shots, seed, class_ids)
-        clients.append(ClientShard(client_id, tuple(indices), tuple(class_ids)))
+        clients.append(ClientShard(client_id, tuple(indices), tuple(class_ids), label_space=tuple(base)))
     return Partition("base2novel", tuple(clients), tuple(base), tuple(novel))
 
 
@@ -279,6 +288,7 @@ def load_manifest(path) -> Partition:
             tuple(c["class_ids"]),
             None if c.get("test_indices") is None else tuple(c["test_indices"]),
             c.get("domain"),
+            None if c.get("label_space") is None else tuple(c["label_space"]),
         )
         for c in payload["clients"]
     )

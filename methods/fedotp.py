@@ -10,10 +10,10 @@ State: the spec's ctx [2, 16, W] is stored as two Parameters, `global_ctx` (ctx[
 `local_ctx` (ctx[1]), because the federation selects state by parameter name: only
 `global_ctx` is uploaded. Counts are unchanged (2 x 16 x W trainable, 16 x W uploaded).
 
-OT: the spec's iterations, in fp32 under any training precision, on a kernel whose columns
-are rescaled so that exp(-cost/eps) stays in range -- an exact change of variables (same u,
-same plan, same stopping decisions), where the literal fp32 kernel under- and overflows for
-cosines below ~0.1 (random or weakly aligned features) and the plan turns NaN.
+OT: the spec's iterations, in fp32 under any training precision, carried out on log u,
+log v and log K with logsumexp -- the same iteration in exact arithmetic, where the literal
+fp32 kernel exp(-cost/eps) under- and overflows for cosines below ~0.1 (random or weakly
+aligned features) and the plan turns NaN.
 The stop rule compares v at its true scale (~exp(cost/eps), astronomically large) with
 thresh, as the authors' code does, so in practice max_iter is what stops the iteration, and
 the row sums may exceed 1/M by a few percent after 100 iterations (columns are exact).
@@ -41,25 +41,10 @@ from benchmark.registry import register_method
 OT_VARIANTS = ("COT", "Sinkhorn")  # the authors' names; matched case-insensitively
 
 
-def column_stabilized_kernel(cost: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """K = exp(-cost / eps) [..., M, N] written as K~ diag(t) with K~ = exp(-(cost - min_m cost) / eps)
-    (each column's largest entry is 1) and log t = -min_m cost / eps [..., N].
-
-    With eps = 0.01, exp(-cost / eps) leaves fp32's range once cost > ~0.9 (cosine < ~0.1),
-    which random or weakly aligned features reach, and the literal iteration then divides by
-    0. A column scaling of K is absorbed exactly by the column scaling v (v~ = t v): the
-    solvers iterate on K~ and v~, give the same u and the same plan T = diag(u) K diag(v) =
-    diag(u) K~ diag(v~), and evaluate the stopping rule on v = v~ / t in float64.
-    """
-    shift = cost.amin(dim=-2, keepdim=True)
-    return torch.exp(-(cost - shift) / eps), -shift.squeeze(-2) / eps
-
-
-def _scaled_change(new: Tensor, old: Tensor, log_scale: Tensor) -> float:
-    """mean |new - old| * exp(log_scale), in float64 (the true-scale change of a scaled vector)."""
-    delta = (new - old).abs().double()
-    scaled = torch.where(delta == 0, torch.zeros_like(delta), delta * torch.exp(log_scale.double()))
-    return scaled.mean().item()
+def _true_scale_change(log_new: Tensor, log_old: Tensor) -> float:
+    """mean |exp(log_new) - exp(log_old)| in float64: the authors' stopping statistic, at the
+    true scale of the scaling vector (which reaches ~exp(2 / eps); float64 holds it)."""
+    return (log_new.double().exp() - log_old.double().exp()).abs().mean().item()
 
 
 def unbalanced_ot_plan(
@@ -71,42 +56,38 @@ def unbalanced_ot_plan(
     v = b / (K^T u); stop when mean |v - v_prev| (over the whole batch, as the authors do)
     < thresh; T = diag(u) K diag(v). The last update is on v, so the column sums equal b;
     the row sums are at most a up to the stopping tolerance. a [..., M], b [..., N].
-    Computed on the column-stabilized kernel (see `column_stabilized_kernel`).
+    Iterated on log u, log v and log K (logsumexp), the same numbers the literal iteration
+    gives in exact arithmetic, without its under- and overflow.
     """
-    kernel, log_t = column_stabilized_kernel(cost, eps)
-    ones = torch.ones_like(a)
-    v = torch.exp(log_t)  # v~ for v = 1; underflow to 0 only sends a / (K v) to inf, and u to 1
-    u = ones
+    log_k = -cost / eps
+    log_a, log_b = a.log(), b.log()
+    log_u = torch.zeros_like(a)
+    log_v = torch.zeros_like(b)
     for _ in range(max_iter):
-        v_prev = v
-        u = torch.minimum(a / (kernel @ v.unsqueeze(-1)).squeeze(-1), ones)
-        v = b / (kernel.transpose(-1, -2) @ u.unsqueeze(-1)).squeeze(-1)
-        if _scaled_change(v, v_prev, -log_t) < thresh:  # |v - v_prev| = |v~ - v~_prev| / t
+        log_v_prev = log_v
+        log_u = (log_a - torch.logsumexp(log_k + log_v.unsqueeze(-2), dim=-1)).clamp(max=0.0)
+        log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(-1), dim=-2)
+        if _true_scale_change(log_v, log_v_prev) < thresh:
             break
-    return u.unsqueeze(-1) * kernel * v.unsqueeze(-2)
+    return torch.exp(log_u.unsqueeze(-1) + log_k + log_v.unsqueeze(-2))
 
 
 def sinkhorn_plan(
     cost: Tensor, a: Tensor, b: Tensor, eps: float = 0.01, max_iter: int = 100, thresh: float = 1e-3
 ) -> Tensor:
     """Plain Sinkhorn (the authors' "Sinkhorn" option): u = a / (K v), v = b / (K^T u) from
-    v = 1; stops, as their code does, when mean |u - u_prev| < thresh.
-
-    Balanced Sinkhorn's plan is unchanged when the starting v is multiplied by c > 0 (every
-    u is divided by c, every v multiplied by c), so v~ starts at t / max(t) to stay in
-    range and the stopping rule is evaluated on the true-scale u = u' / max(t)."""
-    kernel, log_t = column_stabilized_kernel(cost, eps)
-    log_c = log_t.amax(dim=-1, keepdim=True)
-    v = torch.exp(log_t - log_c)
-    u_log_scale = -log_c.expand_as(a)  # u (true scale) = u' * exp(-log c)
-    u = torch.exp(-u_log_scale)  # u = 1 at the true scale
+    v = 1; stops, as their code does, when mean |u - u_prev| < thresh. Log domain, as above."""
+    log_k = -cost / eps
+    log_a, log_b = a.log(), b.log()
+    log_u = torch.zeros_like(a)
+    log_v = torch.zeros_like(b)
     for _ in range(max_iter):
-        u_prev = u
-        u = a / (kernel @ v.unsqueeze(-1)).squeeze(-1)
-        v = b / (kernel.transpose(-1, -2) @ u.unsqueeze(-1)).squeeze(-1)
-        if _scaled_change(u, u_prev, u_log_scale) < thresh:
+        log_u_prev = log_u
+        log_u = log_a - torch.logsumexp(log_k + log_v.unsqueeze(-2), dim=-1)
+        log_v = log_b - torch.logsumexp(log_k + log_u.unsqueeze(-1), dim=-2)
+        if _true_scale_change(log_u, log_u_prev) < thresh:
             break
-    return u.unsqueeze(-1) * kernel * v.unsqueeze(-2)
+    return torch.exp(log_u.unsqueeze(-1) + log_k + log_v.unsqueeze(-2))
 
 
 def transport_logits(

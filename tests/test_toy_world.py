@@ -52,14 +52,16 @@ def test_class_names_are_attribute_names():
         for cls in spec.classes:
             assert cls.name == world.object_name(**dict(cls.fixed))
             assert set(cls.name.split()) <= words, cls.name
-    assert "red circle" in world.toy_specs()["toy"].class_names
+    assert "red striped object" in world.toy_specs()["toy"].class_names
+    assert "red circle" in world.toy_specs()["toy_shapes"].class_names
     assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
 
 
 def test_novel_classes_are_held_out_of_pretraining_and_follow_base():
     specs = world.toy_specs()
     for name, holdout, keys in (
-        ("toy", world.colour_shape_holdout(), ("colour", "shape")),
+        ("toy", world.colour_pattern_holdout(), ("colour", "pattern")),
+        ("toy_shapes", world.colour_shape_holdout(), ("colour", "shape")),
         ("toy_patterns", world.pattern_shape_holdout(), ("pattern", "shape")),
     ):
         spec = specs[name]
@@ -76,8 +78,10 @@ def test_novel_classes_are_held_out_of_pretraining_and_follow_base():
     a = pretrain_attrs(2000, torch.Generator().manual_seed(0))
     seen_cs = set(zip(a.colour.tolist(), a.shape.tolist()))
     seen_ps = set(zip(a.pattern.tolist(), a.shape.tolist()))
+    seen_cp = set(zip(a.colour.tolist(), a.pattern.tolist()))
     assert not seen_cs & world.colour_shape_holdout()
     assert not seen_ps & world.pattern_shape_holdout()
+    assert not seen_cp & world.colour_pattern_holdout()
 
 
 # -- rendering markers ----------------------------------------------------------------
@@ -164,7 +168,7 @@ def test_default_model_has_vit_towers_the_methods_need():
 def test_recipe_hash_names_the_checkpoint():
     assert Recipe().hash == Recipe().hash
     assert Recipe(steps=401).hash != Recipe().hash
-    assert Recipe(model="fedbench-toy-vit-test").hash != Recipe().hash
+    assert Recipe(lr=0.5).hash != Recipe().hash
     assert TEST_RECIPE.hash in checkpoint_path(TEST_RECIPE).name
 
 

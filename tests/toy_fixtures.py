@@ -4,7 +4,7 @@ The test recipe's small CLIP is pretrained once (tens of seconds) and cached und
 usual cache dir (`$FEDBENCH_CACHE` or ~/.cache/fedbench), so later sessions only load it.
 
     toy_test_checkpoint  Path of the test recipe's checkpoint (built if missing)
-    toy_test_backbone    benchmark.backbone.Backbone "fedbench-toy-vit-test" @ "fedbench-toy-test"
+    toy_test_backbone    benchmark.backbone.Backbone "fedbench-toy-vit" @ "fedbench-toy-test"
     toy_transforms       data.transforms.ImageTransforms for that backbone (no augmentation)
     toy_splits           DatasetSplits of the `toy` dataset under toy_transforms
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-TEST_BACKBONE = "fedbench-toy-vit-test"
+TEST_BACKBONE = "fedbench-toy-vit"
 TEST_PRETRAINED = "fedbench-toy-test"
 
 

@@ -1,7 +1,7 @@
 """The toy world: a generated compositional image world and a small CLIP pretrained on it.
 
 Importing this package registers the checkpoint providers `fedbench-toy` (backbone
-`fedbench-toy-vit`) and `fedbench-toy-test` (backbone `fedbench-toy-vit-test`) with
+`fedbench-toy-vit`) and `fedbench-toy-test` (the same backbone, briefly pretrained) with
 `benchmark.backbone`. The datasets register via `data.toy.datasets` (imported by
 `data.loaders`).
 """

@@ -2,9 +2,10 @@
 
 | name          | classes                          | protocol   | domains                                   |
 |---------------|----------------------------------|------------|-------------------------------------------|
-| toy           | colour x shape, 64 (32 / 32)     | base2novel | cluttered                                 |
+| toy           | colour x pattern, 32 (16 / 16)   | base2novel | cluttered                                 |
+| toy_shapes    | colour x shape, 64 (32 / 32)     | base2novel | cluttered                                 |
 | toy_patterns  | pattern x shape, 32 (16 / 16)    | base2novel | cluttered                                 |
-| toy_domains   | 10 colour-shape classes          | domains    | clean, noisy, blurred, checkerboard       |
+| toy_domains   | 10 colour-pattern classes        | domains    | clean, noisy, blurred, checkerboard       |
 | toy10         | the same 10 classes, 300 / class | dirichlet  | cluttered                                 |
 
 Class order is base classes (combinations seen in the toy CLIP's pretraining) then novel

@@ -3,7 +3,7 @@
     python -m data.toy.evaluate_zero_shot                 # default model (builds it if needed)
     python -m data.toy.evaluate_zero_shot --test          # the test suite's small model
 
-Prints, for `toy` and `toy_patterns` (prompt "a photo of a {class name}."):
+Prints, for `toy`, `toy_shapes` and `toy_patterns` (prompt "a photo of a {class name}."):
 Base / Novel / Local as the protocol defines them (Local: 10 clients, each its own base
 classes' test images classified over all base classes), accuracy among classes that share
 one attribute and differ in the other, and single-attribute accuracies (prompt names only
@@ -100,11 +100,11 @@ def evaluate(backbone, dataset: str = "toy", num_clients: int = 10) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--test", action="store_true", help="the test suite's small model")
-    parser.add_argument("--datasets", nargs="+", default=["toy", "toy_patterns"])
+    parser.add_argument("--datasets", nargs="+", default=["toy", "toy_shapes", "toy_patterns"])
     args = parser.parse_args(argv)
     from benchmark.backbone import load_backbone
 
-    name, pretrained = ("fedbench-toy-vit-test", "fedbench-toy-test") if args.test else ("fedbench-toy-vit", "fedbench-toy")
+    name, pretrained = "fedbench-toy-vit", ("fedbench-toy-test" if args.test else "fedbench-toy")
     t0 = time.time()
     backbone = load_backbone(name, pretrained)
     print(f"load_backbone({name!r}, {pretrained!r}): {time.time() - t0:.1f} s")

@@ -12,7 +12,7 @@ including the zero-shot template "a photo of a {}."). The loss is multi-positive
 a caption is a positive for every image in the batch it truly describes ("a photo of a
 circle." fits all circles), so partial captions never push true matches apart, and full
 captions make the other images that share a colour but not a shape hard negatives.
-The novel classes' attribute combinations of `toy` and `toy_patterns` never occur.
+The novel classes' attribute combinations of `toy`, `toy_shapes` and `toy_patterns` never occur.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from benchmark.backbone import CONFIG_DIR, register_pretrained
 from data.toy import world
 
-CODE_VERSION = 1  # bump when the training code changes what a recipe produces
+CODE_VERSION = 2  # bump when the training code changes what a recipe produces
 
 TEMPLATES = (
     "a photo of a {}.",
@@ -43,8 +43,11 @@ TEMPLATES = (
     "this is a {}.",
     "there is a {} in the image.",
 )
-# probability that a caption names each attribute (shape otherwise reads "object")
-MENTION = {"size": 0.35, "colour": 0.65, "pattern": 0.5, "shape": 0.9}
+# Probability that a caption names each attribute (shape otherwise reads "object").
+# Pattern is named most: the toy classes are colour x pattern, and colour is learned from
+# far fewer mentions. Shape stays a weak attribute: a ViT this small, trained for minutes,
+# barely learns it (measured: 14-19% single-attribute accuracy, chance 12.5%).
+MENTION = {"size": 0.3, "colour": 0.7, "pattern": 0.9, "shape": 0.3}
 
 
 @dataclass(frozen=True)
@@ -52,16 +55,16 @@ class Recipe:
     """Everything that determines the pretrained weights (hashed into the file name)."""
 
     model: str = "fedbench-toy-vit"
-    steps: int = 400
+    steps: int = 1500
     batch_size: int = 128
-    lr: float = 1e-3
+    lr: float = 2e-3
     weight_decay: float = 0.1
-    warmup: int = 30
+    warmup: int = 50
     seed: int = 0
     # pretraining styles; the datasets' default style ("cluttered": a distractor object on a
     # noisy checkerboard) is left out, a rendering shift that leaves room for fine-tuning
     domains: tuple[str, ...] = ("clean", "noisy", "blurred", "checkerboard")
-    group: int = 4  # batch items come in groups sharing a colour (hard negatives for shape)
+    group: int = 4  # batch items come in groups sharing a colour (hard negatives for pattern)
     image_size: int = 32
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
@@ -77,6 +80,7 @@ class Recipe:
                 "domains": world.DOMAINS,
                 "holdout_colour_shape": sorted(world.colour_shape_holdout()),
                 "holdout_pattern_shape": sorted(world.pattern_shape_holdout()),
+                "holdout_colour_pattern": sorted(world.colour_pattern_holdout()),
             },
             "captions": {"templates": TEMPLATES, "mention": MENTION},
             "code_version": CODE_VERSION,
@@ -90,7 +94,7 @@ class Recipe:
 
 DEFAULT_RECIPE = Recipe()
 # A much smaller model and run for the test suite (tens of seconds, cached the same way).
-TEST_RECIPE = Recipe(model="fedbench-toy-vit-test", steps=150, batch_size=96, lr=2e-3, warmup=15)
+TEST_RECIPE = Recipe(steps=250, batch_size=96, warmup=20)
 
 
 def cache_dir() -> Path:
@@ -117,24 +121,27 @@ def toy_clip_checkpoint() -> Path:
 
 @register_pretrained("fedbench-toy-test")
 def toy_clip_test_checkpoint() -> Path:
-    """Provider for the test suite's small model (backbone fedbench-toy-vit-test)."""
+    """Provider for the test suite's briefly pretrained model (backbone fedbench-toy-vit)."""
     return ensure_checkpoint(TEST_RECIPE)
 
 
 # -- pretraining data -----------------------------------------------------------------
 def pretrain_attrs(n: int, g: torch.Generator) -> world.Attrs:
-    """`n` random objects whose (colour, shape) and (pattern, shape) are never held out."""
+    """`n` random objects whose (colour, shape), (pattern, shape) and (colour, pattern) are never held out."""
     held_cs = torch.zeros(len(world.COLOURS), len(world.SHAPES), dtype=torch.bool)
     for c, s in world.colour_shape_holdout():
         held_cs[c, s] = True
     held_ps = torch.zeros(len(world.PATTERNS), len(world.SHAPES), dtype=torch.bool)
     for p, s in world.pattern_shape_holdout():
         held_ps[p, s] = True
+    held_cp = torch.zeros(len(world.COLOURS), len(world.PATTERNS), dtype=torch.bool)
+    for c, p in world.colour_pattern_holdout():
+        held_cp[c, p] = True
     parts: list[world.Attrs] = []
     have = 0
     while have < n:
         a = world.random_attrs(2 * n, g)
-        ok = ~held_cs[a.colour, a.shape] & ~held_ps[a.pattern, a.shape]
+        ok = ~held_cs[a.colour, a.shape] & ~held_ps[a.pattern, a.shape] & ~held_cp[a.colour, a.pattern]
         a = world.Attrs(a.colour[ok], a.shape[ok], a.pattern[ok], a.size[ok])
         parts.append(a)
         have += len(a)

@@ -38,7 +38,7 @@ DOMAINS = ["clean", "noisy", "blurred", "checkerboard", "cluttered"]
 COLOUR_NAMES = list(COLOURS)
 ATTRIBUTES = ("colour", "shape", "pattern", "size")
 VOCAB = {"colour": COLOUR_NAMES, "shape": SHAPES, "pattern": PATTERNS, "size": SIZES}
-WORLD_VERSION = 1
+WORLD_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,22 @@ def pattern_shape_holdout() -> set[tuple[int, int]]:
     return {(p, (2 * p + d) % len(SHAPES)) for p in range(len(PATTERNS)) for d in (0, 1, 4, 5)}
 
 
+def colour_pattern_holdout() -> set[tuple[int, int]]:
+    """(colour, pattern) combinations never seen in pretraining: 2 of the 4 patterns per
+    colour, each pattern held out for 4 of the 8 colours."""
+    return {(c, (c + d) % len(PATTERNS)) for c in range(len(COLOURS)) for d in (1, 2)}
+
+
+def _colour_pattern_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+    held = colour_pattern_holdout()
+    base, novel = [], []
+    for c in range(len(COLOURS)):
+        for p in range(len(PATTERNS)):
+            cls = ToyClass(object_name(colour=c, pattern=p), (("colour", c), ("pattern", p)))
+            (novel if (c, p) in held else base).append(cls)
+    return base, novel
+
+
 def _colour_shape_classes() -> tuple[list[ToyClass], list[ToyClass]]:
     held = colour_shape_holdout()
     base, novel = [], []
@@ -317,18 +333,21 @@ SHIFT_DOMAINS = ("clean", "noisy", "blurred", "checkerboard")
 
 def toy_specs() -> dict[str, ToySpec]:
     """Every toy dataset, by name. Class order: base (seen in pretraining) then novel."""
+    cp_base, cp_novel = _colour_pattern_classes()
     cs_base, cs_novel = _colour_shape_classes()
     ps_base, ps_novel = _pattern_shape_classes()
-    ten = cs_base[::3][:10]  # 10 seen colour-shape classes for the label/feature-shift protocols
+    ten = cp_base[::2][:10]  # 10 seen colour-pattern classes for the label/feature-shift protocols
     return {
-        "toy": ToySpec("toy", tuple(cs_base + cs_novel), len(cs_base), (DEFAULT_DOMAIN,), 32, 30,
-                       "base2novel", "colour x shape (64 classes; the novel half held out of pretraining)"),
+        "toy": ToySpec("toy", tuple(cp_base + cp_novel), len(cp_base), (DEFAULT_DOMAIN,), 32, 30,
+                       "base2novel", "colour x pattern (32 classes; the novel half held out of pretraining)"),
+        "toy_shapes": ToySpec("toy_shapes", tuple(cs_base + cs_novel), len(cs_base), (DEFAULT_DOMAIN,), 32, 30,
+                              "base2novel", "colour x shape (64 classes; the novel half held out of pretraining)"),
         "toy_patterns": ToySpec("toy_patterns", tuple(ps_base + ps_novel), len(ps_base), (DEFAULT_DOMAIN,), 32, 30,
                                 "base2novel", "pattern x shape (32 classes; the novel half held out of pretraining)"),
         "toy_domains": ToySpec("toy_domains", tuple(ten), len(ten), SHIFT_DOMAINS, 40, 20, "domains",
-                               "10 colour-shape classes in 4 rendering styles (feature shift)"),
+                               "10 colour-pattern classes in 4 rendering styles (feature shift)"),
         "toy10": ToySpec("toy10", tuple(ten), len(ten), (DEFAULT_DOMAIN,), 300, 60, "dirichlet",
-                         "10 colour-shape classes, many images each (Dirichlet label shift)"),
+                         "10 colour-pattern classes, many images each (Dirichlet label shift)"),
     }
 
 
