@@ -194,3 +194,29 @@ def test_zero_shot_on_held_out_classes_is_well_above_chance(toy_test_backbone):
 def test_toy_splits_fixture_matches_backbone(toy_splits, toy_test_backbone):
     x, _ = toy_splits.test[0]
     assert x.shape[-1] == toy_test_backbone.image_size
+
+
+# -- behaviour that a shape-only test cannot show ---------------------------------------
+def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone, tmp_path):
+    """On the toy world, a personalized method trains (its loss falls over rounds) and its
+    Local beats zero-shot CLIP's Local on the same partition."""
+    import pandas as pd
+
+    from benchmark.config import build_config
+    from benchmark.runner import run_experiment
+
+    def run(method, **method_args):
+        config = build_config(
+            dict(method=method, dataset="toy", backbone="fedbench-toy-vit", pretrained="fedbench-toy-test",
+                 clients=8, shots=8, rounds=4, local_epochs=1, batch_size=8, seed=1, wandb="disabled",
+                 out=str(tmp_path)),
+            {"method_args": method_args},
+        )
+        return run_experiment(config, progress=False)
+
+    zero_shot = run("zeroshot")
+    tuned = run("pfedmoap", gate_heads=4)
+    assert tuned.summary["metrics"]["Local"] > zero_shot.summary["metrics"]["Local"]
+    metrics = pd.read_csv(tuned.run_dir / "metrics.csv")
+    loss = metrics[metrics.metric == "train_loss"].groupby("round")["value"].mean()
+    assert loss.iloc[-1] < loss.iloc[0]
