@@ -41,11 +41,13 @@ class Tracker:
             warnings.warn(f"W&B {what} failed ({exc.__class__.__name__}: {exc}); the run goes on untracked")
 
     def log_round(self, log) -> None:
+        if self.run is None:
+            return
         values = {f"train_loss/client_{c}": v for c, v in log.train_loss.items()}
         values.update(bytes_up=log.bytes_up, bytes_down=log.bytes_down, round_seconds=log.total_seconds)
         if log.train_loss:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
-        self._guard("log", self.run and self.run.log, values, step=log.round)
+        self._guard("log", self.run.log, values, step=log.round)
 
     def log_final(self, summary: dict[str, Any], per_client: dict[int, dict[str, float]]) -> None:
         def log() -> None:
