@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.client_sampling_schedule
+
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names it and says what is expected."""
@@ -34,6 +36,7 @@ class RunConfig:
     local_epochs: int = 2  # local epochs per round
     clients: int = 8  # number of clients (the paper: 10; the default toy dataset's 16 base classes allow 8)
     participation: float = 1.0  # fraction of clients sampled each round
+    client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
     backbone: str = "fedbench-toy-vit"  # open_clip model name
@@ -64,6 +67,7 @@ class RunConfig:
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.beta > 0, "beta", "a positive number"),
+            (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
         ]
         for ok, name, expected in checks:

@@ -5,6 +5,13 @@ method module, receives the server's download, trains with a fresh Lightning Tra
 (so a fresh optimizer and scheduler: nothing leaks from the previous client), and
 uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
 of each client's latest upload. State is plain name -> tensor dicts throughout.
+
+After the last round every client receives the final download (the method's `download`
+with the last aggregate and the bank) before evaluation, unless the method evaluates the
+state its own training left (`evaluate_after_download = False`, pFedMoAP). One rule holds
+for every method: a client that never trained (possible under partial participation)
+always receives the final download, since it has no state of its own to evaluate; the
+run flags it (`rounds_trained` = 0 in metrics.csv, `clients_never_trained` in summary.json).
 """
 
 from __future__ import annotations
@@ -20,19 +27,53 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from benchmark.config import SAMPLING_RULES
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
 from data.base import LabeledImages
 from data.partition import ClientShard
 
 
-def client_sampling_schedule(num_clients: int, participation: float, rounds: int, seed: int) -> list[list[int]]:
-    """The clients of every round, fixed by (clients, participation, rounds, seed) alone,
-    so every method sees the same stream."""
-    per_round = max(1, round(participation * num_clients))
+def clients_per_round(rule: str, num_clients: int, participation: float) -> int:
+    """How many clients a sampled round trains. "authors": int(participation * N), the
+    expression of the FedOTP / FedPGP / pFedMMA code (a float floor: 0.29 * 100 gives 28);
+    "uniform": the nearest integer. At least 1 either way."""
+    if rule == "authors":
+        return max(1, int(participation * num_clients))
+    if rule == "uniform":
+        return max(1, round(participation * num_clients))
+    raise ValueError(f"client_sampling must be one of {', '.join(SAMPLING_RULES)}, got {rule!r}")
+
+
+def client_sampling_schedule(
+    num_clients: int, participation: float, rounds: int, seed: int, rule: str = "authors"
+) -> list[list[int]]:
+    """The clients of every round, fixed by (clients, participation, rounds, seed, rule)
+    alone, so every method sees the same stream.
+
+    "authors" (default): round 1 trains every client, later rounds sample
+    `clients_per_round` without replacement, as the FedOTP, FedPGP and pFedMMA code does.
+    "uniform": every round, the first included, samples `clients_per_round`.
+    With full participation both give every client every round."""
+    per_round = clients_per_round(rule, num_clients, participation)
+    everyone = list(range(num_clients))
     rng = np.random.default_rng([seed, 0x5EED])
+    schedule = []
+    for round_index in range(rounds):
+        if per_round >= num_clients or (rule == "authors" and round_index == 0):
+            schedule.append(list(everyone))
+        else:
+            schedule.append(sorted(rng.choice(num_clients, per_round, replace=False).tolist()))
+    return schedule
+
+
+def describe_sampling(rule: str, num_clients: int, participation: float) -> str:
+    """For plans and summaries, e.g. "authors (round 1: all 100 clients, then 10 of 100 per round)"."""
+    per_round = clients_per_round(rule, num_clients, participation)
     if per_round >= num_clients:
-        return [list(range(num_clients)) for _ in range(rounds)]
-    return [sorted(rng.choice(num_clients, per_round, replace=False).tolist()) for _ in range(rounds)]
+        return f"{rule} (all {num_clients} clients every round)"
+    if rule == "authors":
+        return f"{rule} (round 1: all {num_clients} clients, then {per_round} of {num_clients} per round)"
+    return f"{rule} ({per_round} of {num_clients} clients every round)"
 
 
 def client_seed(seed: int, round_index: int, client_id: int) -> int:
@@ -74,6 +115,12 @@ class FederationResult:
     client_states: dict[int, State]  # each client's personalized state for evaluation
     rounds: list[RoundLog] = field(default_factory=list)
     final_download_bytes: int = 0
+    rounds_trained: dict[int, int] = field(default_factory=dict)  # client -> rounds it trained in ({}: nothing trains)
+
+    @property
+    def never_trained(self) -> list[int]:
+        """Clients that never trained: evaluated with the final download alone."""
+        return sorted(cid for cid, n in self.rounds_trained.items() if n == 0)
 
 
 @dataclass
@@ -117,11 +164,11 @@ class FederatedSimulator:
         initial = method.client_state()
         # Every client starts from the same initial state (the method built with the run seed).
         states: dict[int, State] = {cid: {k: v.clone() for k, v in initial.items()} for cid in self.clients}
-        result = FederationResult(states)
+        if not method.trains:
+            return FederationResult(states)
+        result = FederationResult(states, rounds_trained={cid: 0 for cid in self.clients})
         aggregate: State = {}
         bank: dict[int, State] = {}
-        if not method.trains:
-            return result
         bar = _progress(len(self.schedule), "rounds", self.progress)
         for round_index, sampled in enumerate(self.schedule):
             t_round = time.perf_counter()
@@ -134,6 +181,7 @@ class FederatedSimulator:
                     method.load_client_state(received)
                     log.bytes_down += state_bytes(received)
                 log.train_loss[cid], compute = self._train_client(cid, round_index)
+                result.rounds_trained[cid] += 1
                 log.model_seconds += compute
                 states[cid] = method.client_state()
                 upload = method.uploaded_state()
@@ -148,8 +196,8 @@ class FederatedSimulator:
             bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
             bar.update()
         bar.close()
-        if method.evaluate_after_download:
-            for cid, state in states.items():
+        for cid, state in states.items():
+            if method.evaluate_after_download or result.rounds_trained[cid] == 0:
                 method.load_client_state(state)
                 received = method.download(cid, aggregate, bank)
                 method.load_client_state(received)

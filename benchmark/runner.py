@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,13 @@ from benchmark.backbone import Backbone, load_backbone
 from benchmark.config import RunConfig
 from benchmark.evaluation import Evaluator
 from benchmark.features import FeatureCache
-from benchmark.federation import FederatedSimulator, FederationResult, TrainerSettings, client_sampling_schedule
+from benchmark.federation import (
+    FederatedSimulator,
+    FederationResult,
+    TrainerSettings,
+    client_sampling_schedule,
+    describe_sampling,
+)
 from benchmark.method import FederatedMethod
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method
@@ -72,7 +79,9 @@ def run_experiment(
     method = build_seeded_method(config, backbone)  # validates --method before data loads
     dataset = load_run_dataset(config, backbone)
     partition = protocol.partition(dataset, config)
-    schedule = client_sampling_schedule(config.clients, config.participation, config.rounds, config.seed)
+    schedule = client_sampling_schedule(
+        config.clients, config.participation, config.rounds, config.seed, config.client_sampling
+    )
     method.to(device)
 
     # Without augmentation the training inputs are deterministic, so frozen-feature
@@ -104,6 +113,15 @@ def run_experiment(
     final_round = config.rounds
     for cid, metrics in per_client.items():
         rows.extend(MetricRow(final_round, cid, m, v) for m, v in metrics.items())
+    # 0 flags a client that never trained: evaluated with the final download alone.
+    rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
+    if federation.never_trained:
+        warnings.warn(
+            f"{len(federation.never_trained)} of {config.clients} clients never trained under client_sampling="
+            f"{config.client_sampling}, participation {config.participation}, {config.rounds} rounds "
+            f"(clients {federation.never_trained[:10]}{' ...' if len(federation.never_trained) > 10 else ''}); "
+            "they are evaluated with the final download and flagged rounds_trained = 0 in metrics.csv"
+        )
     rows.extend(MetricRow(final_round, ALL_CLIENTS, m, v) for m, v in summary_metrics.items())
 
     counts = method.parameter_counts()
@@ -118,6 +136,8 @@ def run_experiment(
         "round": final_round,
         "metrics": summary_metrics,
         **counts,
+        "client_sampling": describe_sampling(config.client_sampling, config.clients, config.participation),
+        "clients_never_trained": federation.never_trained,
         "bytes_up_per_round": [r.bytes_up for r in rounds],
         "bytes_down_per_round": [r.bytes_down for r in rounds],
         "bytes_up_total": sum(r.bytes_up for r in rounds),

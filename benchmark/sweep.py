@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmark.federation import describe_sampling
 from benchmark.paper import reference_numbers
 from benchmark.plots import radar, round_curves
 from benchmark.presets import Cell, Preset
@@ -30,6 +31,8 @@ class SweepPlan:
             f"{self.preset.name}: {self.preset.title}",
             f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run",
         ]
+        sampling = {(c.config.client_sampling, c.config.clients, c.config.participation) for c in self.cells}
+        lines.extend(f"client sampling: {describe_sampling(*s)}" for s in sorted(sampling))
         by_dataset: dict[str, list[int]] = {}
         for cell in self.cells:
             counts = by_dataset.setdefault(cell.dataset, [0, 0])

@@ -46,7 +46,10 @@ selected client right after its local training, with its own trained prompt, gat
 experts it trained with. Evaluating after the final download would replace the trained
 local prompt by the FedAvg prompt, which is not what pFedMoAP reports. (Under partial
 participation the authors re-select experts for clients not sampled in the last round;
-here such a client is evaluated as its last participation left it.)
+here such a client is evaluated as its last participation left it.) A client that never
+trained gets the final download like every method's (the simulator's rule): the FedAvg
+prompt and, having no previous prompt, no experts -- the authors load the global prompt
+for such clients too.
 """
 
 from __future__ import annotations

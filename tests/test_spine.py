@@ -56,7 +56,8 @@ def test_sampling_stream_depends_on_seed_only():
     a = client_sampling_schedule(20, 0.25, 5, seed=1)
     assert a == client_sampling_schedule(20, 0.25, 5, seed=1)
     assert a != client_sampling_schedule(20, 0.25, 5, seed=2)
-    assert all(len(r) == 5 and len(set(r)) == 5 for r in a)
+    assert a[0] == list(range(20))  # the authors' rule: round 1 trains every client
+    assert all(len(r) == 5 and len(set(r)) == 5 for r in a[1:])
     assert client_sampling_schedule(4, 1.0, 3, seed=9) == [[0, 1, 2, 3]] * 3
 
 
