@@ -7,7 +7,9 @@ re-written here as plain loops over the towers' blocks so that a method can
 - feed the text tower token *embeddings* (learned context vectors, CoOp-style),
 - read the projected patch tokens of the image tower (FedOTP),
 - wrap chosen blocks of either tower with a function that sees the block input
-  (pFedMMA's adapters, LoRA) -- per call, without mutating the shared model.
+  (pFedMMA's adapters, LoRA, deep prompts that replace tokens between blocks) -- per
+  call, without mutating the shared model,
+- append visual prompt tokens to the image tower's input sequence (VPT, MaPLe).
 """
 
 from __future__ import annotations
@@ -119,16 +121,34 @@ class Backbone(nn.Module):
         return x @ model.text_projection
 
     # -- image ------------------------------------------------------------------------
-    def image_tokens(self, images: Tensor, block_wrappers: BlockWrappers | None = None) -> Tensor:
-        """All output tokens of the image tower after `ln_post`, unprojected: [B, 1 + M, W]."""
+    def image_tokens(
+        self, images: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
+    ) -> Tensor:
+        """All output tokens of the image tower after `ln_post`, unprojected: [B, 1 + M (+ P), W].
+
+        `prompts` ([P, W] shared by the batch, or [B, P, W]) are appended after the class and
+        patch tokens once those have their positional embeddings, before `ln_pre`, so the
+        prompts carry no position (VPT, MaPLe). A block wrapper may replace them deeper in.
+        """
         visual = self.model.visual
-        x = visual._embeds(images.to(visual.conv1.weight.dtype))
+        x = visual.conv1(images.to(visual.conv1.weight.dtype))  # [B, W, grid, grid]
+        x = x.flatten(2).transpose(1, 2)  # [B, M, W]
+        cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
+        x = torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
+        x = visual.patch_dropout(x)
+        if prompts is not None:
+            if prompts.dim() == 2:
+                prompts = prompts.unsqueeze(0).expand(x.shape[0], -1, -1)
+            x = torch.cat([x, prompts.to(x.dtype)], dim=1)
+        x = visual.ln_pre(x)
         x = _run_blocks(visual.transformer, x, None, block_wrappers)
         return visual.ln_post(x)
 
-    def encode_image(self, images: Tensor, block_wrappers: BlockWrappers | None = None) -> Tensor:
-        """Image features [B, D] (the class token, projected)."""
-        return self.image_tokens(images, block_wrappers)[:, 0] @ self.model.visual.proj
+    def encode_image(
+        self, images: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
+    ) -> Tensor:
+        """Image features [B, D] (the class token, projected); `prompts` as in `image_tokens`."""
+        return self.image_tokens(images, block_wrappers, prompts)[:, 0] @ self.model.visual.proj
 
     def encode_image_patches(
         self, images: Tensor, block_wrappers: BlockWrappers | None = None

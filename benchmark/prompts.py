@@ -2,6 +2,9 @@
 
 `[SOS][ctx_1 .. ctx_n][class name tokens][.][EOS]`: the class names are tokenized once
 as "X X .. X {name}." and the n placeholder embeddings are replaced by the context.
+With a `text` ("a photo of a"), the prompt is "{text} {name}." and the context replaces
+the first n tokens of `text` (MaPLe: n = 2 replaces "a photo", "of a" stays fixed);
+`initial_context()` gives those tokens' embeddings, CoOp's "ctx_init".
 The token layout depends only on the frozen backbone and the class names, so it is
 cached per class list; nothing client-specific lives here.
 """
@@ -14,7 +17,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from benchmark.backbone import Backbone, BackboneError, BlockWrappers
+from benchmark.backbone import Backbone, BackboneError, BlockWrapper, BlockWrappers
 
 
 @dataclass(frozen=True)
@@ -25,13 +28,27 @@ class PromptLayout:
 
 
 class ContextPrompts:
-    def __init__(self, backbone: Backbone, n_ctx: int) -> None:
+    def __init__(self, backbone: Backbone, n_ctx: int, text: str = "") -> None:
         self.backbone = backbone
         self.n_ctx = n_ctx
+        self.text = text or " ".join(["X"] * n_ctx)
+        words = self.backbone.tokenize([self.text])[0]
+        available = int(words.argmax()) - 1  # tokens between SOS and EOT
+        if available < n_ctx:
+            raise ValueError(
+                f"the prompt text {self.text!r} has {available} tokens, fewer than the {n_ctx} context "
+                "vectors that replace its first tokens; use a longer text or fewer context vectors"
+            )
         self._layouts: dict[tuple[str, ...], PromptLayout] = {}
 
     def init_string(self, class_name: str) -> str:
-        return " ".join(["X"] * self.n_ctx) + f" {class_name}."
+        return f"{self.text} {class_name}."
+
+    @torch.no_grad()
+    def initial_context(self) -> Tensor:
+        """The token embeddings [n_ctx, W] the context replaces (a copy, for initialisation)."""
+        tokens = self.backbone.tokenize([self.text])
+        return self.backbone.token_embedding(tokens)[0, 1 : 1 + self.n_ctx].clone()
 
     def layout(self, class_names: Sequence[str]) -> PromptLayout:
         key = tuple(class_names)
@@ -52,12 +69,35 @@ class ContextPrompts:
     def encode(
         self, ctx: Tensor, class_names: Sequence[str], block_wrappers: BlockWrappers | None = None
     ) -> Tensor:
-        """Text features [C, D] for context `ctx`: [n_ctx, W] shared by all classes or
-        [C, n_ctx, W] per class."""
+        """Text features for context `ctx`: [n_ctx, W] shared by all classes or [C, n_ctx, W]
+        per class give [C, D]; [B, C, n_ctx, W] (one context per image, CoCoOp) gives [B, C, D]."""
         layout = self.layout(class_names)
         num_classes = len(class_names)
         if ctx.dim() == 2:
             ctx = ctx.unsqueeze(0).expand(num_classes, -1, -1)
+        per_image = ctx.dim() == 4
+        rows = ctx.shape[0] if per_image else 1
+        ctx = ctx.reshape(rows * num_classes, *ctx.shape[-2:])
         prefix, suffix = layout.prefix.to(ctx.device), layout.suffix.to(ctx.device)
+        tokens = layout.tokens.to(ctx.device)
+        if per_image:
+            prefix, suffix, tokens = (t.repeat(rows, *([1] * (t.dim() - 1))) for t in (prefix, suffix, tokens))
         embeddings = torch.cat([prefix, ctx.to(prefix.dtype), suffix], dim=1)
-        return self.backbone.encode_text(layout.tokens.to(ctx.device), embeddings, block_wrappers)
+        features = self.backbone.encode_text(tokens, embeddings, block_wrappers)
+        return features.reshape(rows, num_classes, -1) if per_image else features
+
+
+def deep_prompt(prompt: Tensor, first: int) -> BlockWrapper:
+    """A block wrapper for deep prompts (VPT, MaPLe): the block input's tokens first ..
+    first + n - 1 (a negative `first` counts from the end) are replaced by `prompt`
+    ([n, W], or [B, n, W] per sample) before the block runs."""
+    n = prompt.shape[-2]
+
+    def wrapper(block, x: Tensor, attn_mask: Tensor | None) -> Tensor:
+        start = first if first >= 0 else x.shape[1] + first
+        if not 0 <= start <= x.shape[1] - n:
+            raise ValueError(f"deep prompt of {n} tokens at {first} does not fit a sequence of {x.shape[1]}")
+        p = prompt.to(x.dtype).expand(x.shape[0], -1, -1) if prompt.dim() == 2 else prompt.to(x.dtype)
+        return block(torch.cat([x[:, :start], p, x[:, start + n :]], dim=1), attn_mask=attn_mask)
+
+    return wrapper

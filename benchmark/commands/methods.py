@@ -7,21 +7,31 @@ import re
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("methods", help="list the registered methods")
+    p = subparsers.add_parser(
+        "methods",
+        help="list the registered methods",
+        description="List the registered methods, or describe one. With --describe, the method's "
+        "hyperparameter flags (as for `fedbench run`, e.g. --n-ctx 4) set the instance that is counted.",
+    )
     p.add_argument(
         "--describe", metavar="NAME",
         help="hyperparameters, shared state, parameter counts and overridden hooks of one method",
     )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, takes_method_flags=True)
 
 
 def run(args) -> int:
     from benchmark import registry
 
+    extra = getattr(args, "extra", [])
     if args.describe:
-        print(describe(args.describe, args.backbone))
+        print(describe(args.describe, args.backbone, method_flags(args.describe, extra)))
         return 0
+    if extra:
+        raise registry.MethodError(
+            f"unrecognized arguments {' '.join(extra)}; method hyperparameter flags go with --describe NAME"
+        )
     for name, cls in registry.available_methods().items():
         summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
         origin = registry.method_origin(name)
@@ -32,11 +42,28 @@ def run(args) -> int:
     return 0
 
 
-def describe(name: str, backbone_name: str) -> str:
+def method_flags(name: str, extra: list[str]) -> dict:
+    """The method hyperparameters given as flags (`--n-ctx 4`), parsed against method `name`."""
+    from benchmark.cliargs import method_parser
+    from benchmark.registry import MethodError
+
+    if not extra:
+        return {}
+    parsed, unknown = method_parser(name).parse_known_args(extra)
+    if unknown:
+        raise MethodError(
+            f"unrecognized arguments {' '.join(unknown)} for method {name!r}; its flags are listed by "
+            f"`fedbench run --method {name} --method-help`"
+        )
+    return vars(parsed)
+
+
+def describe(name: str, backbone_name: str, method_args: dict | None = None) -> str:
     from benchmark.backbone import load_backbone
     from benchmark.registry import CLASS_ATTRIBUTES, build_method, get_method, hyperparameters, method_origin
 
     cls = get_method(name)
+    method_args = dict(method_args or {})
     lines = [
         f"{name}: {(cls.__doc__ or '').strip()}",
         f"(class {cls.__module__}.{cls.__qualname__}, from {method_origin(name)})",
@@ -44,14 +71,15 @@ def describe(name: str, backbone_name: str) -> str:
         "hyperparameters (flag = default):",
     ]
     lines += [f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}" for h in hyperparameters(cls)]
-    method = build_method(name, load_backbone(backbone_name, None))
+    method = build_method(name, load_backbone(backbone_name, None), method_args)
     state = method.client_state()
     uploaded = sorted(k for k in state if method.is_uploaded(k))
     personal = sorted(k for k in state if not method.is_uploaded(k))
     counts = method.parameter_counts()
+    given = ", ".join(f"{k} = {v!r}" for k, v in method_args.items())
     lines += [
         "",
-        f"on {backbone_name}: {counts['trainable_params']:,} trainable parameters, "
+        f"on {backbone_name}{f' with {given}' if given else ''}: {counts['trainable_params']:,} trainable parameters, "
         f"{counts['uploaded_params']:,} uploaded per client per round",
         f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",

@@ -1,0 +1,91 @@
+"""FedCoCoOp: CoCoOp's image-conditioned context, federated.
+
+Zhou et al., "Conditional Prompt Learning for Vision-Language Models" (CVPR 2022), as the
+baseline of the FedTPG/FedMVP papers. No federated implementation is public; this is the
+original module in the federated harness. For an image with normalized CLIP feature f:
+
+    pi    = meta_net(f)                 Linear D -> D/16, ReLU, Linear D/16 -> W
+    ctx_b = ctx + pi                    the same bias on all n_ctx context vectors
+    t_bk  = CLIP_text("[SOS] ctx_b {name_k}.")
+    logit_bk = scale * f_b . normalize(t_bk)
+
+so every image has its own class features: B x C text-encoder passes per batch. The class
+features therefore cannot be computed without the image; `encode_classes` returns the
+class names and `classify` builds the per-image prompts (training and evaluation alike).
+
+ctx starts from the embeddings of "a photo of a" (the official base-to-new config);
+`ctx_init: ""` draws N(0, init_std) instead. The class-dependent token embeddings are
+recomputed from each client's own class names and never stored in the state, so what is
+uploaded and averaged is exactly ctx and the meta-net. Optimizer: the federated harness's
+SGD lr 0.003, momentum 0.9, weight decay 1e-5 (FedMVP's settings for this baseline are
+not published).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.backbone import Backbone
+from benchmark.method import FederatedMethod
+from benchmark.optim import sgd_with_cosine
+from benchmark.prompts import ContextPrompts
+from benchmark.registry import register_method
+
+# Image-conditioned prompts are encoded in chunks of at most this many (image, class)
+# pairs, so a 256-image evaluation batch over many classes does not hold them all at once.
+MAX_PROMPTS_PER_PASS = 4096
+
+
+@register_method("fedcocoop")
+class FedCoCoOp(FederatedMethod):
+    """ctx + meta-net bias from the image feature; both uploaded, plain global model."""
+
+    upload_keys = ("ctx", "meta_net.*")
+    frozen_image_features = True  # the meta-net reads the frozen CLIP feature
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        n_ctx: int = 4,
+        ctx_init: str = "a photo of a",
+        reduction: int = 16,
+        init_std: float = 0.02,
+        lr: float = 0.003,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-5,
+    ) -> None:
+        super().__init__(backbone)
+        dim, width = backbone.embed_dim, backbone.text.width
+        if n_ctx < 1:
+            raise ValueError(f"fedcocoop: n_ctx must be >= 1, got {n_ctx}")
+        if reduction < 1 or dim // reduction < 1:
+            raise ValueError(f"fedcocoop: reduction must be between 1 and the feature dimension {dim}, got {reduction}")
+        self.save_hyperparameters(ignore=["backbone"])
+        self.prompts = ContextPrompts(backbone, n_ctx, ctx_init)
+        initial = self.prompts.initial_context() if ctx_init else torch.randn(n_ctx, width) * init_std
+        self.ctx = nn.Parameter(initial.float())
+        self.meta_net = nn.Sequential(nn.Linear(dim, dim // reduction), nn.ReLU(), nn.Linear(dim // reduction, width))
+
+    def encode_classes(self, class_names: Sequence[str]) -> tuple[str, ...]:
+        return tuple(class_names)  # the prompts need the image: built in `classify`
+
+    def classify(self, image_features: Tensor, class_features: tuple[str, ...]) -> Tensor:
+        num_classes = len(class_features)
+        step = max(1, MAX_PROMPTS_PER_PASS // num_classes)
+        logits = []
+        for start in range(0, len(image_features), step):
+            f = image_features[start : start + step]
+            ctx = self.ctx + self.meta_net(f).unsqueeze(1)  # [b, n_ctx, W]
+            ctx = ctx.unsqueeze(1).expand(-1, num_classes, -1, -1)  # [b, C, n_ctx, W]
+            text = F.normalize(self.prompts.encode(ctx, class_features), dim=-1)  # [b, C, D]
+            logits.append(torch.einsum("bd,bcd->bc", f, text))
+        return self.backbone.logit_scale * torch.cat(logits)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        params = [self.ctx, *self.meta_net.parameters()]
+        return sgd_with_cosine(self, params, hp.lr, hp.momentum, hp.weight_decay)

@@ -1,0 +1,92 @@
+"""FedMaPLe: MaPLe's coupled text and visual prompts, federated.
+
+Khattak et al., "MaPLe: Multi-modal Prompt Learning" (CVPR 2023), as the FedMVP paper's
+"FedMaPLe" baseline (no federated implementation is public). With n = n_ctx tokens and
+prompt depth J (blocks 0 .. J-1 get prompts in both towers):
+
+  text    "[SOS] ctx {rest of ctx_init} {name}." + pos   ctx = the first n tokens of ctx_init,
+                                                          so the layer-0 ctx *does* get positions
+          input of text block i = 1..J-1: tokens 1..n := text_prompts[i-1]
+  vision  ln_pre([CLS, patches] + pos || proj(ctx))       the vision prompts get no position
+          input of vision block i = 1..J-1: last n tokens := projections[i-1](text_prompts[i-1])
+  logits = scale * normalize(f) . normalize(t)^T
+
+The vision prompts are functions of the text prompts (the "coupling"), so the two towers
+share what they learn. Defaults are the MaPLe repository's base-to-new config: n_ctx 2,
+ctx_init "a photo of a" (the prompt reads "[ctx1][ctx2] of a {name}."), depth 9 of 12
+blocks (on ViT-B/16: 3,555,072 parameters). A backbone with fewer blocks needs a smaller
+`depth` (the toy CLIP has 4; its preset uses 3). Everything is uploaded and averaged;
+nothing is personal. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9,
+weight decay 1e-5.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from benchmark.backbone import Backbone, BlockWrappers
+from benchmark.method import FederatedMethod
+from benchmark.optim import sgd_with_cosine
+from benchmark.prompts import ContextPrompts, deep_prompt
+from benchmark.registry import register_method
+
+
+@register_method("fedmaple")
+class FedMaPLe(FederatedMethod):
+    """Text context + deep text prompts, coupled to the image tower by Linear maps; all uploaded."""
+
+    upload_keys = ("*",)
+    frozen_image_features = False  # the coupled prompts change the image tower's output
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        n_ctx: int = 2,
+        ctx_init: str = "a photo of a",
+        depth: int = 9,
+        init_std: float = 0.02,
+        lr: float = 0.003,
+        momentum: float = 0.9,
+        weight_decay: float = 1e-5,
+    ) -> None:
+        super().__init__(backbone)
+        blocks = min(backbone.text.blocks, backbone.vision.blocks)
+        if n_ctx < 1:
+            raise ValueError(f"fedmaple: n_ctx must be >= 1, got {n_ctx}")
+        if not 1 <= depth <= blocks:
+            raise ValueError(
+                f"fedmaple: depth {depth} does not fit backbone {backbone.name!r} (text tower {backbone.text.blocks} "
+                f"blocks, image tower {backbone.vision.blocks}); choose --depth between 1 and {blocks} "
+                "(MaPLe prompts the first 9 of ViT-B/16's 12 blocks)"
+            )
+        self.save_hyperparameters(ignore=["backbone"])
+        text_width, vision_width = backbone.text.width, backbone.vision.width
+        self.prompts = ContextPrompts(backbone, n_ctx, ctx_init)
+        initial = self.prompts.initial_context() if ctx_init else torch.randn(n_ctx, text_width) * init_std
+        self.ctx = nn.Parameter(initial.float())
+        self.proj = nn.Linear(text_width, vision_width)
+        # text_prompts[i - 1] and projections[i - 1] feed block i = 1 .. depth - 1 of each tower.
+        self.text_prompts = nn.Parameter(torch.randn(depth - 1, n_ctx, text_width) * init_std)
+        self.projections = nn.ModuleList(nn.Linear(text_width, vision_width) for _ in range(depth - 1))
+
+    def text_block_wrappers(self) -> BlockWrappers:
+        return {i + 1: deep_prompt(p, 1) for i, p in enumerate(self.text_prompts)}
+
+    def vision_block_wrappers(self) -> BlockWrappers:
+        n = self.hparams.n_ctx
+        return {i + 1: deep_prompt(proj(p), -n) for i, (p, proj) in enumerate(zip(self.text_prompts, self.projections))}
+
+    def encode_images(self, images: Tensor) -> Tensor:
+        features = self.backbone.encode_image(images, self.vision_block_wrappers(), prompts=self.proj(self.ctx))
+        return F.normalize(features, dim=-1)
+
+    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
+        return F.normalize(self.prompts.encode(self.ctx, class_names, self.text_block_wrappers()), dim=-1)
+
+    def configure_optimizers(self):
+        hp = self.hparams
+        return sgd_with_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)
