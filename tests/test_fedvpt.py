@@ -105,3 +105,10 @@ def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     assert summary["bytes_up_total"] == 2 * 2 * (4 * 8 * 64) * 4  # 4 blocks x 8 tokens x width 64, fp32
     assert summary["train_features_cached"] is False  # the prompts change the image features
     assert all(math.isfinite(v) for v in summary["metrics"].values())
+
+
+def test_without_prompts_the_backbone_image_path_is_open_clips_own(tiny_backbone):
+    images = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(tiny_backbone.encode_image(images), tiny_backbone.model.encode_image(images))
+        torch.testing.assert_close(tiny_backbone.encode_image(images), ref.image_features(tiny_backbone.model, images))
