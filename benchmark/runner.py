@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from benchmark.backbone import Backbone, load_backbone
-from benchmark.config import RunConfig
+from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation import Evaluator
 from benchmark.features import FeatureCache
 from benchmark.federation import (
@@ -26,7 +26,7 @@ from benchmark.protocols import get_protocol
 from benchmark.registry import build_method
 from benchmark.results import ALL_CLIENTS, MetricRow, write_run
 from data.base import DatasetSplits
-from data.catalog import load_dataset
+from data.catalog import dataset_info, load_dataset
 from data.partition import Partition
 from data.transforms import clip_transforms
 
@@ -56,6 +56,11 @@ def resolve_device(config: RunConfig) -> tuple[str, str]:
 
 
 def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
+    if dataset_info(config.dataset).test_only:  # no train split: training on it would silently train nothing
+        raise ConfigError(
+            f"dataset {config.dataset!r} is a test set only (no train split); train on another dataset "
+            "(e.g. imagenet) and evaluate on it through a protocol that has evaluation targets."
+        )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
     return load_dataset(config.dataset, config.resolved_data_root(), transforms)
 

@@ -26,6 +26,10 @@ class DatasetInfo:
     loader: Loader
     protocol: str = "base2novel"  # the paper protocol this dataset is used with
     generated: bool = False  # made by code (the toy world), not read from the data root
+    # Facts of the real release, known without the data (presets and dry runs use them):
+    num_classes: int | None = None  # classes in the full release
+    domains: tuple[str, ...] = ()  # domain names, in the order protocols use them
+    test_only: bool = False  # an evaluation set only: its train split is empty (ImageNet variants)
 
     def path(self, root: Path) -> Path:
         return Path(root) / self.folder
@@ -42,11 +46,16 @@ def register_dataset(
     how_to_get: str,
     protocol: str = "base2novel",
     generated: bool = False,
+    num_classes: int | None = None,
+    domains: tuple[str, ...] = (),
+    test_only: bool = False,
 ) -> Callable[[Loader], Loader]:
     def decorate(loader: Loader) -> Loader:
         if name in DATASETS:
             raise ValueError(f"dataset {name!r} is registered twice")
-        DATASETS[name] = DatasetInfo(name, folder, layout, how_to_get, loader, protocol, generated)
+        DATASETS[name] = DatasetInfo(
+            name, folder, layout, how_to_get, loader, protocol, generated, num_classes, tuple(domains), test_only
+        )
         return loader
 
     return decorate

@@ -1,6 +1,7 @@
 """`fedbench data download NAME`: torchvision downloads arranged into the suite's layout,
 and the exact manual steps for what torchvision cannot fetch (the CoOp split JSONs,
-UCF101 mid-frames, the FedBN DomainNet / Office-Caltech10 releases).
+UCF101 mid-frames, Stanford Cars, ImageNet and its variants, the FedBN DomainNet /
+Office-Caltech10 releases, the DomainBed datasets).
 
 Never called by the tests except through `manual_steps` (no network in tests).
 """
@@ -24,6 +25,8 @@ SPLIT_ZHOU_LINKS = {
     "dtd": "https://drive.google.com/file/d/1u3_QfB467jqHgNXC00UIzbLZRQCg2S7x/view?usp=sharing",
     "sun397": "https://drive.google.com/file/d/1y2RD81BYuiyvebdN-JymPfyWYcd8_MUq/view?usp=sharing",
     "ucf101": "https://drive.google.com/file/d/1I0S0q91hJfsV9Gf4xDIjgDq4AqBNJb1y/view?usp=sharing",
+    "stanford_cars": "https://drive.google.com/file/d/1ObCFbaAgVu0I-k_Au-gIUcefirdAuizT/view?usp=sharing",
+    "eurosat": "https://drive.google.com/file/d/1Ip7yaCWFi0eaOFUGga0lUdVi_DDQth1o/view?usp=sharing",
 }
 FLOWERS_CAT_TO_NAME = "https://drive.google.com/file/d/1AkcxCXeK_RCGCEC_GvmWxjcjaNhu-at0/view?usp=sharing"
 UCF101_MIDFRAMES = "https://drive.google.com/file/d/10Jqome3vtUA2keJkNanAiFpgbyC9Hc2O/view?usp=sharing"
@@ -49,6 +52,20 @@ TORCHVISION = {
     "food101": ("Food101", {}, [("food-101/images", "images"), ("food-101/meta", "meta")]),
     "dtd": ("DTD", {}, [("dtd/dtd/images", "images"), ("dtd/dtd/labels", "labels"), ("dtd/dtd/imdb", "imdb")]),
     "sun397": ("SUN397", {}, [("SUN397", "SUN397")]),
+    "eurosat": ("EuroSAT", {}, [("eurosat/2750", "2750")]),
+    "fgvc_aircraft": ("FGVCAircraft", {}, [
+        (f"fgvc-aircraft-2013b/data/{part}", part)
+        for part in ("images", "variants.txt", "images_variant_train.txt", "images_variant_val.txt", "images_variant_test.txt")
+    ]),
+}
+# The Stanford Cars archives (torchvision can no longer fetch them; CoOp's DATASETS.md names these files).
+STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
+STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
+IMAGENET_VARIANT_STEPS = {
+    "imagenet_v2": ("https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
+                    "imagenetv2-matched-frequency-format-val/<0..999>/"),
+    "imagenet_a": ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-a.tar", "imagenet-a/<wnid>/"),
+    "imagenet_r": ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar", "imagenet-r/<wnid>/"),
 }
 
 
@@ -61,6 +78,33 @@ def manual_steps(name: str, root: Path) -> list[str]:
         steps.append(
             f"Download UCF-101-midframes.zip from {UCF101_MIDFRAMES} and extract it into {folder}/ "
             f"(giving {folder}/UCF-101-midframes/<class>/*.jpg)."
+        )
+    if name == "stanford_cars":
+        steps.append(
+            f"Download {', '.join(STANFORD_CARS_FILES)} (the original Stanford links are gone; a mirror: "
+            f"{STANFORD_CARS_MIRROR}) and extract them into {folder}/, giving {folder}/cars_train/, "
+            f"{folder}/cars_test/, {folder}/devkit/ and {folder}/cars_test_annos_withlabels.mat."
+        )
+    if name == "imagenet":
+        steps.append(
+            "Download ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar from https://image-net.org (needs an "
+            f"account); extract the train archive into {folder}/train/<wnid>/ (one inner tar per class) and the "
+            f"validation images into {folder}/val/<wnid>/ (sort them by class, e.g. with the usual valprep.sh)."
+        )
+    if name.startswith("imagenet"):
+        from data.loaders.imagenet import CLASSNAMES_LINK
+
+        steps.append(
+            f"Download classnames.txt from {CLASSNAMES_LINK} (CoOp's DATASETS.md) and save it as "
+            f"{folder / 'classnames.txt'}."
+        )
+    if name in IMAGENET_VARIANT_STEPS:
+        url, inside = IMAGENET_VARIANT_STEPS[name]
+        steps.append(f"Download {url} and extract it into {folder}/, giving {folder}/{inside}.")
+    if name == "imagenet_sketch":
+        steps.append(
+            "Download ImageNet-Sketch.zip (links at https://github.com/HaohanWang/ImageNet-Sketch), extract it into "
+            f"{folder}/ and rename its folder 'sketch' to 'images', giving {folder}/images/<wnid>/."
         )
     if name in SPLIT_ZHOU_LINKS:
         from data.loaders.coop import COOP_DATASETS

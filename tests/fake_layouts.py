@@ -45,6 +45,14 @@ class FakeDataset:
     num_test: int
     domain_names: list[str] | None = None
     files: list[Path] = field(default_factory=list)  # every image file written
+    # Files or folders the loader needs (removing one is a DatasetError naming it);
+    # `files` when empty. Layouts without split lists need their class folders, not each image.
+    required: list[Path] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)  # what the loader should put in DatasetSplits.extra
+
+    @property
+    def must_exist(self) -> list[Path]:
+        return self.required or self.files
 
 
 def _save_image(path: Path, colour: tuple[int, int, int], size: int = 12) -> None:
@@ -63,7 +71,13 @@ _COOP_CLASSES = {
     "dtd": ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered"],
     "sun397": ["abbey", "airplane_cabin", "airport_terminal", "alley", "amphitheater", "amusement_arcade"],
     "ucf101": ["Apply_Eye_Makeup", "Apply_Lipstick", "Archery", "Baby_Crawling", "Balance_Beam", "Band_Marching"],
+    "stanford_cars": ["2000 AM General Hummer SUV", "2012 Acura RL Sedan", "2012 Acura TL Sedan",
+                      "2008 Acura TL Type-S", "2012 Acura TSX Sedan", "2001 Acura Integra Type R"],
+    # CoOp's EuroSAT split names the classes in words; the image folders keep the short names.
+    "eurosat": ["Annual Crop Land", "Forest", "Herbaceous Vegetation Land", "Highway or Road",
+                "Industrial Buildings", "Pasture Land"],
 }
+_EUROSAT_FOLDERS = ["AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial", "Pasture"]
 _COOP_FILES = {
     "caltech101": ("caltech-101", "101_ObjectCategories", "split_zhou_Caltech101.json"),
     "oxford_pets": ("oxford_pets", "images", "split_zhou_OxfordPets.json"),
@@ -72,6 +86,8 @@ _COOP_FILES = {
     "dtd": ("dtd", "images", "split_zhou_DescribableTextures.json"),
     "sun397": ("sun397", "SUN397", "split_zhou_SUN397.json"),
     "ucf101": ("ucf101", "UCF-101-midframes", "split_zhou_UCF101.json"),
+    "stanford_cars": ("stanford_cars", "", "split_zhou_StanfordCars.json"),
+    "eurosat": ("eurosat", "2750", "split_zhou_EuroSAT.json"),
 }
 DOMAINS = {
     "domainnet": ("DomainNet", ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"],
@@ -79,11 +95,16 @@ DOMAINS = {
     "office_caltech10": ("office_caltech_10", ["amazon", "caltech", "dslr", "webcam"],
                          ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor", "mouse", "mug", "projector"]),
 }
-FAKE_NAMES = [*_COOP_FILES, "cifar10", "cifar100", *DOMAINS]
+IMAGENET_NAMES = ["imagenet", "imagenet_v2", "imagenet_sketch", "imagenet_a", "imagenet_r"]
+FAKE_NAMES = [*_COOP_FILES, "fgvc_aircraft", *IMAGENET_NAMES, "cifar10", "cifar100", *DOMAINS]
 
 
-def _coop_relpath(name: str, cls: str, c: int, k: int, number: int) -> str:
+def _coop_relpath(name: str, cls: str, c: int, k: int, number: int, split: str) -> str:
     """An image path relative to the image folder, in the real release's style."""
+    if name == "stanford_cars":  # flat folders per official split, labels in the devkit
+        return f"cars_{'test' if split == 'test' else 'train'}/{number:05d}.jpg"
+    if name == "eurosat":
+        return f"{_EUROSAT_FOLDERS[c]}/{_EUROSAT_FOLDERS[c]}_{k + 1}.jpg"
     if name == "oxford_pets":
         return f"{cls}_{k + 1}.jpg"  # flat folder, class in the file name
     if name == "oxford_flowers":
@@ -105,12 +126,12 @@ def _make_coop(name: str, root: Path, num_classes: int, per_class: int) -> FakeD
     for c, cls in enumerate(classes):
         for k in range(per_class + n_val + n_test):
             number += 1
-            rel = _coop_relpath(name, cls, c, k, number)
+            split = "train" if k < per_class else "val" if k < per_class + n_val else "test"
+            rel = _coop_relpath(name, cls, c, k, number, split)
             path = folder / image_dir / rel
             _save_image(path, marker_colour(c))
             files.append(path)
             flower_labels.append(c + 1)
-            split = "train" if k < per_class else "val" if k < per_class + n_val else "test"
             splits[split].append([rel, c, cls])
     (folder / split_name).write_text(json.dumps(splits))
     if name == "oxford_flowers":
@@ -188,13 +209,103 @@ def _make_domains(name: str, root: Path, num_classes: int, per_class: int, label
     )
 
 
+AIRCRAFT_VARIANTS = ["707-320", "A300B4", "F-16A/B", "Falcon 2000", "DHC-1", "Tu-154"]
+
+
+def _make_aircraft(root: Path, num_classes: int, per_class: int) -> FakeDataset:
+    """fgvc_aircraft/: images/<id>.jpg, variants.txt (label = line), images_variant_*.txt."""
+    folder = root / "fgvc_aircraft"
+    variants = AIRCRAFT_VARIANTS[:num_classes]
+    n_test = max(1, per_class // 2)
+    lists: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    files, number = [], 1000000
+    for k in range(per_class + 1 + n_test):  # interleaved classes, as in the real lists
+        for c, variant in enumerate(variants):
+            number += 7
+            split = "train" if k < per_class else "val" if k == per_class else "test"
+            path = folder / "images" / f"{number:07d}.jpg"
+            _save_image(path, marker_colour(c))
+            files.append(path)
+            lists[split].append(f"{number:07d} {variant}")
+    (folder / "variants.txt").write_text("\n".join(variants) + "\n")
+    for split, lines in lists.items():
+        (folder / f"images_variant_{split}.txt").write_text("\n".join(lines) + "\n")
+    return FakeDataset("fgvc_aircraft", folder, list(variants), per_class * num_classes, n_test * num_classes, files=files)
+
+
+IMAGENET_CLASSES = {  # wnid -> name, in sorted wnid order as in ImageNet's classnames.txt
+    "n01440764": "tench", "n01443537": "goldfish", "n01484850": "great white shark",
+    "n01491361": "tiger shark", "n01494475": "hammerhead shark", "n01496331": "electric ray",
+}
+_VARIANT_DIRS = {
+    "imagenet_v2": ("imagenetv2", "imagenetv2-matched-frequency-format-val"),
+    "imagenet_sketch": ("imagenet-sketch", "images"),
+    "imagenet_a": ("imagenet-adversarial", "imagenet-a"),
+    "imagenet_r": ("imagenet-rendition", "imagenet-r"),
+}
+
+
+def _write_classnames(folder: Path, wnids: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "classnames.txt"
+    path.write_text("".join(f"{w} {IMAGENET_CLASSES[w]}\n" for w in wnids))
+    return path
+
+
+def _make_imagenet(name: str, root: Path, num_classes: int, per_class: int) -> FakeDataset:
+    """ImageNet: {train,val}/<wnid>/; V2: <label index>/; Sketch: images/<wnid>/; A and R:
+    a subset of the classes of their classnames.txt (every other class, as A/R hold 200 of
+    ImageNet's 1000), so their labels differ from ImageNet's."""
+    all_wnids = list(IMAGENET_CLASSES)
+    n_test = max(1, per_class // 2)
+    files: list[Path] = []
+    if name == "imagenet":
+        wnids = all_wnids[:num_classes]
+        folder = root / "imagenet"
+        classnames = _write_classnames(folder, wnids)
+        for c, wnid in enumerate(wnids):
+            for k in range(per_class):
+                files.append(folder / "train" / wnid / f"{wnid}_{k + 1}.JPEG")
+                _save_image(files[-1], marker_colour(c))
+            for k in range(n_test):
+                files.append(folder / "val" / wnid / f"ILSVRC2012_val_{c * 100 + k + 1:08d}.JPEG")
+                _save_image(files[-1], marker_colour(c))
+        return FakeDataset(
+            name, folder, [IMAGENET_CLASSES[w] for w in wnids], per_class * num_classes, n_test * num_classes,
+            files=files, required=[classnames, folder / "val" / wnids[-1]],
+            extra={"wnids": wnids, "imagenet_class_ids": list(range(num_classes))},
+        )
+    folder_name, image_dir = _VARIANT_DIRS[name]
+    folder = root / folder_name
+    if name in ("imagenet_a", "imagenet_r"):
+        if num_classes > len(all_wnids) // 2:
+            raise ValueError(f"fake {name} supports 1..{len(all_wnids) // 2} classes")
+        class_ids = [2 * c + 1 for c in range(num_classes)]
+        listed = all_wnids[: 2 * num_classes]
+    else:
+        class_ids = list(range(num_classes))
+        listed = all_wnids[:num_classes]
+    classnames = _write_classnames(folder, listed)
+    for c, class_id in enumerate(class_ids):
+        sub = str(class_id) if name == "imagenet_v2" else all_wnids[class_id]
+        for k in range(per_class):
+            files.append(folder / image_dir / sub / f"{'%032x' % (class_id * 1000 + k)}.jpeg")
+            _save_image(files[-1], marker_colour(c))
+    return FakeDataset(
+        name, folder, [IMAGENET_CLASSES[all_wnids[i]] for i in class_ids], 0, per_class * num_classes, files=files,
+        required=[folder / image_dir, classnames],
+        extra={"wnids": [all_wnids[i] for i in class_ids], "imagenet_class_ids": class_ids},
+    )
+
+
 def make_fake_dataset(
     name: str, root: Path | str, num_classes: int = 3, per_class: int = 4, label_format: str = "text"
 ) -> FakeDataset:
     """Write a tiny instance of dataset `name` under `root`, in its real on-disk format.
 
     `per_class` train images per class (per domain for the feature-shift datasets) and
-    max(1, per_class // 2) test images (CoOp datasets: one more per class in `val`).
+    max(1, per_class // 2) test images (CoOp datasets and Aircraft: one more per class in
+    `val`); the test-only ImageNet variants get `per_class` test images and no train split.
     `label_format` ("text" or "int") picks the label type in the DomainNet/Office pkls.
     """
     root = Path(root)
@@ -202,6 +313,10 @@ def make_fake_dataset(
         raise ValueError(f"fake {name} supports 1..6 classes, got {num_classes}")
     if name in _COOP_FILES:
         return _make_coop(name, root, num_classes, per_class)
+    if name == "fgvc_aircraft":
+        return _make_aircraft(root, num_classes, per_class)
+    if name in IMAGENET_NAMES:
+        return _make_imagenet(name, root, num_classes, per_class)
     if name in ("cifar10", "cifar100"):
         return _make_cifar(name, root, num_classes, per_class)
     if name in DOMAINS:

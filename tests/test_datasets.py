@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import shutil
 
 import pytest
 import torch
@@ -11,10 +12,11 @@ from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset
 from data.fewshot import cached_few_shot_indices, few_shot_indices, few_shot_subset
 from data.transforms import clip_transforms
-from fake_layouts import FAKE_NAMES, decode_marker, make_fake_dataset
+from fake_layouts import FAKE_NAMES, IMAGENET_NAMES, decode_marker, make_fake_dataset
 
 TRANSFORMS = clip_transforms(32, augment=False)
-PROTOCOL = {"cifar10": "dirichlet", "cifar100": "dirichlet", "domainnet": "domains", "office_caltech10": "domains"}
+PROTOCOL = {"cifar10": "dirichlet", "cifar100": "dirichlet", "domainnet": "domains", "office_caltech10": "domains",
+            **{name: "imagenet" for name in IMAGENET_NAMES}}
 FILE_DATASETS = [n for n in FAKE_NAMES if not n.startswith("cifar")]
 
 
@@ -26,7 +28,11 @@ def test_layout_loads_with_true_labels(tmp_path, name):
     assert splits.class_names == fake.class_names and len(splits.class_names) == 3
     assert (len(splits.train), len(splits.test)) == (fake.num_train, fake.num_test)
     assert splits.domain_names == fake.domain_names
-    for split in (splits.train, splits.test):
+    for key, value in fake.extra.items():
+        assert splits.extra[key] == value
+    test_only = dataset_info(name).test_only
+    assert test_only == (fake.num_train == 0)
+    for split in (splits.test,) if test_only else (splits.train, splits.test):
         assert sorted(set(split.labels)) == [0, 1, 2]
         for i in range(len(split)):
             image, label = split[i]
@@ -51,8 +57,8 @@ def test_missing_folder_names_folder_and_layout(tmp_path, name):
 @pytest.mark.parametrize("name", FAKE_NAMES)
 def test_removed_file_names_dataset_file_and_layout(tmp_path, name):
     fake = make_fake_dataset(name, tmp_path)
-    removed = fake.files[1]
-    removed.unlink()
+    removed = fake.must_exist[1]
+    shutil.rmtree(removed) if removed.is_dir() else removed.unlink()
     with pytest.raises(DatasetError) as err:
         load_dataset(name, tmp_path, TRANSFORMS)
     message = str(err.value)
@@ -63,10 +69,11 @@ def test_removed_file_names_dataset_file_and_layout(tmp_path, name):
 def test_corrupt_image_is_a_dataset_error(tmp_path, name):
     fake = make_fake_dataset(name, tmp_path)
     splits = load_dataset(name, tmp_path, TRANSFORMS)
-    bad = splits.train.paths[0]
+    split = splits.test if dataset_info(name).test_only else splits.train
+    bad = split.paths[0]
     bad.write_bytes(b"\xff\xd8\xff this is not a jpeg")
     with pytest.raises(DatasetError) as err:
-        splits.train[0]
+        split[0]
     assert name in str(err.value) and str(bad) in str(err.value)
     assert fake.folder in bad.parents
 
@@ -237,7 +244,7 @@ def test_coop_split_step_after_images(tmp_path):
 
 def test_download_argument_errors(capsys):
     with pytest.raises(SystemExit) as err:
-        _parse(["data", "download", "imagenet"])
+        _parse(["data", "download", "imagenet21k"])
     assert err.value.code == 2 and "invalid choice" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         _parse(["data", "download"])
@@ -256,3 +263,118 @@ def test_download_then_manual_split_step(tmp_path, capsys, monkeypatch):
     assert args.func(args) == 1
     out = capsys.readouterr().out
     assert str(tmp_path / "dtd" / "split_zhou_DescribableTextures.json") in out and "drive.google.com" in out
+
+
+# --- FGVC-Aircraft, ImageNet and its variants ---------------------------------------------
+
+def test_aircraft_list_naming_an_unknown_variant(tmp_path):
+    fake = make_fake_dataset("fgvc_aircraft", tmp_path)
+    listing = fake.folder / "images_variant_test.txt"
+    listing.write_text(listing.read_text().replace("F-16A/B", "F-16C"))
+    with pytest.raises(DatasetError, match=r"images_variant_test.txt line 3 .*F-16C.*not in variants.txt"):
+        load_dataset("fgvc_aircraft", tmp_path, TRANSFORMS)
+
+
+@pytest.mark.parametrize("name", ["imagenet_a", "imagenet_r"])
+def test_imagenet_a_r_are_classified_over_their_own_classes(tmp_path, name):
+    """A and R hold a subset of ImageNet's classes (200 of 1000): their candidate set is
+    that subset, labels index into it, and each class maps back to ImageNet's label."""
+    fake = make_fake_dataset(name, tmp_path, num_classes=3)
+    imagenet_names = (fake.folder / "classnames.txt").read_text().splitlines()
+    assert len(imagenet_names) == 6  # the class list names more classes than the set holds
+    splits = load_dataset(name, tmp_path, TRANSFORMS)
+    assert splits.class_names == ["goldfish", "tiger shark", "electric ray"] == fake.class_names
+    assert splits.extra["imagenet_class_ids"] == [1, 3, 5]
+    assert len(splits.train) == 0 and dataset_info(name).test_only and dataset_info(name).num_classes == 200
+    for i in range(len(splits.test)):
+        image, label = splits.test[i]
+        assert label == decode_marker(image)[0]
+        imagenet_label = splits.extra["imagenet_class_ids"][label]
+        assert imagenet_names[imagenet_label].split(" ", 1)[1] == splits.class_names[label]
+
+
+def test_imagenet_v2_folders_are_imagenet_label_indices(tmp_path):
+    fake = make_fake_dataset("imagenet_v2", tmp_path, num_classes=3)
+    (fake.folder / "imagenetv2-matched-frequency-format-val" / "7").mkdir()  # no 8th class in classnames.txt
+    with pytest.raises(DatasetError, match="7 is not a class of classnames.txt"):
+        load_dataset("imagenet_v2", tmp_path, TRANSFORMS)
+
+
+def test_imagenet_validation_images_must_be_sorted_into_class_folders(tmp_path):
+    fake = make_fake_dataset("imagenet", tmp_path)
+    for path in list((fake.folder / "val").rglob("*.JPEG")):
+        path.rename(fake.folder / "val" / path.name)
+    for folder in (fake.folder / "val").iterdir():
+        if folder.is_dir():
+            folder.rmdir()
+    with pytest.raises(DatasetError, match="holds images directly; sort them into one folder per wnid"):
+        load_dataset("imagenet", tmp_path, TRANSFORMS)
+
+
+def test_imagenet_empty_class_folder_and_stray_folder(tmp_path):
+    fake = make_fake_dataset("imagenet", tmp_path)
+    stray = fake.folder / "train" / "n99999999"
+    stray.mkdir()
+    with pytest.raises(DatasetError, match="n99999999 is not a class of classnames.txt"):
+        load_dataset("imagenet", tmp_path, TRANSFORMS)
+    stray.rmdir()
+    for path in (fake.folder / "train" / "n01443537").iterdir():
+        path.unlink()
+    with pytest.raises(DatasetError, match="n01443537 holds no images"):
+        load_dataset("imagenet", tmp_path, TRANSFORMS)
+
+
+def test_imagenet_images_subfolder_layout(tmp_path):
+    """CoOp's imagenet/images/{train,val} works as well as imagenet/{train,val}."""
+    fake = make_fake_dataset("imagenet", tmp_path)
+    (fake.folder / "images").mkdir()
+    for sub in ("train", "val"):
+        (fake.folder / sub).rename(fake.folder / "images" / sub)
+    splits = load_dataset("imagenet", tmp_path, TRANSFORMS)
+    assert (len(splits.train), len(splits.test)) == (fake.num_train, fake.num_test)
+
+
+def test_damaged_classnames_file(tmp_path):
+    fake = make_fake_dataset("imagenet_sketch", tmp_path)
+    path = fake.folder / "classnames.txt"
+    path.write_text(path.read_text() + "n01440764 tench again\n")
+    with pytest.raises(DatasetError, match="classnames.txt line 4 .*damaged"):
+        load_dataset("imagenet_sketch", tmp_path, TRANSFORMS)
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(DatasetError, match="corrupt"):
+        load_dataset("imagenet_sketch", tmp_path, TRANSFORMS)
+
+
+def test_test_only_dataset_cannot_be_trained_on(tmp_path):
+    from benchmark.config import ConfigError, build_config
+    from benchmark.runner import load_run_dataset
+
+    make_fake_dataset("imagenet_r", tmp_path)
+    config = build_config({"dataset": "imagenet_r", "data_root": str(tmp_path)})
+    with pytest.raises(ConfigError, match="imagenet_r.*test set only"):
+        load_run_dataset(config, backbone=None)
+
+
+def test_datasets_table_shows_test_only_and_partial_class_sets(tmp_path, capsys):
+    make_fake_dataset("imagenet_a", tmp_path)
+    make_fake_dataset("fgvc_aircraft", tmp_path)
+    args = _parse(["datasets", "--data-root", str(tmp_path)])
+    assert args.func(args) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "found" in lines["imagenet_a"] and " - " in lines["imagenet_a"]
+    assert "3 of the release's 200 classes" in lines["imagenet_a"]
+    assert "3 of the release's 100 classes" in lines["fgvc_aircraft"]
+    assert "missing" in lines["stanford_cars"] and "missing" in lines["imagenet"]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [("stanford_cars", "cars_test_annos_withlabels.mat"), ("stanford_cars", "split_zhou_StanfordCars.json"),
+     ("imagenet", "ILSVRC2012_img_val.tar"), ("imagenet_sketch", "rename its folder 'sketch' to 'images'"),
+     ("imagenet_a", "imagenet-a.tar"), ("imagenet_r", "classnames.txt")],
+)
+def test_download_steps_of_the_new_datasets(tmp_path, name, expected):
+    from data.download import manual_steps
+
+    steps = " ".join(manual_steps(name, tmp_path))
+    assert expected in steps and str(dataset_info(name).path(tmp_path)) in steps

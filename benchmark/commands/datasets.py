@@ -27,8 +27,9 @@ def add_parser(subparsers) -> None:
     download = actions.add_parser(
         "download", help="download a dataset into the data root (or print the manual steps)",
         description="Download with torchvision where it can (CIFAR, Caltech101, OxfordPets, Flowers102, Food101, "
-        "DTD, SUN397) into the suite's layout, then print the manual steps still needed (CoOp split files, "
-        "UCF101 mid-frames, DomainNet and Office-Caltech10 releases).",
+        "DTD, SUN397, EuroSAT, FGVC-Aircraft) into the suite's layout, then print the manual steps still needed "
+        "(CoOp split files, UCF101 mid-frames, Stanford Cars, ImageNet and its variants, the DomainNet and "
+        "Office-Caltech10 releases, the DomainBed datasets).",
     )
     download.add_argument("name", choices=_dataset_names(), help="dataset name")
     download.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
@@ -68,9 +69,15 @@ def dataset_status(name: str, root: Path) -> dict:
         row.update(status="incomplete", **{"folder / note": _shorten(message)})
         return row
     row.update(
-        status="found", classes=len(splits.class_names), train=len(splits.train), test=len(splits.test),
-        domains=len(splits.domain_names) if splits.domain_names else "",
+        status="found", classes=len(splits.class_names), train="-" if info.test_only else len(splits.train),
+        test=len(splits.test), domains=len(splits.domain_names) if splits.domain_names else "",
     )
+    notes = []
+    if info.num_classes and len(splits.class_names) != info.num_classes:
+        notes.append(f"{len(splits.class_names)} of the release's {info.num_classes} classes")
+    notes += splits.extra.get("notes", [])
+    if notes:
+        row["folder / note"] = _shorten("; ".join(notes))
     return row
 
 

@@ -94,7 +94,8 @@ _C100_LAYOUT = "cifar-100-python/{train, test, meta} (torchvision pickles)"
 
 
 @register_dataset(
-    "cifar10", folder="cifar-10-batches-py", layout=_C10_LAYOUT, how_to_get=_HOW.format(name="cifar10"), protocol="dirichlet"
+    "cifar10", folder="cifar-10-batches-py", layout=_C10_LAYOUT, how_to_get=_HOW.format(name="cifar10"), protocol="dirichlet",
+    num_classes=10,
 )
 def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_cifar(
@@ -104,7 +105,8 @@ def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
 
 
 @register_dataset(
-    "cifar100", folder="cifar-100-python", layout=_C100_LAYOUT, how_to_get=_HOW.format(name="cifar100"), protocol="dirichlet"
+    "cifar100", folder="cifar-100-python", layout=_C100_LAYOUT, how_to_get=_HOW.format(name="cifar100"), protocol="dirichlet",
+    num_classes=100,
 )
 def load_cifar100(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_cifar(

@@ -1,8 +1,10 @@
-"""The seven CoOp datasets of the base-to-novel table, each a split_zhou JSON + images.
+"""The CoOp datasets that come as a split_zhou JSON + images: the seven of pFedMMA's
+base-to-novel table, plus Stanford Cars and EuroSAT (FedTPG/FedMVP's tables).
 
 Split paths are relative to the image folder, as in CoOp: OxfordPets `images/`,
 Flowers `jpg/`, Caltech101 `101_ObjectCategories/`, SUN397 `SUN397/`, UCF101
-`UCF-101-midframes/`, Food101 and DTD `images/`.
+`UCF-101-midframes/`, Food101 and DTD `images/`, EuroSAT `2750/`, and Stanford Cars
+the dataset folder itself (its entries read `cars_train/00001.jpg`, `cars_test/...`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,20 @@ COOP_DATASETS: dict[str, tuple[str, str, str]] = {
     "dtd": ("dtd", "images", "split_zhou_DescribableTextures.json"),
     "sun397": ("sun397", "SUN397", "split_zhou_SUN397.json"),
     "ucf101": ("ucf101", "UCF-101-midframes", "split_zhou_UCF101.json"),
+    "stanford_cars": ("stanford_cars", "", "split_zhou_StanfordCars.json"),
+    "eurosat": ("eurosat", "2750", "split_zhou_EuroSAT.json"),
+}
+# Classes in each full release (CoOp's splits).
+COOP_NUM_CLASSES = {
+    "caltech101": 100, "oxford_pets": 37, "oxford_flowers": 102, "food101": 101, "dtd": 47,
+    "sun397": 397, "ucf101": 101, "stanford_cars": 196, "eurosat": 10,
 }
 
 
 def coop_layout(name: str) -> str:
     folder, image_dir, split = COOP_DATASETS[name]
+    if name == "stanford_cars":
+        return f"{folder}/cars_train/*.jpg, {folder}/cars_test/*.jpg and {folder}/{split}"
     return f"{folder}/{image_dir}/... images and {folder}/{split}"
 
 
@@ -84,7 +95,10 @@ def _coop(name: str) -> None:
     if name == "oxford_flowers":
         layout += " (imagelabels.mat and cat_to_name.json beside them)"
 
-    @register_dataset(name, folder=COOP_DATASETS[name][0], layout=layout, how_to_get=_COOP.format(name=name))
+    @register_dataset(
+        name, folder=COOP_DATASETS[name][0], layout=layout, how_to_get=_COOP.format(name=name),
+        num_classes=COOP_NUM_CLASSES[name],
+    )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         if name == "oxford_flowers":
             return load_oxford_flowers(root, transforms)

@@ -133,6 +133,8 @@ _HOW = (
     layout=_DN_LAYOUT,
     how_to_get=_HOW.format(name="domainnet", extra="images from http://ai.bu.edu/M3SDA/. "),
     protocol="domains",
+    num_classes=10,
+    domains=DOMAINNET_DOMAINS,
 )
 def load_domainnet(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_domain_dataset("domainnet", folder, DOMAINNET_DOMAINS, transforms, _DN_LAYOUT)
@@ -144,6 +146,8 @@ def load_domainnet(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     layout=_OC_LAYOUT,
     how_to_get=_HOW.format(name="office_caltech10", extra=""),
     protocol="domains",
+    num_classes=10,
+    domains=OFFICE_CALTECH10_DOMAINS,
 )
 def load_office_caltech10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_domain_dataset("office_caltech10", folder, OFFICE_CALTECH10_DOMAINS, transforms, _OC_LAYOUT)
