@@ -61,6 +61,7 @@ TORCHVISION = {
 # The Stanford Cars archives (torchvision can no longer fetch them; CoOp's DATASETS.md names these files).
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
+DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
 IMAGENET_VARIANT_STEPS = {
     "imagenet_v2": ("https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
                     "imagenetv2-matched-frequency-format-val/<0..999>/"),
@@ -105,6 +106,42 @@ def manual_steps(name: str, root: Path) -> list[str]:
         steps.append(
             "Download ImageNet-Sketch.zip (links at https://github.com/HaohanWang/ImageNet-Sketch), extract it into "
             f"{folder}/ and rename its folder 'sketch' to 'images', giving {folder}/images/<wnid>/."
+        )
+    if name == "pacs":
+        steps.append(
+            "Download PACS.zip from https://drive.google.com/uc?id=1JFr8f805nMUelQWWmfnJR3y4_SYoN5Pd (the copy "
+            f"DomainBed's {DOMAINBED_DOWNLOAD} fetches), unzip it in {Path(root)}/ and rename its folder 'kfold' to "
+            f"'{folder.name}', giving {folder}/{{art_painting,cartoon,photo,sketch}}/<class>/."
+        )
+    if name == "office_home":
+        steps.append(
+            "Download office_home.zip from https://drive.google.com/uc?id=1uY0pj7oFsjMxRwaD3Sxy0jgel0fsYXLC (or the "
+            f"official https://www.hemanthdv.org/officeHomeDataset.html), unzip it in {Path(root)}/ and rename "
+            f"'OfficeHomeDataset_10072016' to '{folder.name}', giving {folder}/{{Art,Clipart,Product,Real World}}/<class>/ "
+            "(lower-case art, clipart, product, realworld work too)."
+        )
+    if name == "vlcs":
+        steps.append(
+            "Download VLCS.tar.gz from https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8 and extract "
+            f"it in {Path(root)}/, giving {folder}/{{Caltech101,LabelMe,VOC2007,SUN09}}/<class>/ "
+            "(the layout CALTECH/full, LABELME/full, PASCAL/full, SUN/full works too)."
+        )
+    if name == "terra_incognita":
+        steps.append(
+            "Build it as DomainBed's download_terra_incognita does "
+            f"({DOMAINBED_DOWNLOAD}): download "
+            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/eccv_18_all_images_sm.tar.gz and "
+            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/labels/caltech_camera_traps.json.zip, "
+            f"and copy each image of locations 38, 43, 46 and 100 into {folder}/location_<n>/<category>/ for the "
+            "categories bird, bobcat, cat, coyote, dog, empty, opossum, rabbit, raccoon, squirrel."
+        )
+    if name == "domainnet_full":
+        for domain, url in DOMAINNET_ZIPS.items():
+            steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
+    if name in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full"):
+        steps.append(
+            "No split files are published for this dataset: on its first load the suite makes one per domain "
+            f"(seeded, 50/20/30 % train/val/test per class) and writes it into {folder}/ (the folder must be writable)."
         )
     if name in SPLIT_ZHOU_LINKS:
         from data.loaders.coop import COOP_DATASETS

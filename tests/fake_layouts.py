@@ -96,7 +96,6 @@ DOMAINS = {
                          ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor", "mouse", "mug", "projector"]),
 }
 IMAGENET_NAMES = ["imagenet", "imagenet_v2", "imagenet_sketch", "imagenet_a", "imagenet_r"]
-FAKE_NAMES = [*_COOP_FILES, "fgvc_aircraft", *IMAGENET_NAMES, "cifar10", "cifar100", *DOMAINS]
 
 
 def _coop_relpath(name: str, cls: str, c: int, k: int, number: int, split: str) -> str:
@@ -298,12 +297,55 @@ def _make_imagenet(name: str, root: Path, num_classes: int, per_class: int) -> F
     )
 
 
+# DomainBed releases: (folder, [(domain name, image folder, file suffix)], classes). OfficeHome
+# uses the DomainBed release's folder names, the others the spec's, so both are exercised.
+DOMAINBED = {
+    "pacs": ("pacs", [("art_painting", "art_painting", ".jpg"), ("cartoon", "cartoon", ".jpg"),
+                      ("photo", "photo", ".jpg"), ("sketch", "sketch", ".png")],
+             ["dog", "elephant", "giraffe", "guitar", "horse", "house"]),
+    "office_home": ("officehome", [("art", "Art", ".jpg"), ("clipart", "Clipart", ".jpg"),
+                                   ("product", "Product", ".jpg"), ("realworld", "Real World", ".jpg")],
+                    ["Alarm_Clock", "Backpack", "Batteries", "Bed", "Bike", "Bottle"]),
+    "vlcs": ("VLCS", [("caltech", "CALTECH/full", ".jpg"), ("labelme", "LABELME/full", ".jpg"),
+                      ("pascal", "PASCAL/full", ".jpg"), ("sun", "SUN/full", ".jpg")],
+             ["bird", "car", "chair", "dog", "person"]),
+    "terra_incognita": ("terra_incognita", [(f"L{n}", f"location_{n}", ".jpg") for n in (38, 43, 46, 100)],
+                        ["bird", "bobcat", "cat", "coyote", "dog", "empty"]),
+    "domainnet_full": ("domainnet", [(d, d, ".jpg") for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")],
+                       ["aircraft_carrier", "airplane", "alarm_clock", "ambulance", "angel", "animal_migration"]),
+}
+DOMAINBED_PER_CLASS = 10  # images per (domain, class): the suite's split makes 5 / 2 / 3 of them
+
+
+def _make_domainbed(name: str, root: Path, num_classes: int) -> FakeDataset:
+    """<folder>/<domain>/<class>/* with no split files, as the releases come."""
+    folder_name, domains, all_classes = DOMAINBED[name]
+    folder = root / folder_name
+    classes = all_classes[:num_classes]
+    files = []
+    for d, (_, image_dir, suffix) in enumerate(domains):
+        for c, cls in enumerate(classes):
+            for k in range(DOMAINBED_PER_CLASS):
+                files.append(folder / image_dir / cls / f"pic_{k + 1:03d}{suffix}")
+                _save_image(files[-1], marker_colour(c, d))
+    cells = num_classes * len(domains)
+    return FakeDataset(
+        name, folder, [c.replace("_", " ") for c in classes], 5 * cells, 3 * cells,
+        domain_names=[d for d, _, _ in domains], files=files,
+        required=[folder / image_dir for _, image_dir, _ in domains],
+    )
+
+
+FAKE_NAMES = [*_COOP_FILES, "fgvc_aircraft", *IMAGENET_NAMES, "cifar10", "cifar100", *DOMAINS, *DOMAINBED]
+
+
 def make_fake_dataset(
     name: str, root: Path | str, num_classes: int = 3, per_class: int = 4, label_format: str = "text"
 ) -> FakeDataset:
     """Write a tiny instance of dataset `name` under `root`, in its real on-disk format.
 
-    `per_class` train images per class (per domain for the feature-shift datasets) and
+    DomainBed datasets get 10 images per (domain, class) and no split files (unpublished).
+    Otherwise `per_class` train images per class (per domain for the feature-shift datasets) and
     max(1, per_class // 2) test images (CoOp datasets and Aircraft: one more per class in
     `val`); the test-only ImageNet variants get `per_class` test images and no train split.
     `label_format` ("text" or "int") picks the label type in the DomainNet/Office pkls.
@@ -321,4 +363,6 @@ def make_fake_dataset(
         return _make_cifar(name, root, num_classes, per_class)
     if name in DOMAINS:
         return _make_domains(name, root, num_classes, per_class, label_format)
+    if name in DOMAINBED:
+        return _make_domainbed(name, root, num_classes)
     raise ValueError(f"no fake layout for {name!r}; known: {', '.join(FAKE_NAMES)}")

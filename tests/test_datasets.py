@@ -12,11 +12,13 @@ from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset
 from data.fewshot import cached_few_shot_indices, few_shot_indices, few_shot_subset
 from data.transforms import clip_transforms
-from fake_layouts import FAKE_NAMES, IMAGENET_NAMES, decode_marker, make_fake_dataset
+from fake_layouts import DOMAINBED, FAKE_NAMES, IMAGENET_NAMES, decode_marker, make_fake_dataset
 
 TRANSFORMS = clip_transforms(32, augment=False)
+# DomainBed loads make their split files and say so; the tests that check the warning catch it.
+pytestmark = pytest.mark.filterwarnings("ignore:.*no published split:UserWarning")
 PROTOCOL = {"cifar10": "dirichlet", "cifar100": "dirichlet", "domainnet": "domains", "office_caltech10": "domains",
-            **{name: "imagenet" for name in IMAGENET_NAMES}}
+            **{name: "imagenet" for name in IMAGENET_NAMES}, **{name: "domains" for name in DOMAINBED}}
 FILE_DATASETS = [n for n in FAKE_NAMES if not n.startswith("cifar")]
 
 
@@ -378,3 +380,129 @@ def test_download_steps_of_the_new_datasets(tmp_path, name, expected):
 
     steps = " ".join(manual_steps(name, tmp_path))
     assert expected in steps and str(dataset_info(name).path(tmp_path)) in steps
+
+
+# --- DomainBed: suite-made splits, domains ------------------------------------------------
+
+def _load_quietly(name, root):
+    with pytest.warns(UserWarning, match="no published split; the suite made one per domain"):
+        return load_dataset(name, root, TRANSFORMS)
+
+
+def test_domainbed_split_is_made_once_written_beside_the_data_and_deterministic(tmp_path):
+    import json
+
+    from data.loaders.domainbed import DOMAINBED as SPECS
+
+    fake = make_fake_dataset("pacs", tmp_path / "a", num_classes=2)
+    with pytest.warns(UserWarning) as caught:
+        first = load_dataset("pacs", tmp_path / "a", TRANSFORMS)
+    assert len(caught) == 1
+    written = sorted(fake.folder.glob("split_pacs_*.json"))
+    assert [p.name for p in written] == [
+        "split_pacs_artpainting.json", "split_pacs_cartoon.json", "split_pacs_photo.json", "split_pacs_sketch.json"
+    ]
+    assert all(str(p) in " ".join(str(w.message) for w in caught) for p in written)  # it says so, naming each file
+    for path, domain in zip(written, ["art_painting", "cartoon", "photo", "sketch"]):
+        split = json.loads(path.read_text())
+        assert split["made_by"]["seed"] == 1
+        parts = [{row[0] for row in split[part]} for part in ("train", "val", "test")]
+        assert not (parts[0] & parts[1] or parts[0] & parts[2] or parts[1] & parts[2])
+        on_disk = {p.relative_to(fake.folder).as_posix() for p in fake.files if p.parts[-3] == domain}
+        assert set().union(*parts) == on_disk
+        for label in (0, 1):  # 10 images of a class -> 5 / 2 / 3
+            assert [sum(row[1] == label for row in split[part]) for part in ("train", "val", "test")] == [5, 2, 3]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second load reads the files: no new split, no warning
+        again = load_dataset("pacs", tmp_path / "a", TRANSFORMS)
+    assert again.train.paths == first.train.paths and again.test.labels == first.test.labels
+    make_fake_dataset("pacs", tmp_path / "b", num_classes=2)
+    _load_quietly("pacs", tmp_path / "b")
+    for path in written:  # same images elsewhere -> the identical split
+        assert path.read_text() == (tmp_path / "b" / "pacs" / path.name).read_text()
+    assert first.extra["notes"] == ["split made by the suite (seed 1) for art_painting, cartoon, photo, sketch"]
+    assert dataset_info("pacs").domains == tuple(first.domain_names) == tuple(d.name for d in SPECS["pacs"].domains)
+
+
+@pytest.mark.parametrize("n, expected", [(1, (1, 0, 0)), (2, (1, 0, 1)), (3, (2, 0, 1)), (4, (2, 1, 1)), (10, (5, 2, 3))])
+def test_domainbed_split_counts_keep_a_test_image(n, expected):
+    from data.loaders.domainbed import split_counts
+
+    assert split_counts(n) == expected and sum(expected) == n
+
+
+def test_domainbed_domains_can_be_held_out(tmp_path):
+    """Each image carries its domain, so a protocol can train on three domains and test on the fourth."""
+    fake = make_fake_dataset("office_home", tmp_path, num_classes=3)  # DomainBed folder names: Art ... Real World
+    splits = _load_quietly("office_home", tmp_path)
+    assert splits.domain_names == ["art", "clipart", "product", "realworld"] == list(dataset_info("office_home").domains)
+    target = "realworld"
+    sources = [i for i, d in enumerate(splits.train.domains) if d != target]
+    held_out = [i for i, d in enumerate(splits.test.domains) if d == target]
+    assert len(sources) == 3 * 3 * 5 and len(held_out) == 3 * 3
+    for i in held_out:
+        _, domain_index = decode_marker(splits.test[i][0])
+        assert fake.domain_names[domain_index] == target
+    assert {p.parts[-3] for p in (splits.test.paths[i] for i in held_out)} == {"Real World"}
+
+
+def test_domainbed_image_removed_after_the_split_was_made(tmp_path):
+    fake = make_fake_dataset("vlcs", tmp_path, num_classes=2)
+    _load_quietly("vlcs", tmp_path)
+    gone = fake.files[3]
+    gone.unlink()
+    with pytest.raises(DatasetError) as err:
+        load_dataset("vlcs", tmp_path, TRANSFORMS)
+    message = str(err.value)
+    assert "vlcs" in message and str(gone) in message and "delete the split files" in message
+
+
+def test_domainbed_damaged_or_foreign_split_file(tmp_path):
+    import json
+
+    fake = make_fake_dataset("terra_incognita", tmp_path, num_classes=2)
+    _load_quietly("terra_incognita", tmp_path)
+    path = fake.folder / "split_terraincognita_location43.json"
+    split = json.loads(path.read_text())
+    split["test"][0][1] = 1 - split["test"][0][1]  # a label that contradicts the class folder
+    path.write_text(json.dumps(split))
+    with pytest.raises(DatasetError, match="split_terraincognita_location43.json labels .* does not match the images"):
+        load_dataset("terra_incognita", tmp_path, TRANSFORMS)
+    path.write_text('{"train": [')
+    with pytest.raises(DatasetError, match="split_terraincognita_location43.json is not a split file"):
+        load_dataset("terra_incognita", tmp_path, TRANSFORMS)
+
+
+def test_domainbed_split_that_cannot_be_written_is_a_clear_error(tmp_path):
+    fake = make_fake_dataset("domainnet_full", tmp_path, num_classes=2)
+    blocked = fake.folder / "split_domainnet_quickdraw.json"
+    blocked.mkdir()  # not a file, and nothing can replace it (works even as root, unlike chmod)
+    with pytest.raises(DatasetError, match="cannot write the one it makes there") as err:
+        load_dataset("domainnet_full", tmp_path, TRANSFORMS)
+    assert str(blocked) in str(err.value)
+    assert not list(fake.folder.glob(".*.tmp"))  # no half-written file left behind
+
+
+def test_full_domainnet_beside_the_fedbn_subset(tmp_path):
+    """domainnet (FedBN's 10 classes, pkl splits) and domainnet_full (all classes) are two datasets."""
+    make_fake_dataset("domainnet", tmp_path, num_classes=2, per_class=2)
+    make_fake_dataset("domainnet_full", tmp_path, num_classes=3)
+    assert len(load_dataset("domainnet", tmp_path, TRANSFORMS).class_names) == 2
+    full = _load_quietly("domainnet_full", tmp_path)
+    assert full.class_names == ["aircraft carrier", "airplane", "alarm clock"]
+    assert dataset_info("domainnet_full").num_classes == 345 and dataset_info("domainnet").num_classes == 10
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [("pacs", "kfold"), ("office_home", "OfficeHomeDataset_10072016"), ("vlcs", "VLCS.tar.gz"),
+     ("terra_incognita", "location_<n>/<category>"), ("domainnet_full", "quickdraw.zip")],
+)
+def test_download_steps_of_domainbed_datasets(tmp_path, name, expected):
+    from data.download import manual_steps
+
+    steps = " ".join(manual_steps(name, tmp_path))
+    assert expected in steps and str(dataset_info(name).path(tmp_path)) in steps
+    assert "makes one per domain" in steps

@@ -1,0 +1,243 @@
+"""The DomainBed datasets: PACS, OfficeHome, VLCS, TerraIncognita and the full DomainNet.
+
+Images are `<folder>/<domain>/<class>/*` as the public releases unpack. Each domain has
+its own train/val/test split in a CoOp split file `<folder>/split_<tag>_<domain>.json`
+({"train": [[path relative to <folder>, label, class folder], ...], "val": ..., "test": ...}).
+FedMVP's authors never published theirs, so when a domain's file is absent the suite makes
+one: every class's images (sorted by name) shuffled with a seed derived from `SPLIT_SEED`,
+the dataset, domain and class, and cut 50 / 20 / 30 % into train / val / test (the
+proportions of CoOp's own split maker). The file is written beside the data, a warning
+names it, and `fedbench datasets` notes it; delete the file to make it again. A file found
+there (the suite's or one supplied by hand) is read as it is and must label the classes as
+the folders do.
+
+Classes are the class folders of all domains, sorted by name; labels are shared by all
+domains. Every image carries its domain (`split.domains`), and `domain_names` lists them
+in a fixed order, so a protocol can hold any one out. DomainNet here is the full
+345-class release (`domainnet_full`); the 10-class FedBN subset stays `domainnet`.
+
+Besides the folder names of the spec's layout, the names of the DomainBed release are
+accepted (OfficeHome `Art` ... `Real World`, VLCS `Caltech101` ... `VOC2007`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import warnings
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from data.base import DatasetError, DatasetSplits, FileImages
+from data.catalog import register_dataset
+from data.loaders.image_folders import image_files, subfolders
+from data.transforms import ImageTransforms
+
+SPLIT_SEED = 1
+FRACTIONS = (0.5, 0.2)  # train, val; the rest is test
+
+
+@dataclass(frozen=True)
+class Domain:
+    name: str  # as protocols and tables name it
+    folders: tuple[str, ...]  # image folder relative to the dataset folder, first found wins
+    split_tag: str  # in the split file name
+
+
+@dataclass(frozen=True)
+class DomainBedSpec:
+    name: str
+    folder: str
+    tag: str
+    domains: tuple[Domain, ...]
+    num_classes: int
+
+    def split_file(self, root: Path, domain: Domain) -> Path:
+        return root / f"split_{self.tag}_{domain.split_tag}.json"
+
+    @property
+    def layout(self) -> str:
+        names = ",".join(d.folders[0] for d in self.domains)
+        return (
+            f"{self.folder}/{{{names}}}/<class>/* images; split files {self.folder}/split_{self.tag}_<domain>.json "
+            "(made by the suite when absent)"
+        )
+
+
+def _domains(*rows: tuple) -> tuple[Domain, ...]:
+    return tuple(Domain(name, tuple(folders), tag) for name, folders, tag in rows)
+
+
+DOMAINBED: dict[str, DomainBedSpec] = {
+    spec.name: spec
+    for spec in (
+        DomainBedSpec("pacs", "pacs", "pacs", _domains(
+            ("art_painting", ["art_painting"], "artpainting"), ("cartoon", ["cartoon"], "cartoon"),
+            ("photo", ["photo"], "photo"), ("sketch", ["sketch"], "sketch"),
+        ), 7),
+        DomainBedSpec("office_home", "officehome", "officehome", _domains(
+            ("art", ["art", "Art"], "art"), ("clipart", ["clipart", "Clipart"], "clipart"),
+            ("product", ["product", "Product"], "product"), ("realworld", ["realworld", "Real World"], "realworld"),
+        ), 65),
+        DomainBedSpec("vlcs", "VLCS", "VLCS", _domains(
+            ("caltech", ["CALTECH/full", "Caltech101"], "CALTECH"), ("labelme", ["LABELME/full", "LabelMe"], "LABELME"),
+            ("pascal", ["PASCAL/full", "VOC2007"], "PASCAL"), ("sun", ["SUN/full", "SUN09"], "SUN"),
+        ), 5),
+        DomainBedSpec("terra_incognita", "terra_incognita", "terraincognita", _domains(
+            *((f"L{n}", [f"location_{n}"], f"location{n}") for n in (38, 43, 46, 100))
+        ), 10),
+        DomainBedSpec("domainnet_full", "domainnet", "domainnet", _domains(
+            *((d, [d], d) for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"))
+        ), 345),
+    )
+}
+
+
+def split_counts(n: int) -> tuple[int, int, int]:
+    """(train, val, test) image counts of a class with n images: 50 / 20 / 30 % rounded,
+    at least one train image, and at least one test image when there are two or more."""
+    n_train = max(1, int(n * FRACTIONS[0] + 0.5)) if n else 0
+    n_val = int(n * FRACTIONS[1] + 0.5)
+    if n >= 2 and n - n_train - n_val < 1:
+        n_val = max(0, n - n_train - 1)
+        n_train = min(n_train, n - n_val - 1)
+    n_val = min(n_val, n - n_train)
+    return n_train, n_val, n - n_train - n_val
+
+
+def make_domain_split(spec: DomainBedSpec, root: Path, domain: Domain, image_dir: Path, classes: list[str]) -> dict:
+    """The suite's split of one domain: per class, sorted files shuffled with a seed of
+    (SPLIT_SEED, dataset, domain, class), then cut by `split_counts`."""
+    split: dict = {"train": [], "val": [], "test": []}
+    for label, cls in enumerate(classes):
+        if not (image_dir / cls).is_dir():
+            continue  # a domain may lack a class
+        files = [p.relative_to(root).as_posix() for p in image_files(image_dir / cls)]
+        seed = zlib.crc32(f"{SPLIT_SEED}/{spec.name}/{domain.name}/{cls}".encode())
+        random.Random(seed).shuffle(files)
+        n_train, n_val, _ = split_counts(len(files))
+        for part, chunk in (("train", files[:n_train]), ("val", files[n_train : n_train + n_val]),
+                            ("test", files[n_train + n_val :])):
+            split[part].extend([rel, label, cls] for rel in chunk)
+    split["made_by"] = {
+        "suite": "fedbench", "seed": SPLIT_SEED, "fractions": {"train": FRACTIONS[0], "val": FRACTIONS[1]},
+        "rule": "per class: files sorted by name, shuffled with a seed of (seed, dataset, domain, class), then cut",
+    }
+    return split
+
+
+def _write_split(spec: DomainBedSpec, path: Path, split: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # never a half-written split file
+    try:
+        tmp.write_text(json.dumps(split))
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(
+            f"{spec.name}: no split file {path}, and the suite cannot write the one it makes there "
+            f"({exc.__class__.__name__}: {exc}). Make {path.parent} writable for one load, or copy the dataset "
+            "to a writable data root."
+        ) from None
+
+
+def _read_split(spec: DomainBedSpec, path: Path, classes: list[str]) -> tuple[dict, bool]:
+    """(train and test rows, whether the suite made the file)."""
+    try:
+        split = json.loads(path.read_text())
+        rows = {part: [(str(r[0]), int(r[1]), str(r[2])) for r in split[part]] for part in ("train", "test")}
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise DatasetError(
+            f"{spec.name}: {path} is not a split file ({exc.__class__.__name__}: {exc}); expected "
+            '{"train": [[path, label, class], ...], "val": [...], "test": [...]}. Delete it and the suite makes '
+            "a new one."
+        ) from None
+    for part, entries in rows.items():
+        for rel, label, cls in entries:
+            if not (0 <= label < len(classes) and classes[label] == cls):
+                raise DatasetError(
+                    f"{spec.name}: {path} labels {rel!r} as {label} ({cls!r}), but class {label} of the class "
+                    f"folders is {classes[label] if 0 <= label < len(classes) else 'none'!r}; the split file does "
+                    "not match the images. Delete it and the suite makes a new one."
+                )
+    return rows, "made_by" in split
+
+
+def _image_dir(spec: DomainBedSpec, root: Path, domain: Domain) -> Path:
+    for candidate in domain.folders:
+        if (root / candidate).is_dir():
+            return root / candidate
+    looked = " or ".join(str(root / f) for f in domain.folders)
+    raise DatasetError(
+        f"{spec.name}: domain {domain.name!r} is missing: looked for {looked}. Expected layout: {spec.layout}."
+    )
+
+
+def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
+    image_dirs = {d.name: _image_dir(spec, root, d) for d in spec.domains}
+    classes = sorted({c for path in image_dirs.values() for c in subfolders(path)})
+    if not classes:
+        raise DatasetError(f"{spec.name}: no class folders under {root}. Expected layout: {spec.layout}.")
+    rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "test": []}
+    notes, written = [], []
+    for domain in spec.domains:
+        path = spec.split_file(root, domain)
+        if not path.is_file():
+            _write_split(spec, path, make_domain_split(spec, root, domain, image_dirs[domain.name], classes))
+            written.append(str(path))
+        split, made_by_suite = _read_split(spec, path, classes)
+        if made_by_suite:
+            notes.append(domain.name)
+        for part, entries in split.items():
+            rows[part].extend((root / rel, label, domain.name) for rel, label, _ in entries)
+    if written:
+        warnings.warn(
+            f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
+            f"50/20/30 % per class) and wrote {', '.join(written)}. Later loads reuse these files.",
+            stacklevel=3,
+        )
+    class_names = [c.replace("_", " ") for c in classes]
+    splits = {}
+    for part, part_rows in rows.items():
+        missing = next((p for p, _, _ in part_rows if not p.is_file()), None)
+        if missing is not None:
+            raise DatasetError(
+                f"{spec.name}: the {part} split lists {missing}, which does not exist (checked {len(part_rows)} "
+                f"images). Expected layout: {spec.layout}. Re-extract the images, or delete the split files to "
+                "make new ones from the images present."
+            )
+        splits[part] = FileImages(
+            f"{spec.name}/{part}", [p for p, _, _ in part_rows], [y for _, y, _ in part_rows], class_names,
+            transforms.train if part == "train" else transforms.test, domains=[d for _, _, d in part_rows],
+            cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
+        )
+    extra = {"notes": [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"]} if notes else {}
+    return DatasetSplits(
+        spec.name, splits["train"], splits["test"], class_names, domain_names=[d.name for d in spec.domains], extra=extra
+    )
+
+
+_HOW = {
+    "pacs": "PACS (DomainBed's copy: https://drive.google.com/uc?id=1JFr8f805nMUelQWWmfnJR3y4_SYoN5Pd).",
+    "office_home": "OfficeHome (https://www.hemanthdv.org/officeHomeDataset.html; DomainBed's copy: "
+                   "https://drive.google.com/uc?id=1uY0pj7oFsjMxRwaD3Sxy0jgel0fsYXLC).",
+    "vlcs": "VLCS (DomainBed's copy: https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8).",
+    "terra_incognita": "TerraIncognita: Caltech Camera Traps (https://lila.science/datasets/caltech-camera-traps), "
+                       "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
+    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/).",
+}
+
+
+def _register(spec: DomainBedSpec) -> None:
+    @register_dataset(
+        spec.name, folder=spec.folder, layout=spec.layout, protocol="domains", num_classes=spec.num_classes,
+        domains=tuple(d.name for d in spec.domains),
+        how_to_get=f"{_HOW[spec.name]} Run `fedbench data download {spec.name}` for the steps.",
+    )
+    def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
+        return load_domainbed(spec, root, transforms)
+
+
+for _spec in DOMAINBED.values():
+    _register(_spec)
