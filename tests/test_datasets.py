@@ -506,3 +506,28 @@ def test_download_steps_of_domainbed_datasets(tmp_path, name, expected):
     steps = " ".join(manual_steps(name, tmp_path))
     assert expected in steps and str(dataset_info(name).path(tmp_path)) in steps
     assert "makes one per domain" in steps
+
+
+@pytest.mark.parametrize("name", ["fgvc_aircraft", "eurosat"])
+def test_torchvision_download_is_moved_into_the_suite_layout(tmp_path, monkeypatch, name):
+    """torchvision's own archive layout (faked here: no network) ends up where the loader reads."""
+    import torchvision.datasets as tvd
+
+    from data.download import TORCHVISION, torchvision_download
+
+    source = make_fake_dataset(name, tmp_path / "release")
+
+    class FakeTorchvisionDataset:  # unpacks the release as torchvision does, under root
+        def __init__(self, root, download=False, **kwargs):
+            assert download
+            inner = {"fgvc_aircraft": "fgvc-aircraft-2013b/data", "eurosat": "eurosat"}[name]
+            shutil.copytree(source.folder, tmp_path / root / inner)
+
+    monkeypatch.setattr(tvd, TORCHVISION[name][0], FakeTorchvisionDataset)
+    data_root = tmp_path / "data"
+    torchvision_download(name, data_root, log=lambda message: None)
+    if name == "eurosat":  # torchvision has no CoOp split: that stays a manual step
+        assert not (data_root / "eurosat" / "split_zhou_EuroSAT.json").exists()
+        shutil.copy(source.folder / "split_zhou_EuroSAT.json", data_root / "eurosat")
+    splits = load_dataset(name, data_root, TRANSFORMS)
+    assert (len(splits.train), len(splits.test)) == (source.num_train, source.num_test)

@@ -14,7 +14,8 @@ the folders do.
 Classes are the class folders of all domains, sorted by name; labels are shared by all
 domains. Every image carries its domain (`split.domains`), and `domain_names` lists them
 in a fixed order, so a protocol can hold any one out. DomainNet here is the full
-345-class release (`domainnet_full`); the 10-class FedBN subset stays `domainnet`.
+345-class release (`domainnet_full`); the 10-class FedBN subset stays `domainnet`. Its
+official train/test lists are not used: all five datasets follow one rule, with a val part.
 
 Besides the folder names of the spec's layout, the names of the DomainBed release are
 accepted (OfficeHome `Art` ... `Real World`, VLCS `Caltech101` ... `VOC2007`).
