@@ -78,7 +78,8 @@ class FileImages(LabeledImages):
         super().__init__(name, labels, class_names, domains, cache_key)
         if len(paths) != len(self.labels):
             raise ValueError(f"{name}: {len(paths)} paths for {len(self.labels)} labels")
-        self.paths = [Path(p) for p in paths]
+        # Paths pass through as they are: re-parsing ImageNet's 1.3M would cost seconds.
+        self.paths = [p if isinstance(p, Path) else Path(p) for p in paths]
         self.transform = transform
 
     def load(self, index: int) -> torch.Tensor:
