@@ -15,7 +15,8 @@ Classes are the class folders of all domains, sorted by name; labels are shared 
 domains. Every image carries its domain (`split.domains`), and `domain_names` lists them
 in a fixed order, so a protocol can hold any one out. DomainNet here is the full
 345-class release (`domainnet_full`); the 10-class FedBN subset stays `domainnet`. Its
-official train/test lists are not used: all five datasets follow one rule, with a val part.
+official train/test lists are not used: as in DomainBed, all five follow one rule over all
+of a domain's images, and every domain gets a val part.
 
 Besides the folder names of the spec's layout, the names of the DomainBed release are
 accepted (OfficeHome `Art` ... `Real World`, VLCS `Caltech101` ... `VOC2007`).
