@@ -531,3 +531,17 @@ def test_torchvision_download_is_moved_into_the_suite_layout(tmp_path, monkeypat
         shutil.copy(source.folder / "split_zhou_EuroSAT.json", data_root / "eurosat")
     splits = load_dataset(name, data_root, TRANSFORMS)
     assert (len(splits.train), len(splits.test)) == (source.num_train, source.num_test)
+
+
+def test_domainbed_domain_lacking_a_class(tmp_path):
+    """Not every TerraIncognita location has every animal: the class list is the union of
+    the domains' class folders, and labels stay those of the union."""
+    fake = make_fake_dataset("terra_incognita", tmp_path, num_classes=3)
+    shutil.rmtree(fake.folder / "location_46" / "bobcat")
+    splits = _load_quietly("terra_incognita", tmp_path)
+    assert splits.class_names == ["bird", "bobcat", "cat"]
+    by_domain = {d: {y for y, dom in zip(splits.test.labels, splits.test.domains) if dom == d} for d in splits.domain_names}
+    assert by_domain == {"L38": {0, 1, 2}, "L43": {0, 1, 2}, "L46": {0, 2}, "L100": {0, 1, 2}}
+    for i in range(0, len(splits.test), 4):
+        image, label = splits.test[i]
+        assert decode_marker(image)[0] == label
