@@ -29,8 +29,8 @@ class RunConfig:
     """One run: a method on a dataset under a protocol. Field docs become `--help` texts."""
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
-    dataset: str = "toy"  # dataset name (`fedbench datasets`)
-    protocol: str = "base2novel"  # base2novel | dirichlet | domains
+    dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
+    protocol: str = "base2novel"  # base2novel | dirichlet | domains | classchunk | msst | transfer
     shots: int = 16  # training images per class (0 = all)
     rounds: int = 50  # communication rounds
     local_epochs: int = 2  # local epochs per round
@@ -43,6 +43,9 @@ class RunConfig:
     pretrained: str = "fedbench-toy"  # open_clip tag, local checkpoint path, or 'none'
     beta: float = 0.5  # Dirichlet concentration (dirichlet / domains protocols)
     min_client_size: int = 2  # minimum images per client (dirichlet / domains)
+    classes_per_client: int = 20  # classes per client (classchunk / msst / transfer; sets the client count)
+    target: str = ""  # held-out target domain (msst; '' = the protocol's fixed target for the dataset)
+    eval_datasets: str = ""  # datasets tested after training on `dataset` (transfer), joined by '+'
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_batch_size: int = 256  # evaluation batch size
     data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
@@ -68,11 +71,29 @@ class RunConfig:
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.beta > 0, "beta", "a positive number"),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
+            (self.classes_per_client >= 1, "classes_per_client", "an integer >= 1"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
         ]
         for ok, name, expected in checks:
             if not ok:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
+        for name in ("dataset", "eval_datasets"):
+            parts = dataset_list(getattr(self, name))
+            if (name == "dataset" and not parts) or any(not p for p in parts) or len(set(parts)) != len(parts):
+                raise ConfigError(
+                    f"{name} = {getattr(self, name)!r} is invalid: expected dataset names joined by '+', "
+                    "each once, e.g. caltech101+dtd"
+                )
+
+    @property
+    def datasets(self) -> list[str]:
+        """The datasets of the run's federation, in order (`dataset` split at '+')."""
+        return dataset_list(self.dataset)
+
+    @property
+    def test_datasets(self) -> list[str]:
+        """Datasets tested without being trained on (`eval_datasets` split at '+')."""
+        return dataset_list(self.eval_datasets)
 
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
@@ -90,12 +111,20 @@ class RunConfig:
         return hashlib.sha256(payload).hexdigest()[:10]
 
     def run_name(self) -> str:
-        return f"{self.method}_{self.dataset}_{self.protocol}_{self.shots}shot_seed{self.seed}_{self.hash()}"
+        # Several datasets make a long name: count them instead (the hash keeps names unique).
+        datasets = self.dataset if len(self.datasets) <= 2 else f"{self.datasets[0]}+{len(self.datasets) - 1}more"
+        target = f"_to-{self.target}" if self.target else ""
+        return f"{self.method}_{datasets}{target}_{self.protocol}_{self.shots}shot_seed{self.seed}_{self.hash()}"
 
     def resolved_data_root(self) -> Path:
         from data.catalog import default_data_root
 
         return Path(self.data_root).expanduser() if self.data_root else default_data_root()
+
+
+def dataset_list(value: str) -> list[str]:
+    """'a+b+c' -> ['a', 'b', 'c']; '' -> []."""
+    return [part.strip() for part in value.split("+")] if value.strip() else []
 
 
 def config_fields() -> list[dataclasses.Field]:
@@ -159,6 +188,8 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
 def _coerce(name: str, kind: type, value: Any) -> Any:
     from benchmark.registry import parse_bool
 
+    if name in ("dataset", "eval_datasets") and isinstance(value, (list, tuple)):
+        value = "+".join(str(v) for v in value)  # a YAML list of datasets: one canonical string
     try:
         if kind is bool:
             return parse_bool(value)

@@ -15,7 +15,8 @@ import numpy as np
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation import AccuracyFn, harmonic_mean, indices_of_classes
 from data.base import DatasetSplits
-from data.partition import ClientShard, Partition, base2novel_partition
+from data.combined import Member, members_of
+from data.partition import ChunkGroup, ClientShard, Partition, base2novel_partition, base_novel_split, class_chunk_partition
 
 PROTOCOLS: dict[str, type["Protocol"]] = {}
 
@@ -38,6 +39,25 @@ def get_protocol(name: str) -> "Protocol":
 class Protocol:
     name: ClassVar[str] = ""
     metrics: ClassVar[tuple[str, ...]] = ()  # the headline metrics, in table order
+    several_datasets: ClassVar[bool] = False  # whether `dataset` may name several ('a+b')
+    uses_target: ClassVar[bool] = False  # whether the `target` option means something
+    uses_eval_datasets: ClassVar[bool] = False  # whether the `eval_datasets` option does
+
+    def check(self, config: RunConfig) -> None:
+        """Reject options this protocol does not use, before any data is loaded."""
+        if len(config.datasets) > 1 and not self.several_datasets:
+            raise ConfigError(
+                f"protocol {self.name} runs on one dataset, got dataset = {config.dataset!r}; "
+                "federations over several datasets use --protocol classchunk (or transfer)"
+            )
+        if config.eval_datasets and not self.uses_eval_datasets:
+            raise ConfigError(f"eval_datasets is used by --protocol transfer only, not {self.name}")
+        if config.target and not self.uses_target:
+            raise ConfigError(f"target is used by --protocol msst only, not {self.name}")
+
+    def details(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
+        """Numbers kept in the run folder beside the headline ones (per dataset, say)."""
+        return {}
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         raise NotImplementedError
@@ -155,4 +175,186 @@ class DomainFeatureShift(Protocol):
                 by_domain.setdefault(client.domain, []).append(per_client[client.client_id]["Acc"])
         summary = {domain: _nanmean(values) for domain, values in by_domain.items()}
         summary["Avg"] = _nanmean(summary.values())
+        return summary
+
+
+# ---------------------------------------------------------------------------------------
+# Generalization of one federated model (the FedTPG / FedMVP harness). Clients hold
+# contiguous blocks of `classes_per_client` classes of one dataset (or one source domain)
+# and train over their own classes. Every metric is the mean over clients of the client's
+# model; for methods whose clients share one global state (all of this family's methods)
+# that is the global model, which the evaluator's memo scores once.
+
+
+def _member(dataset: DatasetSplits, name: str) -> Member:
+    return next(m for m in members_of(dataset) if m.name == name)
+
+
+def _chunk_partition(dataset, config, protocol, groups, **kwargs) -> Partition:
+    try:
+        return class_chunk_partition(
+            dataset.train.labels, groups, config.classes_per_client, config.shots, config.seed, protocol, **kwargs
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{protocol} protocol on {dataset.name}: {exc}") from None
+
+
+def _by_group(per_client: dict[int, dict[str, float]], partition: Partition, metric: str) -> dict[str, float]:
+    """Unweighted mean of `metric` over each group's (dataset's or domain's) clients."""
+    groups: dict[str, list[float]] = {}
+    for client in partition.clients:
+        if client.client_id in per_client:
+            groups.setdefault(client.domain, []).append(per_client[client.client_id][metric])
+    return {group: float(np.mean(values)) for group, values in groups.items()}
+
+
+@register_protocol("classchunk")
+class ClassChunkBase2New(Protocol):
+    """Base-to-new over one or several datasets ('a+b+c'): each dataset's base classes
+    (the first ceil(C/2)) are dealt in contiguous blocks of `classes_per_client`, one client
+    per block. Local: a client's test images over its own classes; Base / New: the dataset's
+    base / new test images over its base / new classes only. Each is averaged over the
+    dataset's clients, then over datasets with equal weights; HM of the three averages."""
+
+    metrics = ("Local", "Base", "New", "HM")
+    several_datasets = True
+
+    def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
+        groups, base_all, novel_all = [], [], []
+        for member in members_of(dataset):
+            base, novel = base_novel_split(member.num_classes)
+            base_ids = [member.offset + c for c in base]
+            groups.append(ChunkGroup(member.name, tuple(base_ids)))
+            base_all += base_ids
+            novel_all += [member.offset + c for c in novel]
+        return _chunk_partition(dataset, config, self.name, groups, base_class_ids=base_all, novel_class_ids=novel_all)
+
+    def client_metrics(self, accuracy, client, partition, dataset):
+        member = _member(dataset, client.domain)
+        labels = dataset.test.labels
+        base, novel = base_novel_split(member.num_classes)
+        base = [member.offset + c for c in base]
+        novel = [member.offset + c for c in novel]
+        among = member.test_indices
+        return {
+            "Local": accuracy(indices_of_classes(labels, client.class_ids, among), client.class_ids),
+            "Base": accuracy(indices_of_classes(labels, base, among), base),
+            "New": accuracy(indices_of_classes(labels, novel, among), novel),
+        }
+
+    def summarize(self, per_client, partition):
+        summary = {m: float(np.mean(list(_by_group(per_client, partition, m).values()))) for m in ("Local", "Base", "New")}
+        summary["HM"] = harmonic_mean(summary["Local"], summary["Base"], summary["New"])
+        return summary
+
+    def details(self, per_client, partition):
+        return {
+            f"{group}/{metric}": value
+            for metric in ("Local", "Base", "New")
+            for group, value in _by_group(per_client, partition, metric).items()
+        }
+
+
+# The authors' multi-source single-target configurations: every other domain is a source.
+FIXED_TARGETS = {
+    "pacs": "sketch",
+    "officehome": "real_world",
+    "vlcs": "sun",
+    "terra_incognita": "location_100",
+    "domainbed_domainnet": "sketch",
+    "toy_domains": "checkerboard",  # the toy analogue: the style farthest from the others
+}
+
+
+@register_protocol("msst")
+class MultiSourceSingleTarget(Protocol):
+    """Domain generalization: clients = (source domain x block of `classes_per_client`
+    classes), every class of the dataset; one held-out `target` domain (default: the
+    authors' fixed target) is scored on its test images over all classes. Leave-one-domain-
+    out = one run per target, averaged unweighted by the table (preset `targets: lodo`)."""
+
+    metrics = ("Acc",)
+    uses_target = True
+
+    def check(self, config: RunConfig) -> None:
+        super().check(config)
+        if not config.target and config.dataset not in FIXED_TARGETS:
+            raise ConfigError(
+                f"msst protocol on {config.dataset}: no fixed target domain is known for it; "
+                "name the held-out domain with --target DOMAIN"
+            )
+
+    @staticmethod
+    def target_of(dataset: DatasetSplits, config: RunConfig) -> str:
+        target = config.target or FIXED_TARGETS.get(dataset.name, "")
+        domains = dataset.domain_names or []
+        if target not in domains:
+            raise ConfigError(
+                f"msst protocol on {dataset.name}: target domain {target!r} is not one of its domains "
+                f"({', '.join(domains) or 'none: it is not a multi-domain dataset'}); set --target"
+            )
+        return target
+
+    def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
+        if not dataset.domain_names or dataset.train.domains is None or dataset.test.domains is None:
+            raise ConfigError(
+                f"the msst protocol needs a dataset with per-image domains (pacs, officehome, vlcs, "
+                f"terra_incognita, toy_domains, ...); {dataset.name} has none"
+            )
+        target = self.target_of(dataset, config)
+        all_classes = tuple(range(len(dataset.class_names)))
+        groups = []
+        for domain in dataset.domain_names:
+            if domain != target:
+                pool = tuple(i for i, d in enumerate(dataset.train.domains) if d == domain)
+                groups.append(ChunkGroup(domain, all_classes, pool))
+        return _chunk_partition(dataset, config, self.name, groups, targets=(target,))
+
+    def client_metrics(self, accuracy, client, partition, dataset):
+        (target,) = partition.targets
+        indices = [i for i, d in enumerate(dataset.test.domains) if d == target]
+        if not indices:
+            raise ConfigError(f"msst protocol on {dataset.name}: target domain {target} has no test images")
+        return {"Acc": accuracy(indices, range(len(dataset.class_names)))}
+
+
+@register_protocol("transfer")
+class Transfer(Protocol):
+    """Train on `dataset` (every class, blocks of `classes_per_client` per client; usually
+    ImageNet with participation < 1), then score each of `eval_datasets` on its own test
+    split over its own class list (ImageNet-A / -R: their 200 classes). Local: a client's
+    own classes. Avg: the unweighted mean over the test datasets that were not trained on
+    (ImageNet to its variants: the variants only)."""
+
+    metrics = ("Avg",)  # plus Local and one column per test dataset, named after it
+    several_datasets = True
+    uses_eval_datasets = True
+
+    def check(self, config: RunConfig) -> None:
+        super().check(config)
+        if not set(config.test_datasets) - set(config.datasets):
+            raise ConfigError(
+                "the transfer protocol needs datasets to test on besides those trained on: "
+                "--eval-datasets NAME+NAME (e.g. imagenet_v2+imagenet_sketch+imagenet_a+imagenet_r)"
+            )
+
+    def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
+        members = members_of(dataset)
+        groups = [ChunkGroup(m.name, m.class_ids) for m in members if m.trains]
+        return _chunk_partition(dataset, config, self.name, groups, targets=tuple(config.test_datasets))
+
+    def client_metrics(self, accuracy, client, partition, dataset):
+        home = _member(dataset, client.domain)
+        labels = dataset.test.labels
+        metrics = {"Local": accuracy(indices_of_classes(labels, client.class_ids, home.test_indices), client.class_ids)}
+        for name in partition.targets:
+            member = _member(dataset, name)
+            metrics[name] = accuracy(member.test_indices, member.class_ids)
+        return metrics
+
+    def summarize(self, per_client, partition):
+        summary = super().summarize(per_client, partition)
+        trained = {c.domain for c in partition.clients}
+        unseen = [summary[name] for name in partition.targets if name not in trained]
+        summary["Avg"] = float(np.mean(unseen)) if unseen else float("nan")
         return summary

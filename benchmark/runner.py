@@ -26,7 +26,8 @@ from benchmark.protocols import get_protocol
 from benchmark.registry import build_method
 from benchmark.results import ALL_CLIENTS, MetricRow, write_run
 from data.base import DatasetSplits
-from data.catalog import dataset_info, load_dataset
+from data.catalog import dataset_info
+from data.combined import load_datasets
 from data.partition import Partition
 from data.transforms import clip_transforms
 
@@ -56,13 +57,14 @@ def resolve_device(config: RunConfig) -> tuple[str, str]:
 
 
 def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
-    if dataset_info(config.dataset).test_only:  # no train split: training on it would silently train nothing
-        raise ConfigError(
-            f"dataset {config.dataset!r} is a test set only (no train split); train on another dataset "
-            "(e.g. imagenet) and evaluate on it through a protocol that has evaluation targets."
-        )
+    for name in config.datasets:
+        if dataset_info(name).test_only:  # no train split: training on it would silently train nothing
+            raise ConfigError(
+                f"dataset {name!r} is a test set only (no train split); train on another dataset "
+                "(e.g. imagenet) and test on it with --protocol transfer --eval-datasets."
+            )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
-    return load_dataset(config.dataset, config.resolved_data_root(), transforms)
+    return load_datasets(config.datasets, config.resolved_data_root(), transforms, config.test_datasets)
 
 
 def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:
@@ -79,13 +81,15 @@ def run_experiment(
     started = time.perf_counter()
     _FEATURES.progress = progress
     protocol = get_protocol(config.protocol)
+    protocol.check(config)
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
     dataset = load_run_dataset(config, backbone)
     partition = protocol.partition(dataset, config)
+    # The partition fixes the client count (class-chunk protocols derive it from the classes).
     schedule = client_sampling_schedule(
-        config.clients, config.participation, config.rounds, config.seed, config.client_sampling
+        len(partition.clients), config.participation, config.rounds, config.seed, config.client_sampling
     )
     method.to(device)
 
@@ -115,6 +119,7 @@ def run_experiment(
     )
     federation = simulator.run()
     per_client, summary_metrics = evaluate_clients(method, protocol, dataset, partition, federation, config, progress)
+    details = protocol.details(per_client, partition)
     final_round = config.rounds
     for cid, metrics in per_client.items():
         rows.extend(MetricRow(final_round, cid, m, v) for m, v in metrics.items())
@@ -122,12 +127,12 @@ def run_experiment(
     rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
     if federation.never_trained:
         warnings.warn(
-            f"{len(federation.never_trained)} of {config.clients} clients never trained under client_sampling="
+            f"{len(federation.never_trained)} of {len(partition.clients)} clients never trained under client_sampling="
             f"{config.client_sampling}, participation {config.participation}, {config.rounds} rounds "
             f"(clients {federation.never_trained[:10]}{' ...' if len(federation.never_trained) > 10 else ''}); "
             "they are evaluated with the final download and flagged rounds_trained = 0 in metrics.csv"
         )
-    rows.extend(MetricRow(final_round, ALL_CLIENTS, m, v) for m, v in summary_metrics.items())
+    rows.extend(MetricRow(final_round, ALL_CLIENTS, m, v) for m, v in {**summary_metrics, **details}.items())
 
     counts = method.parameter_counts()
     rounds = federation.rounds
@@ -140,8 +145,10 @@ def run_experiment(
         "config_hash": config.hash(),
         "round": final_round,
         "metrics": summary_metrics,
+        **({"details": details} if details else {}),
+        "clients": len(partition.clients),
         **counts,
-        "client_sampling": describe_sampling(config.client_sampling, config.clients, config.participation),
+        "client_sampling": describe_sampling(config.client_sampling, len(partition.clients), config.participation),
         "clients_never_trained": federation.never_trained,
         "bytes_up_per_round": [r.bytes_up for r in rounds],
         "bytes_down_per_round": [r.bytes_down for r in rounds],

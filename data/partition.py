@@ -23,7 +23,8 @@ class ClientShard:
     sorted); `label_space`: the classes its classifier spans in training, when that is more
     than its own (base2novel: all base classes, as in the authors' code, where a client's
     model learns that its images are never another client's classes); `test_indices`: its
-    own test shard where the protocol has one (Dirichlet, domains)."""
+    own test shard where the protocol has one (Dirichlet, domains); `domain`: the domain
+    it draws images from, or in a federation over several datasets its dataset."""
 
     client_id: int
     train_indices: tuple[int, ...]
@@ -44,13 +45,20 @@ class ClientShard:
 
 @dataclass(frozen=True)
 class Partition:
+    """`targets`: what the federation is tested on beyond its clients' own data, by name
+    (msst: the held-out domain; transfer: the test datasets); empty for the others."""
+
     protocol: str
     clients: tuple[ClientShard, ...]
     base_class_ids: tuple[int, ...] = ()
     novel_class_ids: tuple[int, ...] = ()
+    targets: tuple[str, ...] = ()
 
     def manifest(self) -> dict:
-        return asdict(self)
+        manifest = asdict(self)
+        if not self.targets:  # absent unless used, so older partitions keep their hash
+            del manifest["targets"]
+        return manifest
 
     @property
     def hash(self) -> str:
@@ -96,6 +104,89 @@ def base2novel_partition(
         indices = few_shot_indices(train_labels, shots, seed, class_ids)
         clients.append(ClientShard(client_id, tuple(indices), tuple(class_ids), label_space=tuple(base)))
     return Partition("base2novel", tuple(clients), tuple(base), tuple(novel))
+
+
+# ---------------------------------------------------------------------------------------
+# Class-chunk federations (the FedTPG / FedMVP harness): one client per block of classes
+
+
+def chunk_count(num_classes: int, per_client: int) -> int:
+    """How many clients `num_classes` classes make at `per_client` classes each: the
+    ratio rounded half to even, as numpy.around does (2.5 -> 2, 0.5 -> 0), and at least 1."""
+    import numpy as np
+
+    if per_client < 1:
+        raise ValueError(f"classes per client must be >= 1, got {per_client}")
+    return max(1, int(np.around(num_classes / per_client)))
+
+
+def chunk_classes(class_ids: Sequence[int], per_client: int) -> list[list[int]]:
+    """Contiguous blocks of `per_client` classes in the given order; the last block takes
+    whatever is left, so it may be larger or smaller than `per_client` (50 classes at 20
+    per client -> [20, 30]; 51 -> [20, 20, 11]; 19 -> [19])."""
+    class_ids = list(class_ids)
+    if not class_ids:
+        raise ValueError("no classes to deal to clients")
+    count = chunk_count(len(class_ids), per_client)
+    blocks = [class_ids[j * per_client : (j + 1) * per_client] for j in range(count - 1)]
+    blocks.append(class_ids[(count - 1) * per_client :])
+    return blocks
+
+
+@dataclass(frozen=True)
+class ChunkGroup:
+    """One part of a class-chunk federation: a dataset (or a source domain of one) whose
+    classes `class_ids` are dealt in blocks; `train_pool` restricts its images (a domain's
+    images), None = every train image of those classes."""
+
+    name: str
+    class_ids: tuple[int, ...]
+    train_pool: tuple[int, ...] | None = None
+
+
+def class_chunk_partition(
+    train_labels: Sequence[int],
+    groups: Sequence[ChunkGroup],
+    per_client: int,
+    shots: int,
+    seed: int,
+    protocol: str,
+    base_class_ids: Sequence[int] = (),
+    novel_class_ids: Sequence[int] = (),
+    targets: Sequence[str] = (),
+) -> Partition:
+    """Clients = group x contiguous block of `per_client` classes, numbered group by group.
+
+    Each client holds `shots` train images of each of its classes (drawn from the group's
+    pool), trains over its own classes only, and records its group in `domain`.
+    """
+    def images_by_class(positions) -> dict[int, list[int]]:
+        by_class: dict[int, list[int]] = {}
+        for i in positions:
+            by_class.setdefault(train_labels[i], []).append(i)
+        return by_class
+
+    everything = None  # built once: ImageNet has 1.28M train images and 50+ clients
+    clients: list[ClientShard] = []
+    for group in groups:
+        if group.train_pool is None:
+            everything = everything if everything is not None else images_by_class(range(len(train_labels)))
+            by_class = everything
+        else:
+            by_class = images_by_class(group.train_pool)
+        for block in chunk_classes(group.class_ids, per_client):
+            client_id = len(clients)
+            # Same rule as data.fewshot: per class in label order, one RNG per client.
+            rng = random.Random(seed * 100_003 + client_id)
+            indices: list[int] = []
+            for label in sorted(block):
+                pool = by_class.get(label, [])
+                if not pool:
+                    where = f" in domain {group.name}" if group.train_pool is not None else f" in {group.name}"
+                    raise ValueError(f"class {label} has no training image{where}")
+                indices.extend(pool if shots <= 0 or len(pool) <= shots else rng.sample(pool, shots))
+            clients.append(ClientShard(client_id, tuple(sorted(indices)), tuple(sorted(block)), domain=group.name))
+    return Partition(protocol, tuple(clients), tuple(base_class_ids), tuple(novel_class_ids), tuple(targets))
 
 
 # ---------------------------------------------------------------------------------------
@@ -293,7 +384,8 @@ def load_manifest(path) -> Partition:
         for c in payload["clients"]
     )
     partition = Partition(
-        payload["protocol"], clients, tuple(payload["base_class_ids"]), tuple(payload["novel_class_ids"])
+        payload["protocol"], clients, tuple(payload["base_class_ids"]), tuple(payload["novel_class_ids"]),
+        tuple(payload.get("targets", ())),
     )
     if partition.hash != payload["hash"]:
         raise ValueError(f"{path}: partition hash {partition.hash} does not match the recorded {payload['hash']}")

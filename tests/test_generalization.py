@@ -1,0 +1,337 @@
+"""The FedTPG / FedMVP generalization protocols: class-chunk federations over several
+datasets (classchunk), multi-source single-target domain generalization (msst) and
+training on one dataset to test on others (transfer)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.config import ConfigError, build_config
+from benchmark.protocols import get_protocol
+from data.base import DatasetSplits, TensorImages
+from data.combined import combine, members_of
+from data.partition import ChunkGroup, chunk_classes, chunk_count, class_chunk_partition
+from data.transforms import clip_transforms
+
+# ---------------------------------------------------------------------------------------
+# Partitions: the client counts and class blocks of the authors' harness
+
+NINE = {  # the base-to-new datasets in the authors' order, with their class counts
+    "caltech101": 100, "oxford_flowers": 102, "fgvc_aircraft": 100, "ucf101": 101, "oxford_pets": 37,
+    "food101": 101, "dtd": 47, "stanford_cars": 196, "sun397": 397,
+}
+NINE_BLOCKS = {
+    "caltech101": [20, 30], "oxford_flowers": [20, 20, 11], "fgvc_aircraft": [20, 30], "ucf101": [20, 20, 11],
+    "oxford_pets": [19], "food101": [20, 20, 11], "dtd": [24], "stanford_cars": [20, 20, 20, 20, 18],
+    "sun397": [20] * 9 + [19],
+}
+
+
+def _labels(num_classes: int, per_class: int = 2) -> list[int]:
+    return [c for c in range(num_classes) for _ in range(per_class)]
+
+
+def test_nine_dataset_base_classes_make_30_clients_with_the_published_sizes():
+    train_labels, groups, offset = [], [], 0
+    for name, n in NINE.items():
+        base = range(offset, offset + math.ceil(n / 2))
+        groups.append(ChunkGroup(name, tuple(base)))
+        train_labels += [offset + c for c in _labels(n)]
+        offset += n
+    partition = class_chunk_partition(train_labels, groups, 20, 8, seed=1, protocol="classchunk")
+    assert len(partition.clients) == 30
+    for name, sizes in NINE_BLOCKS.items():
+        assert [len(c.class_ids) for c in partition.clients if c.domain == name] == sizes
+    # contiguous blocks in label order, the last one taking the rest, nothing shared
+    caltech = [c.class_ids for c in partition.clients if c.domain == "caltech101"]
+    assert caltech == [tuple(range(20)), tuple(range(20, 50))]
+    flat = [k for c in partition.clients for k in c.class_ids]
+    assert len(flat) == len(set(flat)) == sum(math.ceil(n / 2) for n in NINE.values())
+    # a client trains on its own classes only, every image of them (2 < 8 shots here)
+    for client in partition.clients:
+        assert {train_labels[i] for i in client.train_indices} == set(client.class_ids)
+        assert client.train_classes == client.class_ids
+
+
+@pytest.mark.parametrize(
+    "num_classes, per_client, sizes",
+    [
+        (65, 20, [20, 20, 25]),  # OfficeHome, all classes, per source domain
+        (345, 20, [20] * 16 + [25]),  # DomainNet, all classes, per source domain
+        (7, 20, [7]),  # PACS
+        (5, 20, [5]),  # VLCS
+        (10, 20, [10]),  # TerraIncognita: 0.5 rounds to 0, at least one client
+        (50, 20, [20, 30]),  # Caltech101 base: 2.5 rounds half to even -> 2
+        (1000, 5, [5] * 200),  # ImageNet at 5 classes per client
+        (1000, 20, [20] * 50),  # ImageNet at the default 20
+    ],
+)
+def test_chunk_sizes_round_half_to_even(num_classes, per_client, sizes):
+    assert [len(b) for b in chunk_classes(range(num_classes), per_client)] == sizes
+    assert chunk_count(num_classes, per_client) == len(sizes)
+
+
+def test_rounding_is_half_to_even_not_half_up():
+    assert [chunk_count(m, 20) for m in (10, 30, 50, 70, 90)] == [1, 2, 2, 4, 4]  # 0.5 1.5 2.5 3.5 4.5
+
+
+def test_domain_clients_draw_only_their_domain_images():
+    # 3 domains x 65 classes x 10 images, every class in every domain (OfficeHome-like)
+    labels = [c for _ in range(3) for c in range(65) for _ in range(10)]
+    domains = [d for d in ("art", "clipart", "product") for _ in range(650)]
+    groups = [
+        ChunkGroup(d, tuple(range(65)), tuple(i for i, x in enumerate(domains) if x == d)) for d in ("art", "clipart")
+    ]
+    partition = class_chunk_partition(labels, groups, 20, 8, seed=3, protocol="msst", targets=("product",))
+    assert [len(c.class_ids) for c in partition.clients] == [20, 20, 25, 20, 20, 25]
+    for client in partition.clients:
+        assert {domains[i] for i in client.train_indices} == {client.domain}
+        assert len(client.train_indices) == 8 * len(client.class_ids)
+    assert partition.targets == ("product",)
+    again = class_chunk_partition(labels, groups, 20, 8, seed=3, protocol="msst", targets=("product",))
+    assert again.hash == partition.hash
+    other = class_chunk_partition(labels, groups, 20, 8, seed=4, protocol="msst", targets=("product",))
+    assert other.hash != partition.hash  # the few-shot sample follows the run seed
+
+
+def test_a_class_without_training_images_is_an_error():
+    with pytest.raises(ValueError, match="class 3 has no training image in domain art"):
+        class_chunk_partition([0, 1, 2, 4], [ChunkGroup("art", (0, 1, 2, 3, 4), (0, 1, 2, 3))], 20, 8, 1, "msst")
+
+
+def test_partition_manifest_round_trips_targets(tmp_path):
+    from data.partition import load_manifest, save_manifest
+
+    partition = class_chunk_partition(_labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "transfer",
+                                      targets=("b", "c"))
+    save_manifest(partition, tmp_path / "p.json")
+    assert load_manifest(tmp_path / "p.json") == partition
+    plain = class_chunk_partition(_labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "classchunk")
+    assert "targets" not in plain.manifest()  # protocols without targets keep their old hash
+
+
+# ---------------------------------------------------------------------------------------
+# Several datasets in one run
+
+TRANSFORMS = clip_transforms(32, augment=False)
+
+
+def _fake(name: str, num_classes: int, train_per_class: int = 3, test_per_class: int = 2, domains=None) -> DatasetSplits:
+    """An in-memory dataset; every image is a constant colour = its label (for the tests
+    only the labels matter: the accuracy function is recorded, not computed)."""
+    classes = [f"{name} class {c}" for c in range(num_classes)]
+    splits = {}
+    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
+        doms = domains or [None]
+        labels = [c for _ in doms for c in range(num_classes) for _ in range(per_class)]
+        tags = [d for d in doms for _ in range(num_classes * per_class)] if domains else None
+        images = torch.tensor(labels, dtype=torch.uint8).view(-1, 1, 1, 1).expand(-1, 4, 4, 3).contiguous()
+        splits[split] = TensorImages(f"{name}/{split}", images, labels, classes, TRANSFORMS.test, domains=tags)
+    return DatasetSplits(name, splits["train"], splits["test"], classes, domain_names=list(domains) if domains else None)
+
+
+def test_combined_dataset_keeps_each_member_in_its_own_label_block():
+    a, b, c = _fake("a", 4), _fake("b", 6), _fake("c", 3)
+    combined = combine("a+b", [a, b], [c])
+    members = members_of(combined)
+    assert [(m.name, m.offset, m.num_classes, m.trains) for m in members] == [
+        ("a", 0, 4, True), ("b", 4, 6, True), ("c", 10, 3, False)
+    ]
+    assert len(combined.train) == len(a.train) + len(b.train)  # c is tested only
+    assert len(combined.test) == len(a.test) + len(b.test) + len(c.test)
+    for member, part in zip(members, (a, b, c)):
+        got = [combined.test.labels[i] - member.offset for i in member.test_indices]
+        assert got == part.test.labels
+        assert [combined.class_names[k] for k in member.class_ids] == part.class_names
+    # an image is the one of its member
+    i = members[1].test_start + 5
+    assert torch.equal(combined.test[i][0], b.test[5][0]) and combined.test[i][1] == b.test.labels[5] + 4
+
+
+def test_dataset_option_takes_a_list_or_a_plus_joined_string():
+    from_list = build_config({"dataset": ["dtd", "caltech101"], "protocol": "classchunk"})
+    from_text = build_config({"dataset": "dtd+caltech101", "protocol": "classchunk"})
+    assert from_list.dataset == "dtd+caltech101" and from_list.datasets == ["dtd", "caltech101"]
+    assert from_list.hash() == from_text.hash()
+    assert build_config({"dataset": "caltech101+dtd", "protocol": "classchunk"}).hash() != from_text.hash()
+    many = build_config({"dataset": "+".join(NINE), "protocol": "classchunk"})
+    assert many.run_name().startswith("promptfl_caltech101+8more_classchunk_")
+    for bad in ("dtd+", "dtd+dtd", "+dtd"):
+        with pytest.raises(ConfigError, match="dataset names joined by"):
+            build_config({"dataset": bad})
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"dataset": "dtd+caltech101", "protocol": "base2novel"}, "runs on one dataset"),
+        ({"dataset": "dtd", "protocol": "base2novel", "target": "x"}, "target is used by --protocol msst only"),
+        ({"dataset": "dtd", "protocol": "classchunk", "eval_datasets": "x"}, "eval_datasets is used by"),
+        ({"dataset": "dtd", "protocol": "msst"}, "no fixed target domain is known"),
+        ({"dataset": "imagenet", "protocol": "transfer"}, "needs datasets to test on"),
+    ],
+)
+def test_protocol_options_are_checked_before_loading(options, message):
+    config = build_config(options)
+    with pytest.raises(ConfigError, match=message):
+        get_protocol(config.protocol).check(config)
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics on fake data: which images and which candidate classes each number uses
+
+
+class Recorder:
+    """An accuracy function that records its calls and answers from a table."""
+
+    def __init__(self, answer):
+        self.calls = []
+        self.answer = answer
+
+    def __call__(self, indices, class_ids):
+        indices, class_ids = list(indices), tuple(class_ids)
+        self.calls.append((indices, class_ids))
+        return self.answer(indices, class_ids)
+
+
+def _evaluate(protocol, dataset, partition, accuracy):
+    per_client = {c.client_id: protocol.client_metrics(accuracy, c, partition, dataset) for c in partition.clients}
+    return per_client, protocol.summarize(per_client, partition)
+
+
+def test_classchunk_local_base_new_per_dataset_then_equal_weights():
+    # a: 10 classes, base 5 -> one client; b: 44 classes, base 22 -> two clients of 11 (P = 11)
+    a, b = _fake("a", 10), _fake("b", 44)
+    dataset = combine("a+b", [a, b])
+    config = build_config({"dataset": "a+b", "protocol": "classchunk", "classes_per_client": 11, "shots": 2})
+    protocol = get_protocol("classchunk")
+    partition = protocol.partition(dataset, config)
+    assert [(c.domain, c.class_ids) for c in partition.clients] == [
+        ("a", tuple(range(5))), ("b", tuple(range(10, 21))), ("b", tuple(range(21, 32)))
+    ]
+    labels = dataset.test.labels
+    # accuracy = 60 on a, 90 on b for Base; 40 / 70 for New; Local = first class id of the client
+    def answer(indices, class_ids):
+        in_b = class_ids[0] >= 10
+        if len(class_ids) in (5, 22) and class_ids[0] in (0, 10):  # base sets
+            return 90.0 if in_b else 60.0
+        if len(class_ids) in (5, 22):  # new sets
+            return 70.0 if in_b else 40.0
+        return float(class_ids[0])
+    recorder = Recorder(answer)
+    per_client, summary = _evaluate(protocol, dataset, partition, recorder)
+    for (indices, class_ids), client in zip(recorder.calls[0::3], partition.clients):  # the Local calls
+        assert class_ids == client.class_ids  # the client's own classes only
+        assert sorted(indices) == [i for i, y in enumerate(labels) if y in client.class_ids]
+    base_b, new_b = recorder.calls[4], recorder.calls[5]
+    assert base_b[1] == tuple(range(10, 32)) and {labels[i] for i in base_b[0]} == set(range(10, 32))
+    assert new_b[1] == tuple(range(32, 54)) and {labels[i] for i in new_b[0]} == set(range(32, 54))
+    # Local: a's one client holds all its base classes (60), b = mean(10, 21) = 15.5;
+    # per dataset then over datasets: (60 + 15.5) / 2, not the client mean (60 + 10 + 21) / 3
+    assert summary["Local"] == pytest.approx(37.75)
+    assert summary["Base"] == pytest.approx(75.0) and summary["New"] == pytest.approx(55.0)
+    hm = 3 / (1 / 37.75 + 1 / 75 + 1 / 55)
+    assert summary["HM"] == pytest.approx(hm)
+    details = protocol.details(per_client, partition)
+    assert details["b/Local"] == pytest.approx(15.5) and details["a/Base"] == 60.0 and details["b/New"] == 70.0
+
+
+def test_published_hm_is_the_harmonic_mean_of_the_three_averages():
+    from benchmark.evaluation import harmonic_mean
+
+    # The published rows: HM of the rounded averages is within 0.01 of the published HM
+    # (the three-way HM; the two-way 2BN/(B+N) of FedMVP would be 76.58).
+    assert harmonic_mean(81.89, 75.37, 77.82) == pytest.approx(78.27, abs=0.01)  # FedMVP
+    assert harmonic_mean(76.72, 70.51, 75.78) == pytest.approx(74.24, abs=0.01)  # zero-shot CLIP
+    assert harmonic_mean(75.37, 77.82) == pytest.approx(76.58, abs=0.01)
+
+
+DOMAINS = ["art", "cartoon", "photo", "sketch"]
+
+
+def test_msst_trains_on_the_sources_and_scores_the_target_over_all_classes():
+    dataset = _fake("pacs", 7, domains=DOMAINS)
+    protocol = get_protocol("msst")
+    config = build_config({"dataset": "pacs", "protocol": "msst", "shots": 2})
+    partition = protocol.partition(dataset, config)  # the fixed target: sketch
+    assert [c.domain for c in partition.clients] == ["art", "cartoon", "photo"] and partition.targets == ("sketch",)
+    assert all(c.class_ids == tuple(range(7)) for c in partition.clients)
+    recorder = Recorder(lambda indices, class_ids: 50.0)
+    _, summary = _evaluate(protocol, dataset, partition, recorder)
+    for indices, class_ids in recorder.calls:
+        assert {dataset.test.domains[i] for i in indices} == {"sketch"} and class_ids == tuple(range(7))
+        assert len(indices) == 7 * 2
+    assert summary == {"Acc": 50.0}
+    photo = protocol.partition(dataset, build_config({"dataset": "pacs", "protocol": "msst", "target": "photo"}))
+    assert [c.domain for c in photo.clients] == ["art", "cartoon", "sketch"]
+    with pytest.raises(ConfigError, match="'painting' is not one of its domains"):
+        protocol.partition(dataset, build_config({"dataset": "pacs", "protocol": "msst", "target": "painting"}))
+
+
+def test_transfer_scores_each_test_dataset_over_its_own_classes_and_averages_the_unseen():
+    imagenet = _fake("imagenet", 30)
+    variant_a = _fake("imagenet_a", 6)  # the -A / -R variants: a class list of their own
+    variant_v2 = _fake("imagenet_v2", 30)
+    dataset = combine("imagenet+imagenet_v2+imagenet_a", [imagenet], [variant_v2, variant_a])
+    config = build_config({"dataset": "imagenet", "protocol": "transfer", "classes_per_client": 5, "shots": 1,
+                           "eval_datasets": "imagenet_v2+imagenet_a+imagenet"})
+    protocol = get_protocol("transfer")
+    protocol.check(config)
+    partition = protocol.partition(dataset, config)
+    assert len(partition.clients) == 6 and {c.domain for c in partition.clients} == {"imagenet"}
+    score = {30: 70.0, 6: 40.0, 5: 90.0}  # by the number of candidate classes: IN and V2, A, a client
+    recorder = Recorder(lambda indices, class_ids: score[len(class_ids)])
+    _, summary = _evaluate(protocol, dataset, partition, recorder)
+    members = {m.name: m for m in members_of(dataset)}
+    calls = {class_ids: indices for indices, class_ids in recorder.calls}
+    a = members["imagenet_a"]
+    assert calls[a.class_ids] == list(a.test_indices) and len(a.class_ids) == 6  # 6-way, its own images
+    assert calls[members["imagenet"].class_ids] == list(members["imagenet"].test_indices)
+    assert summary["imagenet_v2"] == 70.0 and summary["imagenet_a"] == 40.0 and summary["imagenet"] == 70.0
+    assert summary["Avg"] == pytest.approx(55.0)  # V2 and A only: ImageNet itself is not averaged in
+    assert summary["Local"] == 90.0
+
+
+# ---------------------------------------------------------------------------------------
+# End to end on the toy datasets (tiny untrained CLIP: the numbers are not the point here)
+
+
+def _toy_run(tmp_path, **options):
+    from benchmark.runner import run_experiment
+    from conftest import TINY
+
+    base = dict(backbone=TINY, pretrained="none", out=str(tmp_path / "runs"), shots=2, rounds=1, local_epochs=1,
+                batch_size=16, seed=1, wandb="disabled", method="promptfl")
+    return run_experiment(build_config({**base, **options}), progress=False)
+
+
+@pytest.mark.slow  # ~2.5 min on the shared 2-core machine: renders 3 toy datasets
+def test_classchunk_runs_over_three_toy_datasets(tmp_path):
+    import json
+
+    result = _toy_run(tmp_path, dataset="toy+toy_shapes+toy_patterns", protocol="classchunk", classes_per_client=8)
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    assert summary["clients"] == 2 + 4 + 2  # 16, 32 and 16 base classes in blocks of 8
+    assert set(summary["metrics"]) == {"Local", "Base", "New", "HM"}
+    assert set(summary["details"]) == {f"{d}/{m}" for d in ("toy", "toy_shapes", "toy_patterns") for m in ("Local", "Base", "New")}
+    for metric in ("Local", "Base", "New"):
+        per_dataset = [summary["details"][f"{d}/{metric}"] for d in ("toy", "toy_shapes", "toy_patterns")]
+        assert summary["metrics"][metric] == pytest.approx(np.mean(per_dataset))
+    assert len(result.federation.rounds[0].clients) == 8  # every client of every dataset trains
+
+
+@pytest.mark.slow
+def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
+    msst = _toy_run(tmp_path, dataset="toy_domains", protocol="msst", target="noisy", classes_per_client=5)
+    assert msst.summary["clients"] == 3 * 2 and set(msst.summary["metrics"]) == {"Acc"}
+    assert "_to-noisy_" in msst.run_dir.name
+    transfer = _toy_run(tmp_path, dataset="toy", protocol="transfer", classes_per_client=8,
+                        eval_datasets="toy_shapes+toy_patterns", participation=0.5)
+    metrics = transfer.summary["metrics"]
+    assert set(metrics) == {"Local", "toy_shapes", "toy_patterns", "Avg"} and transfer.summary["clients"] == 4
+    assert metrics["Avg"] == pytest.approx((metrics["toy_shapes"] + metrics["toy_patterns"]) / 2)
+    assert len(transfer.federation.rounds[0].clients) == 2
