@@ -3,7 +3,10 @@
 A preset file holds
   title, paper_table (optional key into the paper reference numbers),
   run:      RunConfig options shared by every cell,
-  datasets: names, or {name, run: {per-dataset options}},
+  datasets: names, or {name, dataset, targets, run: {per-dataset options}}: `name` labels the
+            table section, `dataset` (default: name) is what the runs load, one or a list;
+  targets:  msst only: fixed | lodo | [domains] (per dataset too): one cell per target domain,
+            the table averages them unweighted (leave-one-domain-out),
   methods:  names, or {label, method, method_args} variants (ablations),
   seeds:    list of seeds,
   grid:     optional {option: [values]} axes (shots, beta, ...).
@@ -33,12 +36,14 @@ class MethodVariant:
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of a table: the row label (method variant), the column keys, and its config."""
+    """One run of a table: the row label (method variant), the column keys, and its config.
+    `part`: the target domain when the table cell is the mean of several runs (msst)."""
 
     label: str
     dataset: str
     grid: tuple[tuple[str, Any], ...]
     config: RunConfig
+    part: str = ""
 
 
 @dataclass
@@ -51,6 +56,7 @@ class Preset:
     seeds: list[int]
     grid: dict[str, list[Any]] = field(default_factory=dict)
     paper_table: str | None = None
+    targets: Any = None  # msst: fixed | lodo | [domains]
 
     def cells(
         self,
@@ -67,21 +73,38 @@ class Preset:
         axes = list(self.grid.items())
         cells = []
         for ds in chosen_datasets:
+            data = ds.get("dataset", ds["name"])
+            targets = ds.get("targets", self.targets)
+            parts = [""] if targets is None else self._targets(data, targets)
             for values in itertools.product(*(v for _, v in axes)):
                 grid = tuple((k, v) for (k, _), v in zip(axes, values))
                 for variant in chosen_methods:
                     for seed in seeds if seeds is not None else self.seeds:
-                        config = build_config(
-                            self.run,
-                            ds.get("run", {}),
-                            dict(grid),
-                            {"dataset": ds["name"], "method": variant.method, "seed": seed,
-                             "wandb_group": self.name},
-                            {"method_args": variant.method_args},
-                            overrides or {},
-                        )
-                        cells.append(Cell(variant.label, ds["name"], grid, config))
+                        for part in parts:
+                            config = build_config(
+                                self.run,
+                                ds.get("run", {}),
+                                dict(grid),
+                                {"dataset": data, "method": variant.method, "seed": seed,
+                                 "wandb_group": self.name},
+                                {"target": part} if part else {},
+                                {"method_args": variant.method_args},
+                                overrides or {},
+                            )
+                            if part and config.protocol != "msst":
+                                raise ConfigError(
+                                    f"preset {self.name}: targets are msst target domains, but dataset "
+                                    f"{ds['name']} runs protocol {config.protocol}"
+                                )
+                            cells.append(Cell(variant.label, ds["name"], grid, config, part))
         return cells
+
+    def _targets(self, dataset, targets) -> list[str]:
+        from benchmark.protocols import msst_targets
+
+        if isinstance(dataset, (list, tuple)) or "+" in str(dataset):
+            raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
+        return msst_targets(str(dataset), targets)
 
 
     def _methods(self, wanted: list[str] | None) -> list[MethodVariant]:
@@ -136,6 +159,7 @@ def load_preset(name_or_path: str) -> Preset:
         seeds=[int(s) for s in data["seeds"]],
         grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
         paper_table=data.get("paper_table"),
+        targets=data.get("targets"),
     )
 
 

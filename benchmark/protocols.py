@@ -255,15 +255,39 @@ class ClassChunkBase2New(Protocol):
         }
 
 
-# The authors' multi-source single-target configurations: every other domain is a source.
+# The domains of the multi-domain datasets, and the authors' fixed target of each
+# (their one multi-source single-target configuration: every other domain is a source).
+DG_DOMAINS = {
+    "pacs": ("art_painting", "cartoon", "photo", "sketch"),
+    "officehome": ("art", "clipart", "product", "realworld"),
+    "vlcs": ("caltech", "labelme", "pascal", "sun"),
+    "terra_incognita": ("location_38", "location_43", "location_46", "location_100"),
+    "domainnet_full": ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
+    "toy_domains": ("clean", "noisy", "blurred", "checkerboard"),
+}
 FIXED_TARGETS = {
     "pacs": "sketch",
-    "officehome": "real_world",
+    "officehome": "realworld",
     "vlcs": "sun",
     "terra_incognita": "location_100",
-    "domainbed_domainnet": "sketch",
+    "domainnet_full": "sketch",
     "toy_domains": "checkerboard",  # the toy analogue: the style farthest from the others
 }
+
+
+def msst_targets(dataset: str, targets) -> list[str]:
+    """The target domains of a preset's msst cells: 'fixed' (the authors' one target),
+    'lodo' (every domain in turn: leave-one-domain-out) or an explicit list."""
+    if isinstance(targets, (list, tuple)):
+        return [str(t) for t in targets]
+    if targets not in ("fixed", "lodo"):
+        raise ConfigError(f"targets = {targets!r} is invalid: expected fixed, lodo or a list of domains")
+    if dataset not in DG_DOMAINS:
+        raise ConfigError(
+            f"targets: {targets} needs the domains of {dataset}, which the suite does not know "
+            f"(it knows {', '.join(DG_DOMAINS)}); list them: targets: [domain, ...]"
+        )
+    return [FIXED_TARGETS[dataset]] if targets == "fixed" else list(DG_DOMAINS[dataset])
 
 
 @register_protocol("msst")

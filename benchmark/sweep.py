@@ -26,7 +26,7 @@ class SweepPlan:
     todo: list[Cell]
     missing_datasets: dict[str, str]  # dataset -> what to do to get it
 
-    def describe(self) -> str:
+    def describe(self, every_cell: bool = False) -> str:
         lines = [
             f"{self.preset.name}: {self.preset.title}",
             f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run",
@@ -39,24 +39,53 @@ class SweepPlan:
             counts[0] += 1
             counts[1] += cell in self.done
         for name, (total, done) in by_dataset.items():
-            status = "MISSING" if name in self.missing_datasets else "present"
+            lacking = [d for d in needed_datasets([name], self.cells) if d in self.missing_datasets]
+            status = f"MISSING {', '.join(lacking)}" if lacking else "present"
             lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {status}")
+        if every_cell:
+            lines.append("cells (label | dataset | grid | target | seed | status):")
+            for cell in self.cells:
+                lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
+                status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
+                grid = ", ".join(f"{k}={v}" for k, v in cell.grid) or "-"
+                lines.append(
+                    f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
+                )
         for name, how in self.missing_datasets.items():
             lines.append(f"missing dataset {name}: {how}")
         return "\n".join(lines)
 
+    def can_run(self, cell: Cell) -> bool:
+        return not any(d in self.missing_datasets for d in needed_datasets([cell.dataset], [cell]))
+
+
+def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
+    """Every dataset the cells of these table sections load: trained on and tested on."""
+    names: dict[str, None] = {}
+    for cell in cells:
+        if cell.dataset in sections:
+            names.update(dict.fromkeys(cell.config.datasets + cell.config.test_datasets))
+    return list(names)
+
 
 def plan_sweep(preset: Preset, cells: list[Cell]) -> SweepPlan:
+    from data.base import DatasetError
+
     done = [c for c in cells if is_complete(run_dir(c))]
     todo = [c for c in cells if c not in done]
     missing = {}
     for cell in cells:
-        if cell.dataset in missing:
-            continue
-        info = dataset_info(cell.dataset)
-        folder = info.path(cell.config.resolved_data_root())
-        if not info.generated and not folder.is_dir():
-            missing[cell.dataset] = f"expected {folder} ({info.layout}). {info.how_to_get}"
+        for name in cell.config.datasets + cell.config.test_datasets:
+            if name in missing:
+                continue
+            try:
+                info = dataset_info(name)
+            except DatasetError as exc:
+                missing[name] = str(exc)
+                continue
+            folder = info.path(cell.config.resolved_data_root())
+            if not info.generated and not folder.is_dir():
+                missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
     return SweepPlan(preset, cells, done, todo, missing)
 
 
@@ -78,7 +107,7 @@ def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_m
     report = SweepReport()
     bar = tqdm(plan.todo, desc=f"reproduce {plan.preset.name}", unit="run", disable=not progress, dynamic_ncols=True)
     for cell in bar:
-        if cell.dataset in plan.missing_datasets:
+        if not plan.can_run(cell):
             report.skipped.append(cell)
             continue
         bar.set_postfix_str(f"{cell.label} / {cell.dataset} / seed {cell.config.seed}")
@@ -100,7 +129,8 @@ def render_tables(plan: SweepPlan, results_dir: Path, wandb_mode: str | None = N
     if stats.empty:
         return {}
     reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
-    comparison = paper_comparison(stats, reference) if reference is not None else paper_comparison(stats, _empty())
+    preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
+    comparison = paper_comparison(stats, reference if reference is not None else _empty(), preset_methods)
     out = Path(results_dir)
     files = render(stats, comparison, out, plan.preset.title)
     for name, path in (("radar", radar(stats, out / "radar.png")), ("curves", round_curves(plan.cells, out / "curves.png"))):

@@ -24,20 +24,32 @@ def run_dir(cell: Cell) -> Path:
     return Path(cell.config.out) / cell.config.run_name()
 
 
+# A table cell made of several runs (msst, one per target domain) shows each run's
+# accuracy under the target's name and, once every target has run, their unweighted mean.
+PART_METRIC = "Acc"
+
+
 def collect(cells: Sequence[Cell]) -> pd.DataFrame:
     """Long rows (label, method, dataset, grid, seed, metric, value) of the finished cells."""
     rows = []
+    parts: dict[tuple, dict[str, float | None]] = {}  # (label, method, dataset, grid, seed) -> part -> value
     for cell in cells:
+        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        key = {"label": cell.label, "method": cell.config.method, "dataset": cell.dataset, "grid": grid,
+               "seed": cell.config.seed}
+        if cell.part:
+            parts.setdefault(tuple(key.values()), {})[cell.part] = None
         folder = run_dir(cell)
         if not is_complete(folder):
             continue
-        summary = read_summary(folder)
-        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
-        for metric, value in summary["metrics"].items():
-            rows.append(
-                {"label": cell.label, "method": cell.config.method, "dataset": cell.dataset, "grid": grid,
-                 "seed": cell.config.seed, "metric": metric, "value": float(value)}
-            )
+        metrics = read_summary(folder)["metrics"]
+        if cell.part:
+            parts[tuple(key.values())][cell.part] = float(metrics[PART_METRIC])
+            metrics = {cell.part: metrics[PART_METRIC]}
+        rows.extend({**key, "metric": metric, "value": float(value)} for metric, value in metrics.items())
+    for key, values in parts.items():
+        if all(v is not None for v in values.values()):
+            rows.append({**dict(zip(KEYS + ["seed"], key)), "metric": PART_METRIC, "value": sum(values.values()) / len(values)})
     return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
 
 
@@ -69,13 +81,15 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
     return stats
 
 
-def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame) -> pd.DataFrame:
-    """Our mean next to the paper's number for every paper row of the methods in the table
-    (a cell still to run shows as NaN so the gap is visible, never dropped)."""
+def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """Our mean next to the paper's number for every paper row of the methods in the table:
+    `methods` (the preset's), else those with results. A cell still to run shows as NaN so
+    the gap is visible, never dropped."""
     if reference.empty:
         return pd.DataFrame(columns=["method", "dataset", "metric", "ours", "paper", "delta"])
     ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
-    reference = reference[reference["method"].isin(ours["method"])]
+    wanted = set(ours["method"]) | set(methods or ())
+    reference = reference[reference["method"].isin(wanted)]
     merged = reference.merge(ours[["method", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left")
     merged["delta"] = merged["ours"] - merged["paper"]
     return merged[["method", "dataset", "metric", "ours", "paper", "delta"]]

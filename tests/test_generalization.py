@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -335,3 +336,116 @@ def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
     assert set(metrics) == {"Local", "toy_shapes", "toy_patterns", "Avg"} and transfer.summary["clients"] == 4
     assert metrics["Avg"] == pytest.approx((metrics["toy_shapes"] + metrics["toy_patterns"]) / 2)
     assert len(transfer.federation.rounds[0].clients) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Presets, leave-one-domain-out tables and the papers' numbers
+
+
+def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path, capsys):
+    from benchmark.cli import main
+    from benchmark.presets import load_preset
+
+    nodata = tmp_path / "nodata"
+    assert main(["reproduce", "fedmvp_base2new", "--dry-run", "--data-root", str(nodata), "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    preset = load_preset("fedmvp_base2new")
+    n_cells = len(preset.methods) * len(preset.seeds)
+    assert n_cells >= 6 and f"{n_cells} cells: 0 done, {n_cells} to run" in out
+    for name in NINE:  # each of the 9 datasets, with how to get it
+        assert f"missing dataset {name}: " in out
+    for dataset in ("caltech101", "dtd", "sun397"):
+        assert f"missing dataset {dataset}: expected {nodata}" in out and "fedbench data download" in out
+    for variant in preset.methods:
+        for seed in preset.seeds:
+            assert f"  {variant.label} | nine_datasets | - | - | seed {seed} | needs " in out
+    config = preset.cells()[0].config
+    assert config.datasets == list(NINE) and config.protocol == "classchunk" and config.shots == 8
+
+
+def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
+    from benchmark.presets import load_preset
+    from benchmark.protocols import DG_DOMAINS, FIXED_TARGETS
+
+    fixed = load_preset("fedmvp_msst").cells(seeds=[1], methods=["zeroshot"])
+    assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
+        (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "officehome", "vlcs", "terra_incognita", "domainnet_full")
+    ]
+    lodo = load_preset("fedmvp_msst_lodo").cells(seeds=[1], methods=["zeroshot"])
+    assert [(c.dataset, c.part) for c in lodo] == [(d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in DG_DOMAINS[d]]
+    assert len({c.config.run_name() for c in lodo}) == len(lodo) == 4 + 4 + 4 + 4 + 6
+
+
+def _finish(cell, metrics: dict) -> None:
+    """A finished run folder for `cell` holding `metrics` (tables only read summary.json)."""
+    from benchmark.results import write_run
+    from benchmark.tables import run_dir
+
+    write_run(run_dir(cell), cell.config, [], {"metrics": metrics}, {})
+
+
+def _toy_lodo_preset(tmp_path):
+    from benchmark.presets import load_preset
+
+    path = tmp_path / "lodo.yaml"
+    path.write_text(
+        "title: toy LODO\ntargets: lodo\n"
+        f"run: {{protocol: msst, classes_per_client: 5, out: {tmp_path / 'runs'}}}\n"
+        "datasets: [toy_domains]\nmethods: [zeroshot]\nseeds: [1, 2]\n"
+    )
+    return load_preset(str(path))
+
+
+def test_lodo_table_keeps_each_target_and_averages_them_unweighted(tmp_path):
+    from benchmark.tables import collect, summarize
+
+    cells = _toy_lodo_preset(tmp_path).cells()
+    assert len(cells) == 2 * 4
+    accuracy = {"clean": 90.0, "noisy": 70.0, "blurred": 60.0, "checkerboard": 20.0}
+    for cell in cells:
+        if not (cell.config.seed == 2 and cell.part == "checkerboard"):  # one target still to run
+            _finish(cell, {"Acc": accuracy[cell.part] + cell.config.seed})
+    long = collect(cells)
+    seed1 = long[long.seed == 1].set_index("metric")["value"]
+    assert seed1["Acc"] == pytest.approx(np.mean([91, 71, 61, 21]))  # unweighted over targets
+    assert seed1["noisy"] == 71.0 and len(seed1) == 5
+    seed2 = long[long.seed == 2]
+    assert "Acc" not in set(seed2.metric) and len(seed2) == 3  # incomplete: no mean shown
+    stats = summarize(long).set_index(["dataset", "metric"])
+    assert stats.loc[("toy_domains", "Acc"), "n"] == 1 and stats.loc[("toy_domains", "clean"), "n"] == 2
+    assert stats.loc[("Average", "Acc"), "mean"] == pytest.approx(61.0)
+
+
+FAKE_METRICS = {
+    "fedmvp_base2new": {"Local": 80.0, "Base": 70.0, "New": 75.0, "HM": 74.8},
+    "fedmvp_msst": {"Acc": 50.0},
+    "fedmvp_msst_lodo": {"Acc": 50.0},
+    "fedmvp_imagenet": {"Local": 90.0, "imagenet": 70.0, "imagenet_v2": 60.0, "imagenet_sketch": 45.0,
+                        "imagenet_a": 50.0, "imagenet_r": 75.0, "Avg": 57.5},
+    "fedmvp_crossdata": {"Local": 90.0, **{d: 60.0 for d in (*NINE, "eurosat")}, "Avg": 60.0},
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAKE_METRICS))
+def test_paper_comparison_of_each_fedmvp_preset_carries_the_published_numbers(name, tmp_path):
+    from benchmark.paper import reference_numbers
+    from benchmark.presets import load_preset
+    from benchmark.sweep import plan_sweep, render_tables
+
+    preset = load_preset(name)
+    cells = preset.cells({"out": str(tmp_path / "runs")})
+    for cell in cells:
+        if cell.label == "zeroshot":
+            _finish(cell, FAKE_METRICS[name])
+    files = render_tables(plan_sweep(preset, cells), tmp_path / "results")
+    comparison = pd.read_csv(files["paper"])
+    reference = reference_numbers(preset.paper_table)
+    assert len(reference) >= 6 and set(reference["method"]) <= {m.method for m in preset.methods}
+    merged = reference.merge(comparison, on=["method", "dataset", "metric"], suffixes=("_ref", ""))
+    assert len(merged) == len(reference) == len(comparison)  # every published number, once
+    assert (merged["paper"] == merged["paper_ref"]).all()
+    for row in merged.itertuples():  # ours beside it for the zero-shot runs, a gap for the rest
+        if row.method == "zeroshot":
+            assert row.ours == pytest.approx(FAKE_METRICS[name][row.metric]), row
+        else:
+            assert np.isnan(row.ours)

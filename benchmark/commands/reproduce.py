@@ -20,7 +20,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
     p.add_argument("--datasets", nargs="+", help="only these datasets")
     p.add_argument("--methods", nargs="+", help="only these methods (a registered method not in the preset is added)")
-    p.add_argument("--dry-run", action="store_true", help="list the cells, how many are done, and missing data")
+    p.add_argument("--dry-run", action="store_true", help="list every cell, which are done, and the missing data with how to get it")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument("--results", help="folder of the rendered table (default: results/TABLE)")
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
@@ -47,7 +47,7 @@ def run(args) -> int:
         overrides[key] = value
     cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
     plan = plan_sweep(preset, cells)
-    print(plan.describe())
+    print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
     results = Path(args.results or Path("results") / preset.name)
