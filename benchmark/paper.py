@@ -40,7 +40,7 @@ PAPER_METRICS = {"Acc": "Avg"}
 # targets); ImageNet to its variants and cross-dataset: one run, a metric per test dataset.
 PAPER_COLUMNS = {
     "fedmvp_msst": {
-        "PACS": ("pacs", "Acc"), "OfficeHome": ("officehome", "Acc"), "VLCS": ("vlcs", "Acc"),
+        "PACS": ("pacs", "Acc"), "OfficeHome": ("office_home", "Acc"), "VLCS": ("vlcs", "Acc"),
         "TerraInc": ("terra_incognita", "Acc"), "DomainNet": ("domainnet_full", "Acc"), "Avg": ("Average", "Acc"),
     },
     "fedmvp_imagenet": {

@@ -22,10 +22,14 @@ def _pyplot():
     return plt
 
 
-def radar(stats: pd.DataFrame, path: Path, metrics: Sequence[str] = ("Local", "Base", "Novel", "HM")) -> Path | None:
-    """One polygon per method over `metrics`, from the Average rows (or the only dataset)."""
-    datasets = stats["dataset"].unique()
-    dataset = AVERAGE if AVERAGE in datasets else (datasets[0] if len(datasets) else None)
+def radar(stats: pd.DataFrame, path: Path, metrics: Sequence[str] | None = None) -> Path | None:
+    """One polygon per method over `metrics` (default Local, Base, Novel or New, HM), from the
+    Average rows, or else the first dataset that has them."""
+    if metrics is None:
+        novel = "New" if "New" in set(stats["metric"]) and "Novel" not in set(stats["metric"]) else "Novel"
+        metrics = ("Local", "Base", novel, "HM")
+    having = stats[stats["metric"].isin(metrics)]["dataset"].unique()
+    dataset = AVERAGE if AVERAGE in having else (having[0] if len(having) else None)
     part = stats[(stats["dataset"] == dataset) & stats["metric"].isin(metrics)]
     if part.empty:
         return None

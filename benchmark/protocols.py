@@ -259,17 +259,17 @@ class ClassChunkBase2New(Protocol):
 # (their one multi-source single-target configuration: every other domain is a source).
 DG_DOMAINS = {
     "pacs": ("art_painting", "cartoon", "photo", "sketch"),
-    "officehome": ("art", "clipart", "product", "realworld"),
+    "office_home": ("art", "clipart", "product", "realworld"),
     "vlcs": ("caltech", "labelme", "pascal", "sun"),
-    "terra_incognita": ("location_38", "location_43", "location_46", "location_100"),
+    "terra_incognita": ("L38", "L43", "L46", "L100"),
     "domainnet_full": ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
     "toy_domains": ("clean", "noisy", "blurred", "checkerboard"),
 }
 FIXED_TARGETS = {
     "pacs": "sketch",
-    "officehome": "realworld",
+    "office_home": "realworld",
     "vlcs": "sun",
-    "terra_incognita": "location_100",
+    "terra_incognita": "L100",
     "domainnet_full": "sketch",
     "toy_domains": "checkerboard",  # the toy analogue: the style farthest from the others
 }
@@ -322,7 +322,7 @@ class MultiSourceSingleTarget(Protocol):
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         if not dataset.domain_names or dataset.train.domains is None or dataset.test.domains is None:
             raise ConfigError(
-                f"the msst protocol needs a dataset with per-image domains (pacs, officehome, vlcs, "
+                f"the msst protocol needs a dataset with per-image domains (pacs, office_home, vlcs, "
                 f"terra_incognita, toy_domains, ...); {dataset.name} has none"
             )
         target = self.target_of(dataset, config)

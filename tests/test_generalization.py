@@ -369,7 +369,7 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
 
     fixed = load_preset("fedmvp_msst").cells(seeds=[1], methods=["zeroshot"])
     assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
-        (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "officehome", "vlcs", "terra_incognita", "domainnet_full")
+        (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
     lodo = load_preset("fedmvp_msst_lodo").cells(seeds=[1], methods=["zeroshot"])
     assert [(c.dataset, c.part) for c in lodo] == [(d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in DG_DOMAINS[d]]
