@@ -255,16 +255,8 @@ class ClassChunkBase2New(Protocol):
         }
 
 
-# The domains of the multi-domain datasets, and the authors' fixed target of each
-# (their one multi-source single-target configuration: every other domain is a source).
-DG_DOMAINS = {
-    "pacs": ("art_painting", "cartoon", "photo", "sketch"),
-    "office_home": ("art", "clipart", "product", "realworld"),
-    "vlcs": ("caltech", "labelme", "pascal", "sun"),
-    "terra_incognita": ("L38", "L43", "L46", "L100"),
-    "domainnet_full": ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
-    "toy_domains": ("clean", "noisy", "blurred", "checkerboard"),
-}
+# The authors' one multi-source single-target configuration per dataset: this target
+# domain, every other domain a source.
 FIXED_TARGETS = {
     "pacs": "sketch",
     "office_home": "realworld",
@@ -277,17 +269,21 @@ FIXED_TARGETS = {
 
 def msst_targets(dataset: str, targets) -> list[str]:
     """The target domains of a preset's msst cells: 'fixed' (the authors' one target),
-    'lodo' (every domain in turn: leave-one-domain-out) or an explicit list."""
+    'lodo' (every domain in turn, as the catalog lists them: leave-one-domain-out) or a list."""
+    from data.catalog import dataset_info
+
     if isinstance(targets, (list, tuple)):
         return [str(t) for t in targets]
     if targets not in ("fixed", "lodo"):
         raise ConfigError(f"targets = {targets!r} is invalid: expected fixed, lodo or a list of domains")
-    if dataset not in DG_DOMAINS:
-        raise ConfigError(
-            f"targets: {targets} needs the domains of {dataset}, which the suite does not know "
-            f"(it knows {', '.join(DG_DOMAINS)}); list them: targets: [domain, ...]"
-        )
-    return [FIXED_TARGETS[dataset]] if targets == "fixed" else list(DG_DOMAINS[dataset])
+    domains = list(dataset_info(dataset).domains)
+    if not domains:
+        raise ConfigError(f"targets: {targets} needs a multi-domain dataset; the catalog lists no domains for {dataset}")
+    if targets == "lodo":
+        return domains
+    if dataset not in FIXED_TARGETS:
+        raise ConfigError(f"no fixed target is known for {dataset}; use targets: lodo or a list of domains")
+    return [FIXED_TARGETS[dataset]]
 
 
 @register_protocol("msst")

@@ -365,14 +365,17 @@ def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path,
 
 def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
     from benchmark.presets import load_preset
-    from benchmark.protocols import DG_DOMAINS, FIXED_TARGETS
+    from benchmark.protocols import FIXED_TARGETS
+    from data.catalog import dataset_info
 
     fixed = load_preset("fedmvp_msst").cells(seeds=[1], methods=["zeroshot"])
     assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
         (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
     lodo = load_preset("fedmvp_msst_lodo").cells(seeds=[1], methods=["zeroshot"])
-    assert [(c.dataset, c.part) for c in lodo] == [(d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in DG_DOMAINS[d]]
+    domains = {d: dataset_info(d).domains for d in FIXED_TARGETS}
+    assert all(FIXED_TARGETS[d] in domains[d] for d in FIXED_TARGETS)  # the fixed targets are real domains
+    assert [(c.dataset, c.part) for c in lodo] == [(d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in domains[d]]
     assert len({c.config.run_name() for c in lodo}) == len(lodo) == 4 + 4 + 4 + 4 + 6
 
 
@@ -449,3 +452,68 @@ def test_paper_comparison_of_each_fedmvp_preset_carries_the_published_numbers(na
             assert row.ours == pytest.approx(FAKE_METRICS[name][row.metric]), row
         else:
             assert np.isnan(row.ours)
+
+
+# ---------------------------------------------------------------------------------------
+# On the datasets' real on-disk layouts (tiny fakes written by tests/fake_layouts.py)
+
+
+def test_transfer_on_imagenet_layouts_scores_each_variant_over_its_own_class_list(tmp_path):
+    from data.combined import load_datasets
+    from fake_layouts import make_fake_dataset
+
+    fakes = {name: make_fake_dataset(name, tmp_path, num_classes=n, per_class=2)
+             for name, n in (("imagenet", 6), ("imagenet_v2", 6), ("imagenet_a", 3), ("imagenet_r", 2))}
+    config = build_config({"dataset": "imagenet", "protocol": "transfer", "classes_per_client": 2, "shots": 1,
+                           "eval_datasets": "imagenet+imagenet_v2+imagenet_a+imagenet_r"})
+    protocol = get_protocol("transfer")
+    protocol.check(config)
+    dataset = load_datasets(config.datasets, tmp_path, TRANSFORMS, config.test_datasets)
+    members = {m.name: m for m in members_of(dataset)}
+    assert [m.trains for m in members.values()] == [True, False, False, False]
+    for name, fake in fakes.items():  # each classified over its own list: A and R are not ImageNet's 6
+        assert [dataset.class_names[k] for k in members[name].class_ids] == fake.class_names
+    partition = protocol.partition(dataset, config)
+    assert len(partition.clients) == 3 and all(len(c.class_ids) == 2 for c in partition.clients)
+    recorder = Recorder(lambda indices, class_ids: 100.0 * len(class_ids))
+    _, summary = _evaluate(protocol, dataset, partition, recorder)
+    assert summary["imagenet_a"] == 300.0 and summary["imagenet_r"] == 200.0 and summary["imagenet"] == 600.0
+    assert summary["Avg"] == pytest.approx((600 + 300 + 200) / 3)  # V2, A, R; not ImageNet
+    for indices, class_ids in recorder.calls:
+        assert {dataset.test.labels[i] for i in indices} <= set(class_ids)
+
+
+def test_training_on_a_test_only_variant_is_refused(tmp_path):
+    from benchmark.runner import load_run_dataset
+
+    config = build_config({"dataset": "imagenet+imagenet_a", "protocol": "classchunk", "data_root": str(tmp_path)})
+    with pytest.raises(ConfigError, match="'imagenet_a' is a test set only"):
+        load_run_dataset(config, None)
+
+
+@pytest.mark.parametrize("name", ["pacs", "office_home", "terra_incognita"])
+def test_msst_on_domainbed_layouts_holds_out_the_fixed_target(name, tmp_path):
+    from benchmark.protocols import FIXED_TARGETS
+    from data.catalog import dataset_info
+    from data.combined import load_datasets
+    from fake_layouts import make_fake_dataset
+
+    make_fake_dataset(name, tmp_path, num_classes=5)
+    with pytest.warns(UserWarning, match="no published split"):  # the suite writes its split
+        dataset = load_datasets([name], tmp_path, TRANSFORMS)
+    assert tuple(dataset.domain_names) == dataset_info(name).domains
+    config = build_config({"dataset": name, "protocol": "msst", "classes_per_client": 2, "shots": 3})
+    get_protocol("msst").check(config)
+    partition = get_protocol("msst").partition(dataset, config)
+    target = FIXED_TARGETS[name]
+    sources = [d for d in dataset.domain_names if d != target]
+    assert partition.targets == (target,)
+    assert [c.domain for c in partition.clients] == [d for d in sources for _ in range(2)]  # 5 classes -> [2, 3]
+    assert [len(c.class_ids) for c in partition.clients[:2]] == [2, 3]
+    for client in partition.clients:
+        assert {dataset.train.domains[i] for i in client.train_indices} == {client.domain}
+    recorder = Recorder(lambda indices, class_ids: 42.0)
+    _, summary = _evaluate(get_protocol("msst"), dataset, partition, recorder)
+    indices, class_ids = recorder.calls[0]
+    assert {dataset.test.domains[i] for i in indices} == {target} and class_ids == tuple(range(5))
+    assert summary == {"Acc": 42.0}

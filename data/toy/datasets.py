@@ -92,6 +92,8 @@ def _register(name: str) -> None:
         how_to_get=_HOW,
         generated=True,
         protocol=spec.protocol,
+        num_classes=len(spec.classes),
+        domains=tuple(spec.domains) if len(spec.domains) > 1 else (),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         return load_toy(name, transforms)
