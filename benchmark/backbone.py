@@ -10,10 +10,22 @@ re-written here as plain loops over the towers' blocks so that a method can
   (pFedMMA's adapters, LoRA, deep prompts that replace tokens between blocks) -- per
   call, without mutating the shared model,
 - append visual prompt tokens to the image tower's input sequence (VPT, MaPLe).
+
+Mixed precision. Under autocast (`--precision bf16-mixed`) the blocks' matrix products
+run in bf16, but the residual streams of both towers stay in fp32: the embeddings (token,
+patch, class, positional, visual prompts) and the pre-norm are computed in fp32, each
+block adds its bf16 branch to the fp32 stream (`x + attn(ln_1(x))` promotes to fp32), and
+`_run_blocks` refuses a block or wrapper that hands back anything but fp32. The final
+projections run in fp32 too. Without this, open_clip's image tower carries a bf16 stream
+(its patch embedding is a bf16 convolution, the class and positional embeddings are cast
+to it, and its LayerNorm returns the input dtype), and a small term added into the stream
+-- pFedMMA's alpha * adapter, alpha = 0.001 -- is rounded away: bf16 resolves 1 part in
+256 of a stream of RMS ~1. `tests/test_precision.py` measures what is preserved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,11 +126,11 @@ class Backbone(nn.Module):
         (the EOT token has the highest id)."""
         model = self.model
         x = self.token_embedding(tokens) if embeddings is None else embeddings
-        x = x + model.positional_embedding.to(x.dtype)
-        x = _run_blocks(model.transformer, x, model.attn_mask, block_wrappers)
+        x = x.float() + model.positional_embedding.float()
+        x = _run_blocks(model.transformer, x, model.attn_mask, block_wrappers, "text")
         x = model.ln_final(x)
         x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
-        return x @ model.text_projection
+        return project(x, model.text_projection)
 
     # -- image ------------------------------------------------------------------------
     def image_tokens(
@@ -131,31 +143,32 @@ class Backbone(nn.Module):
         prompts carry no position (VPT, MaPLe). A block wrapper may replace them deeper in.
         """
         visual = self.model.visual
-        x = visual.conv1(images.to(visual.conv1.weight.dtype))  # [B, W, grid, grid]
-        x = x.flatten(2).transpose(1, 2)  # [B, M, W]
-        cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
-        x = torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
-        x = visual.patch_dropout(x)
-        if prompts is not None:
-            if prompts.dim() == 2:
-                prompts = prompts.unsqueeze(0).expand(x.shape[0], -1, -1)
-            x = torch.cat([x, prompts.to(x.dtype)], dim=1)
-        x = visual.ln_pre(x)
-        x = _run_blocks(visual.transformer, x, None, block_wrappers)
+        with full_precision(images.device.type):  # the stream starts fp32 (module docstring)
+            x = visual.conv1(images.to(visual.conv1.weight.dtype))  # [B, W, grid, grid]
+            x = x.flatten(2).transpose(1, 2)  # [B, M, W]
+            cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
+            x = torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
+            x = visual.patch_dropout(x)
+            if prompts is not None:
+                if prompts.dim() == 2:
+                    prompts = prompts.unsqueeze(0).expand(x.shape[0], -1, -1)
+                x = torch.cat([x, prompts.to(x.dtype)], dim=1)
+            x = visual.ln_pre(x)
+        x = _run_blocks(visual.transformer, x, None, block_wrappers, "vision")
         return visual.ln_post(x)
 
     def encode_image(
         self, images: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
     ) -> Tensor:
         """Image features [B, D] (the class token, projected); `prompts` as in `image_tokens`."""
-        return self.image_tokens(images, block_wrappers, prompts)[:, 0] @ self.model.visual.proj
+        return project(self.image_tokens(images, block_wrappers, prompts)[:, 0], self.model.visual.proj)
 
     def encode_image_patches(
         self, images: Tensor, block_wrappers: BlockWrappers | None = None
     ) -> tuple[Tensor, Tensor]:
         """(image features [B, D], projected patch features [B, M, D]); the class token is
         dropped from the patches (FedOTP matches prompts to the M patches)."""
-        tokens = self.image_tokens(images, block_wrappers) @ self.model.visual.proj
+        tokens = project(self.image_tokens(images, block_wrappers), self.model.visual.proj)
         return tokens[:, 0], tokens[:, 1:]
 
     def blocks(self, tower: str) -> nn.ModuleList:
@@ -171,15 +184,38 @@ class Backbone(nn.Module):
         return self.encode_text(self.tokenize([template.format(c) for c in class_names]))
 
 
+def full_precision(device_type: str) -> contextlib.AbstractContextManager:
+    """Autocast off on `device_type` ('cpu', 'cuda'): what runs inside computes in the dtype
+    of its inputs, fp32 here."""
+    return torch.autocast(device_type, enabled=False)
+
+
+def project(x: Tensor, projection: Tensor) -> Tensor:
+    """x @ projection in fp32 under any autocast: a feature's small changes survive to the logits."""
+    with full_precision(x.device.type):
+        return x.float() @ projection.float()
+
+
 def _run_blocks(
-    transformer: nn.Module, x: Tensor, attn_mask: Tensor | None, block_wrappers: BlockWrappers | None
+    transformer: nn.Module,
+    x: Tensor,
+    attn_mask: Tensor | None,
+    block_wrappers: BlockWrappers | None,
+    tower: str,
 ) -> Tensor:
     if not transformer.batch_first:  # open_clip < 2.24 keeps [L, B, W]
         raise BackboneError("open_clip_torch with batch_first transformers (>= 2.24) is required")
     wrappers = block_wrappers or {}
+    x = x.float()  # the residual stream is fp32 under any precision (module docstring)
     for index, block in enumerate(transformer.resblocks):
         wrapper = wrappers.get(index)
         x = block(x, attn_mask=attn_mask) if wrapper is None else wrapper(block, x, attn_mask)
+        if x.dtype != torch.float32:
+            raise BackboneError(
+                f"{tower} block {index + 1}{' (wrapped by a method)' if wrapper else ''} returned a "
+                f"{x.dtype} residual stream; it must stay float32 under mixed precision, or small terms added "
+                "to it are rounded away. Add the block's branch to its float32 input (x + branch(x))."
+            )
     return x
 
 

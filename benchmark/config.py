@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
 SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.client_sampling_schedule
 
 
@@ -70,6 +71,7 @@ class RunConfig:
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.beta > 0, "beta", "a positive number"),
+            (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
             (self.classes_per_client >= 1, "classes_per_client", "an integer >= 1"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),

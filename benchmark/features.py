@@ -2,6 +2,7 @@
 
 Exact: used only for methods whose `encode_images` depends on the frozen backbone alone
 (`FederatedMethod.frozen_image_features`) and for splits under a deterministic transform.
+Computed under the caller's autocast (the run's precision), and keyed by it.
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ class FeatureCache:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.progress = progress
-        self._store: dict[tuple[str, str, str], tuple[Tensor, Tensor]] = {}  # key -> (features, done mask)
+        self._store: dict[tuple[str, ...], tuple[Tensor, Tensor]] = {}  # key -> (features, done mask)
 
     @torch.no_grad()
     def features(self, method, split: LabeledImages, indices: list[int] | None = None) -> Tensor:
         """Features [len(split), ...] of `split` (what `method.encode_images` returns per
         image: [D], or [M, D] for patch features); rows outside `indices` may be unset."""
-        key = (method.backbone.key, method.image_feature_kind, split.cache_key)
+        key = (method.backbone.key, method.image_feature_kind, split.cache_key, _autocast_key(method.device.type))
         wanted = list(range(len(split))) if indices is None else list(indices)
         if key not in self._store:
             self._store[key] = (torch.empty(0), torch.zeros(len(split), dtype=torch.bool))
@@ -48,3 +49,8 @@ class FeatureCache:
         for images, _ in tqdm(loader, desc=f"features {split.name}", disable=not self.progress, leave=False):
             out.append(method.encode_images(images.to(device)).float().cpu())
         return torch.cat(out)
+
+
+def _autocast_key(device_type: str) -> str:
+    """Features computed under autocast differ from fp32 ones: keep them apart."""
+    return str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else "fp32"

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.backbone import Backbone
+from benchmark.backbone import Backbone, full_precision
 
 State = dict[str, Tensor]
 
@@ -62,7 +62,9 @@ class FederatedMethod(L.LightningModule):
         [zero-shot text features of "a photo of a {name}.", normalized]
       - `classify(image_features, class_features)` -> logits [B, C] [scale * cosine]
       - `logits(images, class_names)`: the composition; Local, Base and Novel all go
-        through it, so no method can special-case a metric.
+        through it, so no method can special-case a metric. It runs `classify` through
+        `class_logits`, with autocast off: under mixed precision the encoders' blocks run
+        in bf16, but features, the head and the logits stay fp32 (see benchmark.backbone).
       - `training_step` [cross-entropy over the current client's classes] and
         `configure_optimizers` (ordinary Lightning; a fresh optimizer per client-round).
 
@@ -85,6 +87,9 @@ class FederatedMethod(L.LightningModule):
         with the others.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
+      - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
+        "32-true" when the trained state changes the towers by less than bf16's matrix
+        products blur them (pFedMMA, LoRA; README "Precision"). On CPU, auto is "32-true".
     """
 
     name: ClassVar[str] = ""  # set by @register_method
@@ -92,6 +97,7 @@ class FederatedMethod(L.LightningModule):
     frozen_image_features: ClassVar[bool] = False
     image_feature_kind: ClassVar[str] = "clip"
     evaluate_after_download: ClassVar[bool] = True
+    gpu_precision: ClassVar[str] = "bf16-mixed"
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
@@ -124,7 +130,13 @@ class FederatedMethod(L.LightningModule):
     def logits(self, images: Tensor, class_names: Sequence[str]) -> Tensor:
         """Not a hook: `classify(image_features(images), encode_classes(class_names))`, the one
         path training and every metric take. Override the three parts instead."""
-        return self.classify(self.image_features(images), self.encode_classes(class_names))
+        return self.class_logits(self.image_features(images), self.encode_classes(class_names))
+
+    def class_logits(self, image_features: Tensor, class_features: Any) -> Tensor:
+        """Not a hook: `classify` with autocast off, so the head computes in fp32 under any
+        training precision (training and evaluation both call it)."""
+        with full_precision(self.device.type):
+            return self.classify(image_features.float(), class_features)
 
     def image_features(self, inputs: Tensor) -> Tensor:
         """`encode_images` of a batch of images [B, 3, H, W]; a batch of precomputed features

@@ -29,7 +29,9 @@ HOOKS = (
     "encode_images", "encode_classes", "classify", "training_step", "configure_optimizers",
     "aggregate", "download",
 )
-CLASS_ATTRIBUTES = ("upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download")
+CLASS_ATTRIBUTES = (
+    "upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download", "gpu_precision",
+)
 M = TypeVar("M", bound=type[FederatedMethod])
 
 _METHODS: dict[str, type[FederatedMethod]] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from benchmark.federation import (
 )
 from benchmark.method import FederatedMethod
 from benchmark.protocols import get_protocol
-from benchmark.registry import build_method
+from benchmark.registry import build_method, get_method
 from benchmark.results import ALL_CLIENTS, MetricRow, write_run
 from data.base import DatasetSplits
 from data.catalog import dataset_info
@@ -51,9 +52,24 @@ def resolve_device(config: RunConfig) -> tuple[str, str]:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     precision = config.precision
-    if precision == "auto":
-        precision = "bf16-mixed" if device.startswith("cuda") else "32-true"
+    if precision == "auto":  # the method says what it needs on a GPU (FederatedMethod.gpu_precision)
+        precision = get_method(config.method).gpu_precision if device.startswith("cuda") else "32-true"
+    if precision == "16-mixed" and not device.startswith("cuda"):
+        # Lightning would train in bf16 instead, while evaluation (autocast_context) ran in fp16.
+        raise ConfigError(
+            f"precision 16-mixed needs a CUDA device (device is {device!r}); on CPU use bf16-mixed or 32-true"
+        )
     return device, precision
+
+
+def autocast_context(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """The autocast Lightning's training step runs under for `precision`, entered around the
+    run's other forward passes (frozen features, evaluation): a model is evaluated with the
+    numerics it was trained with."""
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[precision]
+    return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=dtype, cache_enabled=False)
 
 
 def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
@@ -99,7 +115,8 @@ def run_experiment(
     train_inputs = dataset.train
     if cache_train:
         needed = sorted({i for c in partition.clients for i in c.train_indices})
-        train_inputs = _FEATURES.features(method, dataset.train, needed)
+        with autocast_context(device, precision):
+            train_inputs = _FEATURES.features(method, dataset.train, needed)
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     settings = TrainerSettings(accelerator, precision, config.num_workers, config.batch_size, config.local_epochs)
@@ -118,7 +135,10 @@ def run_experiment(
         schedule, config.seed, settings, on_round_end, progress,
     )
     federation = simulator.run()
-    per_client, summary_metrics = evaluate_clients(method, protocol, dataset, partition, federation, config, progress)
+    with autocast_context(device, precision):
+        per_client, summary_metrics = evaluate_clients(
+            method, protocol, dataset, partition, federation, config, progress
+        )
     details = protocol.details(per_client, partition)
     final_round = config.rounds
     for cid, metrics in per_client.items():

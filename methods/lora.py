@@ -90,6 +90,7 @@ class CLIPLoRA(FederatedMethod):
 
     upload_keys = ("lora.*",)
     frozen_image_features = False  # the image tower carries LoRA too
+    gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (README "Precision")
 
     def __init__(
         self,

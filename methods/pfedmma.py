@@ -11,9 +11,12 @@ In every adapted block b (1-based, both towers, default 5..12 = the last 8 of 12
 state a client uploads (FedAvg by n_i, the average goes to every client). down/up stay
 personal. Gradient scaling: identity forward, gradient x alpha at the adapter's input and
 x 1/alpha at its output, so the adapter's *parameters* receive 1/alpha times their true
-gradient while the gradient that reaches x through the adapter is the true one. This is
-not `alpha * adapter(h)` with a larger learning rate: the momentum and weight-decay terms
-of SGD see the scaled gradient.
+gradient while the gradient that reaches x through the adapter is the true one. Under
+SGD with momentum this equals `alpha * adapter(h)` trained with a 1/alpha times larger
+learning rate in everything but weight decay: the gradient step and momentum are linear in
+the gradient, so scaling the gradient or the lr is the same; the decay term wd * theta is
+added to the gradient unscaled, so here it is alpha times weaker relative to the gradient
+than it would be with the larger lr.
 
 Choices the spec leaves open (documented, not the paper's):
 - `shared_dim` != `adapter_dim` (an ablation only; the paper has 32 and 32): down maps
@@ -85,6 +88,7 @@ class PFedMMA(FederatedMethod):
 
     upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
     frozen_image_features = False  # the image tower runs through this client's adapters
+    gpu_precision = "32-true"  # alpha * y at init is as small as bf16's matmul noise (README "Precision")
 
     def __init__(
         self,
