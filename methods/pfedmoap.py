@@ -54,7 +54,6 @@ for such clients too.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -65,6 +64,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, State
+from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -232,26 +232,8 @@ class PFedMoAP(FederatedMethod):
             [{"params": [self.ctx], "lr": hp.lr}, {"params": list(self.gate.parameters()), "lr": hp.gate_lr}],
             lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
         )
-        steps = max(1, int(self.trainer.estimated_stepping_batches))
-        epochs = max(1, int(self.trainer.max_epochs or 1))
-        warmup_steps = steps * min(hp.warmup_epochs, epochs - 1) // epochs
+        warmup_steps, steps = warmup_and_total_steps(self, hp.warmup_epochs)
         prompt_schedule = warmup_then_cosine(warmup_steps, steps, hp.warmup_lr / hp.lr)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [prompt_schedule, constant_schedule])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
-
-def constant_schedule(step: int) -> float:
-    return 1.0
-
-
-def warmup_then_cosine(warmup_steps: int, total_steps: int, warmup_factor: float):
-    """lr factor: `warmup_factor` for the first `warmup_steps` steps, then cosine from 1 to 0
-    over the remaining steps."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return warmup_factor
-        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-    return factor

@@ -2,6 +2,11 @@
 
 The released PromptFL code does not run; the baseline later papers report is CoOp +
 FedAvg weighted by n_i, which is this. A global method: nothing stays personal.
+
+Optimizer: CoOp's recipe, as pFedMoAP's prompt has it: SGD lr 0.002, momentum 0.9, weight
+decay 5e-4, `warmup_epochs` local epoch(s) at the constant `warmup_lr` 1e-5, then cosine
+decay over the rest of the client-round; fresh each client-round, so the warm-up opens
+every client-round, and with a single local epoch it is skipped (`benchmark.optim`).
 """
 
 from __future__ import annotations
@@ -30,10 +35,14 @@ class PromptFL(FederatedMethod):
         n_ctx: int = 16,
         init_std: float = 0.02,
         lr: float = 0.002,
+        warmup_epochs: int = 1,
+        warmup_lr: float = 1e-5,
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
     ) -> None:
         super().__init__(backbone)
+        if warmup_epochs < 0 or not warmup_lr > 0:
+            raise ValueError(f"warmup_epochs must be >= 0 and warmup_lr > 0, got {warmup_epochs} and {warmup_lr}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx)
         self.ctx = nn.Parameter(torch.randn(n_ctx, backbone.text.width) * init_std)
@@ -43,4 +52,4 @@ class PromptFL(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, [self.ctx], hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_with_cosine(self, [self.ctx], hp.lr, hp.momentum, hp.weight_decay, hp.warmup_epochs, hp.warmup_lr)

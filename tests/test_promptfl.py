@@ -1,12 +1,19 @@
 """PromptFL: the context length is a hyperparameter (the FedTPG/FedMVP papers use 4);
-the default stays CoOp's 16."""
+the default stays CoOp's 16. The optimizer is CoOp's recipe with its warm-up epoch, like
+pFedMoAP's prompt."""
 
 from __future__ import annotations
 
+import math
+from types import SimpleNamespace
+
 import pytest
+import torch
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
+from methods.pfedmoap import PFedMoAP
+from methods.promptfl import PromptFL
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +37,34 @@ def test_describe_counts_the_instance_its_flags_build(vit_b16, fedbench):
     assert bad.returncode == 2 and "unrecognized arguments --depth 3 for method 'promptfl'" in bad.stderr
     stray = fedbench("methods", "--n-ctx", 4)
     assert stray.returncode == 2 and "go with --describe NAME" in stray.stderr
+
+
+def lrs(method, steps: int, epochs: int, group: int = 0) -> list[float]:
+    method._trainer = SimpleNamespace(estimated_stepping_batches=steps, max_epochs=epochs)
+    config = method.configure_optimizers()
+    optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    seen = []
+    for _ in range(steps):
+        seen.append(optimizer.param_groups[group]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return seen
+
+
+def test_warm_up_epoch_then_cosine_as_pfedmoaps_prompt(tiny_backbone):
+    torch.manual_seed(0)
+    promptfl = PromptFL(tiny_backbone)
+    seen = lrs(promptfl, 10, 2)
+    assert seen[:5] == pytest.approx([1e-5] * 5)  # the first of 2 local epochs: warm-up at 1e-5
+    assert seen[5:] == pytest.approx([0.002 * 0.5 * (1 + math.cos(math.pi * k / 5)) for k in range(5)])
+    assert seen == pytest.approx(lrs(PFedMoAP(tiny_backbone, gate_heads=2), 10, 2))  # the same recipe
+
+
+def test_one_local_epoch_has_no_warm_up_and_zero_disables_it(tiny_backbone):
+    cosine = [0.002 * 0.5 * (1 + math.cos(math.pi * k / 4)) for k in range(4)]
+    assert lrs(PromptFL(tiny_backbone), 4, 1) == pytest.approx(cosine)
+    assert lrs(PromptFL(tiny_backbone, warmup_epochs=0), 8, 2) == pytest.approx(
+        [0.002 * 0.5 * (1 + math.cos(math.pi * k / 8)) for k in range(8)]
+    )
+    with pytest.raises(ValueError, match="warmup_epochs must be >= 0"):
+        PromptFL(tiny_backbone, warmup_epochs=-1)
