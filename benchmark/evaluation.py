@@ -92,13 +92,13 @@ def accuracy(
     if cache is not None:
         features = cache.features(method, split, indices)[indices]
         for start in range(0, len(indices), batch_size):
-            logits = method.class_logits(features[start : start + batch_size].to(device), class_features)
+            logits = method.classify(features[start : start + batch_size].to(device), class_features)
             correct += (logits.argmax(-1).cpu() == targets[start : start + batch_size]).sum().item()
     else:
         loader = DataLoader(Subset(split, indices), batch_size=batch_size, num_workers=num_workers)
         start = 0
         for images, _ in loader:
-            logits = method.class_logits(method.encode_images(images.to(device)), class_features)
+            logits = method.classify(method.encode_images(images.to(device)), class_features)
             correct += (logits.argmax(-1).cpu() == targets[start : start + len(images)]).sum().item()
             start += len(images)
     return 100.0 * correct / len(indices)

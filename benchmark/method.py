@@ -62,9 +62,9 @@ class FederatedMethod(L.LightningModule):
         [zero-shot text features of "a photo of a {name}.", normalized]
       - `classify(image_features, class_features)` -> logits [B, C] [scale * cosine]
       - `logits(images, class_names)`: the composition; Local, Base and Novel all go
-        through it, so no method can special-case a metric. It runs `classify` through
-        `class_logits`, with autocast off: under mixed precision the encoders' blocks run
-        in bf16, but features, the head and the logits stay fp32 (see benchmark.backbone).
+        through it, so no method can special-case a metric. Under mixed precision the
+        backbone's features come back fp32 (benchmark.backbone); the default `classify`
+        keeps the logits fp32 too.
       - `training_step` [cross-entropy over the current client's classes] and
         `configure_optimizers` (ordinary Lightning; a fresh optimizer per client-round).
 
@@ -124,19 +124,15 @@ class FederatedMethod(L.LightningModule):
 
     def classify(self, image_features: Tensor, class_features: Any) -> Tensor:
         """Runs after the two encoders. Returns logits [B, C], column c for class_names[c].
-        Default: CLIP's logit scale * cosine similarity (features are already normalized)."""
-        return self.backbone.logit_scale * image_features @ class_features.t()
+        Default: CLIP's logit scale * cosine similarity (features are already normalized),
+        in fp32 under any autocast."""
+        with full_precision(image_features.device.type):
+            return self.backbone.logit_scale * image_features.float() @ class_features.float().t()
 
     def logits(self, images: Tensor, class_names: Sequence[str]) -> Tensor:
         """Not a hook: `classify(image_features(images), encode_classes(class_names))`, the one
         path training and every metric take. Override the three parts instead."""
-        return self.class_logits(self.image_features(images), self.encode_classes(class_names))
-
-    def class_logits(self, image_features: Tensor, class_features: Any) -> Tensor:
-        """Not a hook: `classify` with autocast off, so the head computes in fp32 under any
-        training precision (training and evaluation both call it)."""
-        with full_precision(self.device.type):
-            return self.classify(image_features.float(), class_features)
+        return self.classify(self.image_features(images), self.encode_classes(class_names))
 
     def image_features(self, inputs: Tensor) -> Tensor:
         """`encode_images` of a batch of images [B, 3, H, W]; a batch of precomputed features

@@ -94,7 +94,7 @@ class FedPGP(FederatedMethod):
         ctx = torch.cat([self.context().expand(num_classes, -1, -1), self.sigma.expand(num_classes, -1, -1)])
         features = F.normalize(self.prompts.encode(ctx, names + names), dim=-1)
         full, global_only = features[:num_classes], features[num_classes:]
-        ce = F.cross_entropy(self.class_logits(self.image_features(inputs), full), labels)
+        ce = F.cross_entropy(self.classify(self.image_features(inputs), full), labels)
         contrastive = contrastive_loss(self.anchor_features(names), global_only, full, self.hparams.temperature)
         loss = ce + self.hparams.mu * contrastive
         self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=len(labels))

@@ -40,7 +40,7 @@ def format_profile(result) -> str:
         f"{c.method} on {c.dataset}: {len(rounds)} rounds, {client_rounds} client-rounds, "
         f"{c.local_epochs} local epoch(s), batch {c.batch_size}, backbone {c.backbone}",
         f"device {result.summary['device']}, precision {result.summary['precision']}"
-        + ("" if result.summary["precision"] == "32-true" else " (blocks' matmuls autocast; residual streams and logits fp32)"),
+        + ("" if result.summary["precision"] == "32-true" else " (blocks' matmuls autocast, residual streams fp32)"),
         f"per client-round: {1000 * total / client_rounds:8.1f} ms total",
         f"  model compute:  {1000 * model / client_rounds:8.1f} ms",
         f"  framework:      {1000 * overhead / client_rounds:8.1f} ms  ({100 * overhead / total:.1f}% of the round)",
