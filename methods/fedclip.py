@@ -47,7 +47,7 @@ class FedCLIP(FederatedMethod):
     ) -> None:
         super().__init__(backbone)
         if "{}" not in template:
-            raise ValueError(f"fedclip: template must contain '{{}}' where the class name goes, got {template!r}")
+            raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")
         self.save_hyperparameters(ignore=["backbone"])
         dim = backbone.embed_dim
         self.adapter = nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), nn.Linear(dim, dim), nn.Softmax(dim=-1))

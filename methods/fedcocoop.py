@@ -61,9 +61,9 @@ class FedCoCoOp(FederatedMethod):
         super().__init__(backbone)
         dim, width = backbone.embed_dim, backbone.text.width
         if n_ctx < 1:
-            raise ValueError(f"fedcocoop: n_ctx must be >= 1, got {n_ctx}")
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if reduction < 1 or dim // reduction < 1:
-            raise ValueError(f"fedcocoop: reduction must be between 1 and the feature dimension {dim}, got {reduction}")
+            raise ValueError(f"reduction must be between 1 and the feature dimension {dim}, got {reduction}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx, ctx_init)
         initial = self.prompts.initial_context() if ctx_init else torch.randn(n_ctx, width) * init_std

@@ -56,10 +56,10 @@ class FedMaPLe(FederatedMethod):
         super().__init__(backbone)
         blocks = min(backbone.text.blocks, backbone.vision.blocks)
         if n_ctx < 1:
-            raise ValueError(f"fedmaple: n_ctx must be >= 1, got {n_ctx}")
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if not 1 <= depth <= blocks:
             raise ValueError(
-                f"fedmaple: depth {depth} does not fit backbone {backbone.name!r} (text tower {backbone.text.blocks} "
+                f"depth {depth} does not fit backbone {backbone.name!r} (text tower {backbone.text.blocks} "
                 f"blocks, image tower {backbone.vision.blocks}); choose --depth between 1 and {blocks} "
                 "(MaPLe prompts the first 9 of ViT-B/16's 12 blocks)"
             )

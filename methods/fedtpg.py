@@ -91,9 +91,9 @@ class FedTPG(FederatedMethod):
         super().__init__(backbone)
         width = backbone.text.width
         if n_ctx < 1 or ff_mult < 1:
-            raise ValueError(f"fedtpg: n_ctx and ff_mult must be >= 1, got {n_ctx} and {ff_mult}")
+            raise ValueError(f"n_ctx and ff_mult must be >= 1, got {n_ctx} and {ff_mult}")
         if heads < 1 or width % heads:
-            raise ValueError(f"fedtpg: heads must divide the text width {width} of {backbone.name!r}, got {heads}")
+            raise ValueError(f"heads must divide the text width {width} of {backbone.name!r}, got {heads}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx)
         self.translator = PromptTranslator(width, backbone.embed_dim, n_ctx, heads, ff_mult, init_std)

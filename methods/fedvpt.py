@@ -53,14 +53,14 @@ class FedVPT(FederatedMethod):
         super().__init__(backbone)
         blocks = backbone.vision.blocks
         if n_ctx < 1:
-            raise ValueError(f"fedvpt: n_ctx must be >= 1, got {n_ctx}")
+            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         if not 0 <= depth <= blocks:
             raise ValueError(
-                f"fedvpt: depth {depth} does not fit backbone {backbone.name!r}, whose image tower has {blocks} "
+                f"depth {depth} does not fit backbone {backbone.name!r}, whose image tower has {blocks} "
                 f"blocks; choose 1..{blocks} prompted blocks (0 = all of them, 1 = shallow VPT)"
             )
         if "{}" not in template:
-            raise ValueError(f"fedvpt: template must contain '{{}}' where the class name goes, got {template!r}")
+            raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")
         self.save_hyperparameters(ignore=["backbone"])
         depth = depth or blocks
         # prompts[0] enters with the patches; prompts[i] replaces them at the input of block i.
