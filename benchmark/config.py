@@ -38,6 +38,7 @@ class RunConfig:
     clients: int = 8  # number of clients (the paper: 10; the default toy dataset's 16 base classes allow 8)
     participation: float = 1.0  # fraction of clients sampled each round
     client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
+    aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
     backbone: str = "fedbench-toy-vit"  # open_clip model name
@@ -50,6 +51,7 @@ class RunConfig:
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_batch_size: int = 256  # evaluation batch size
     data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
+    attributes: str = ""  # class attribute files folder, <dataset>.json ('' = <data root>/attributes)
     out: str = "runs"  # folder receiving the run folder
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16-mixed on GPU, 32 on CPU) | 32-true | bf16-mixed | 16-mixed
@@ -74,6 +76,7 @@ class RunConfig:
             (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
             (self.classes_per_client >= 1, "classes_per_client", "an integer >= 1"),
+            (self.aggregation in {"samples", "uniform"}, "aggregation", "samples or uniform"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
         ]
         for ok, name, expected in checks:
@@ -99,7 +102,7 @@ class RunConfig:
 
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
-        {"data_root", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group", "eval_batch_size"}
+        {"data_root", "attributes", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group", "eval_batch_size"}
     )
 
     def to_dict(self) -> dict[str, Any]:

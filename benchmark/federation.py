@@ -130,6 +130,7 @@ class TrainerSettings:
     num_workers: int = 0
     batch_size: int = 32
     local_epochs: int = 1
+    aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
 
 
 class FederatedSimulator:
@@ -186,7 +187,8 @@ class FederatedSimulator:
                 states[cid] = method.client_state()
                 upload = method.uploaded_state()
                 log.bytes_up += state_bytes(upload)
-                updates.append(ClientUpdate(cid, self.clients[cid].num_samples, upload))
+                n_i = self.clients[cid].num_samples
+                updates.append(ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0))
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
             bank.update({u.client_id: u.state for u in updates})
             log.total_seconds = time.perf_counter() - t_round
@@ -220,7 +222,10 @@ class FederatedSimulator:
             persistent_workers=False,
         )
         self.method.set_client(
-            ClientContext(cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples)
+            ClientContext(
+                cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
+                len(self.schedule),
+            )
         )
         with _quiet_lightning():
             trainer = L.Trainer(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
 
 import lightning as L
 import torch
@@ -23,6 +23,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmark.backbone import Backbone, full_precision
+
+if TYPE_CHECKING:
+    from data.attributes import ClassAttributes
 
 State = dict[str, Tensor]
 
@@ -35,6 +38,7 @@ class ClientContext:
     round: int
     class_names: tuple[str, ...]  # the client's label space: label i is class_names[i]
     num_samples: int
+    rounds: int = 0  # the federation's length, for schedules that span rounds (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,13 @@ class ClientUpdate:
     client_id: int
     num_samples: int
     state: State
+    # The server's weight for this client, set by the run's `aggregation` setting:
+    # n_i ("samples") or 1 ("uniform"); None means n_i.
+    weight: float | None = None
+
+    @property
+    def aggregation_weight(self) -> float:
+        return float(self.num_samples if self.weight is None else self.weight)
 
 
 class FederatedMethod(L.LightningModule):
@@ -71,7 +82,8 @@ class FederatedMethod(L.LightningModule):
     Federation (plain name -> tensor dicts over `state_dict()` keys):
       - `upload_keys`: fnmatch patterns of the state sent to the server each round
         [(): nothing leaves the client].
-      - `aggregate(updates)` on the server [FedAvg weighted by n_i / sum n_j].
+      - `aggregate(updates)` on the server [FedAvg with each update's `aggregation_weight`:
+        n_i / sum n_j, or the plain mean under the run setting `aggregation: uniform`].
       - `download(client_id, aggregate, bank)` -> what a client receives at the start of
         a round it takes part in, and once more after the last round for evaluation
         [the aggregate]. `bank` maps client id -> its latest upload (pFedMoAP uses it).
@@ -90,6 +102,9 @@ class FederatedMethod(L.LightningModule):
       - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
         "32-true" when the trained state changes the towers by less than bf16's matrix
         products blur them (pFedMMA, LoRA; README "Precision"). On CPU, auto is "32-true".
+      - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
+        loads the dataset's attribute file (`data.attributes`) and calls
+        `set_class_attributes` before training [False].
     """
 
     name: ClassVar[str] = ""  # set by @register_method
@@ -98,16 +113,26 @@ class FederatedMethod(L.LightningModule):
     image_feature_kind: ClassVar[str] = "clip"
     evaluate_after_download: ClassVar[bool] = True
     gpu_precision: ClassVar[str] = "bf16-mixed"
+    uses_class_attributes: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
         # Not a submodule: one frozen copy for all clients, excluded from client state.
         object.__setattr__(self, "_backbone", backbone)
         self.client: ClientContext | None = None
+        self.class_attributes: ClassAttributes | None = None
 
     @property
     def backbone(self) -> Backbone:
         return self._backbone
+
+    # -- data ---------------------------------------------------------------------------
+    def set_class_attributes(self, attributes: ClassAttributes) -> None:
+        """Runs once before training, only for methods with `uses_class_attributes = True`, with
+        the descriptors of every class of the run's dataset (`attributes.of(class_names)`) and
+        the dataset's sentence frame. Returns nothing. Default: keeps them as
+        `self.class_attributes`."""
+        self.class_attributes = attributes
 
     # -- computation --------------------------------------------------------------------
     def encode_images(self, images: Tensor) -> Tensor:
@@ -205,8 +230,9 @@ class FederatedMethod(L.LightningModule):
     # -- server side --------------------------------------------------------------------
     def aggregate(self, updates: Sequence[ClientUpdate]) -> State:
         """Runs on the server after each round with the uploads (`upload_keys` of each client's
-        state) of the clients that trained. Returns the aggregate state (name -> tensor).
-        Default: FedAvg, weighted by n_i / sum_j n_j."""
+        state) of the clients that trained. Returns the aggregate state (name -> tensor); weigh
+        clients by `update.aggregation_weight` to honour the run's `aggregation` setting.
+        Default: FedAvg, weighted by each update's aggregation_weight (n_i, or 1 under uniform)."""
         return fedavg(updates)
 
     def download(self, client_id: int, aggregate: State, bank: Mapping[int, State]) -> State:
@@ -218,16 +244,18 @@ class FederatedMethod(L.LightningModule):
 
 
 def fedavg(updates: Sequence[ClientUpdate]) -> State:
-    """Sample-weighted mean: sum_i n_i / sum_j n_j * state_i, per key, in float64."""
+    """Weighted mean sum_i w_i / sum_j w_j * state_i, per key, in float64; w_i is each update's
+    `aggregation_weight` (n_i by default: sample-weighted FedAvg; 1 under `aggregation: uniform`)."""
     if not updates:
         return {}
-    total = sum(u.num_samples for u in updates)
+    weights = [u.aggregation_weight for u in updates]
+    total = sum(weights)
     if total <= 0:
         raise ValueError("FedAvg over clients with no training samples")
     keys = updates[0].state.keys()
     averaged = {}
     for key in keys:
-        acc = sum(u.state[key].double() * (u.num_samples / total) for u in updates)
+        acc = sum(u.state[key].double() * (w / total) for u, w in zip(updates, weights))
         averaged[key] = acc.to(updates[0].state[key].dtype)
     return averaged
 

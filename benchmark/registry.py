@@ -27,10 +27,11 @@ ENTRY_POINT_GROUP = "fedbench.methods"
 # returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
 HOOKS = (
     "encode_images", "encode_classes", "classify", "training_step", "configure_optimizers",
-    "aggregate", "download",
+    "aggregate", "download", "set_class_attributes",
 )
 CLASS_ATTRIBUTES = (
     "upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download", "gpu_precision",
+    "uses_class_attributes",
 )
 M = TypeVar("M", bound=type[FederatedMethod])
 

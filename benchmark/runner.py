@@ -26,6 +26,7 @@ from benchmark.method import FederatedMethod
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method, get_method
 from benchmark.results import ALL_CLIENTS, MetricRow, write_run
+from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info
 from data.combined import load_datasets
@@ -119,7 +120,15 @@ def run_experiment(
             train_inputs = _FEATURES.features(method, dataset.train, needed)
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
-    settings = TrainerSettings(accelerator, precision, config.num_workers, config.batch_size, config.local_epochs)
+    settings = TrainerSettings(
+        accelerator, precision, config.num_workers, config.batch_size, config.local_epochs, config.aggregation
+    )
+    attributes = None
+    if method.uses_class_attributes:
+        attributes = load_class_attributes(
+            config.dataset, dataset.class_names, config.resolved_data_root(), config.attributes
+        )
+        method.set_class_attributes(attributes)
     rows: list[MetricRow] = []
 
     def on_round_end(log) -> None:
@@ -176,6 +185,7 @@ def run_experiment(
         "bytes_down_total": sum(r.bytes_down for r in rounds) + federation.final_download_bytes,
         "partition_hash": partition.hash,
         "train_features_cached": cache_train,
+        **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
         "precision": precision,
         "wall_seconds": round(time.perf_counter() - started, 3),

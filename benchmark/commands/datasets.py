@@ -29,9 +29,10 @@ def add_parser(subparsers) -> None:
         description="Download with torchvision where it can (CIFAR, Caltech101, OxfordPets, Flowers102, Food101, "
         "DTD, SUN397, EuroSAT, FGVC-Aircraft) into the suite's layout, then print the manual steps still needed "
         "(CoOp split files, UCF101 mid-frames, Stanford Cars, ImageNet and its variants, the DomainNet and "
-        "Office-Caltech10 releases, the DomainBed datasets).",
+        "Office-Caltech10 releases, the DomainBed datasets). `attributes` fetches the FedMVP authors' class attribute "
+        "files (MIT licence) into <data root>/attributes/, or prints the manual step.",
     )
-    download.add_argument("name", choices=_dataset_names(), help="dataset name")
+    download.add_argument("name", choices=_dataset_names() + ["attributes"], help="dataset name, or 'attributes'")
     download.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     download.set_defaults(func=run_download)
 
@@ -101,6 +102,8 @@ def run_download(args: argparse.Namespace) -> int:
 
     root = Path(args.data_root or default_data_root()).expanduser()
     name = args.name
+    if name == "attributes":
+        return download_attributes(root)
     status = dataset_status(name, root)
     if status["status"] == "found":
         print(f"{name} is already complete under {root}: {status['train']} train / {status['test']} test images.")
@@ -122,3 +125,24 @@ def run_download(args: argparse.Namespace) -> int:
         print(f"{name} is ready: {status['train']} train / {status['test']} test images.")
         return 0
     return 1
+
+
+def download_attributes(root: Path, fetch=None) -> int:
+    """0 when every authors' attribute file is under <root>/attributes; 1 (with the manual step
+    printed) when any could not be fetched, e.g. without network access."""
+    from data.attributes import download_authors_files, manual_attribute_step
+
+    failed = download_authors_files(root, fetch or _http_get)
+    if not failed:
+        print(f"attribute files are in {root / 'attributes'}")
+        return 0
+    print(f"{len(failed)} attribute file(s) could not be fetched ({', '.join(failed)}). Do by hand:")
+    print(f"  1. {manual_attribute_step(root)}")
+    return 1
+
+
+def _http_get(url: str) -> bytes:
+    from urllib.request import urlopen
+
+    with urlopen(url, timeout=20) as response:
+        return response.read()

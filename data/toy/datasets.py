@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from data.attributes import register_attribute_generator
 from data.base import DatasetSplits, TensorImages
 from data.catalog import register_dataset
 from data.toy import world
@@ -82,8 +83,25 @@ def load_toy(name: str, transforms: ImageTransforms, seed: int = TOY_SEED) -> Da
     )
 
 
+def toy_attributes(name: str) -> dict[str, list[str]]:
+    """The attribute file of toy dataset `name`, from the world's class definitions: one
+    phrase per attribute in a fixed order -- "<value> <attribute>" for the attributes that
+    define the class ("red colour", "striped pattern"), "varied <attribute>" for those drawn
+    at random per image -- so every class has the same 4 descriptors, none naming the class."""
+    spec = world.toy_specs()[name]
+    table = {}
+    for cls in spec.classes:
+        phrases = []
+        for attribute in ("colour", "pattern", "shape", "size"):
+            index = cls.attr(attribute)
+            phrases.append(f"varied {attribute}" if index is None else f"{world.VOCAB[attribute][index]} {attribute}")
+        table[cls.name] = phrases
+    return table
+
+
 def _register(name: str) -> None:
     spec = world.toy_specs()[name]
+    register_attribute_generator(name)(functools.partial(toy_attributes, name))
 
     @register_dataset(
         name,
