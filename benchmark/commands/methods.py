@@ -81,6 +81,8 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         "",
         f"on {backbone_name}{f' with {given}' if given else ''}: {counts['trainable_params']:,} trainable parameters, "
         f"{counts['uploaded_params']:,} uploaded per client per round",
+        *(f"  {key.replace('_', ' ')}: {value:,}" for key, value in counts.items()
+          if key not in ("trainable_params", "uploaded_params")),
         f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",
         "",
