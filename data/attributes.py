@@ -2,7 +2,8 @@
 
 A file is one JSON object per dataset, `{class display name: [descriptor, ...]}`, the
 format of the FedMVP authors' `attributes/<dataset>.json` (MIT licence; never shipped
-here). It is looked up as `<attributes dir>/<dataset>.json`, the folder being
+here). It is looked up as `<attributes dir>/<dataset>.json` (the authors' file name where
+it differs: office_home -> officehome.json, ...), the folder being
 `--attributes DIR` or `<data root>/attributes`. Class names match keys after `_` -> space,
 exactly and case-sensitively; every class must have a key and all classes the same number
 of descriptors (a dense [classes x descriptors] layout). Anything else is an
@@ -60,8 +61,29 @@ SENTENCE_FRAMES: dict[str, SentenceFrame] = {
     "dtd": SentenceFrame(suffix="a type of texture, "),
     "ucf101": SentenceFrame(prefix="a photo of a person doing"),
     "eurosat": SentenceFrame(prefix="a centered satellite photo of"),  # by analogy with CoOp's template
+    # The code attends over the bare descriptors for these two (its per-domain prefixes,
+    # "an art of a", ..., are not applied here: a frame is per dataset).
+    "office_home": SentenceFrame(kv_source="descriptors"),
+    "terra_incognita": SentenceFrame(kv_source="descriptors"),
 }
 DEFAULT_FRAME = SentenceFrame()
+
+# Datasets whose attribute file has another name: the authors' file names, so that
+# `fedbench data download attributes` output is found as is.
+ATTRIBUTE_FILE_NAMES = {
+    "office_home": "officehome",
+    "terra_incognita": "terraincognita",
+    "domainnet_full": "domainnet",
+    "imagenet_v2": "imagenet",
+    "imagenet_sketch": "imagenet",
+    "imagenet_a": "imagenet",
+    "imagenet_r": "imagenet",
+}
+
+
+def attribute_file(folder: Path, dataset: str) -> Path:
+    """`<folder>/<file>.json`: the dataset's name, or the authors' name for it."""
+    return Path(folder) / f"{ATTRIBUTE_FILE_NAMES.get(dataset, dataset)}.json"
 
 
 @dataclass(frozen=True)
@@ -115,7 +137,7 @@ def load_class_attributes(
     """The attributes of every class of `dataset`, read from its file (written first for a
     generated dataset when no `--attributes` folder is given)."""
     folder = attributes_dir(data_root, attributes)
-    path = folder / f"{dataset}.json"
+    path = attribute_file(folder, dataset)
     if not str(attributes) and dataset in ATTRIBUTE_GENERATORS:
         write_generated(dataset, path)
     if not path.is_file():
@@ -123,7 +145,7 @@ def load_class_attributes(
             f"no attribute file for dataset {dataset!r}: looked for {path}. Provide one in either of two ways: "
             f"(1) `fedbench data download attributes --data-root {Path(data_root)}` (the FedMVP authors' files, "
             f"MIT licence, into <data root>/attributes/), or (2) pass --attributes DIR with a folder holding "
-            f"{dataset}.json, a JSON object mapping each class name to a list of descriptor strings."
+            f"{path.name}, a JSON object mapping each class name to a list of descriptor strings."
         )
     raw = path.read_bytes()
     table = _parse(raw, path, dataset)
@@ -142,7 +164,7 @@ def load_class_attributes(
             f"attribute file {path} does not match dataset {dataset!r}: {len(missing)} of its "
             f"{len(class_names)} classes have no key: {_listing(missing)}.{hint} Keys are class names with '_' "
             f"replaced by spaces, matched exactly. Fix the file, fetch the authors' files with "
-            f"`fedbench data download attributes`, or pass --attributes DIR with a matching {dataset}.json."
+            f"`fedbench data download attributes`, or pass --attributes DIR with a matching {path.name}."
         )
     counts = {len(v) for v in descriptors.values()}
     if len(counts) > 1:

@@ -116,3 +116,11 @@ def test_download_writes_valid_files_and_keeps_existing_ones(tmp_path, capsys):
     assert download_attributes(tmp_path, fetch=lambda url: served) == 0
     assert (tmp_path / "attributes" / "dtd.json").read_text() == '{"mine": ["kept"]}'
     assert json.loads((tmp_path / "attributes" / "caltech101.json").read_text()) == {"some class": ["a descriptor"]}
+
+
+def test_datasets_read_the_authors_file_names(tmp_path):
+    write(tmp_path / "attributes", "officehome", {"Alarm Clock": ["round face"]})
+    attributes = load_class_attributes("office_home", ["Alarm_Clock"], tmp_path)
+    assert attributes.source.endswith("officehome.json") and attributes.frame.kv_source == "descriptors"
+    with pytest.raises(AttributeFileError, match="terraincognita.json"):
+        load_class_attributes("terra_incognita", ["bobcat"], tmp_path)
