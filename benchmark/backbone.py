@@ -142,13 +142,26 @@ class Backbone(nn.Module):
         patch tokens once those have their positional embeddings, before `ln_pre`, so the
         prompts carry no position (VPT, MaPLe). A block wrapper may replace them deeper in.
         """
+        return self.image_tower(self.image_embeddings(images), block_wrappers, prompts)
+
+    def image_embeddings(self, images: Tensor) -> Tensor:
+        """The image tower's input sequence [B, 1 + M, W]: class and patch tokens with their
+        positional embeddings, before `ln_pre` (FedMVP builds its prompts from it)."""
         visual = self.model.visual
         with full_precision(images.device.type):  # the stream starts fp32 (module docstring)
             x = visual.conv1(images.to(visual.conv1.weight.dtype))  # [B, W, grid, grid]
             x = x.flatten(2).transpose(1, 2)  # [B, M, W]
             cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
             x = torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
-            x = visual.patch_dropout(x)
+            return visual.patch_dropout(x)
+
+    def image_tower(
+        self, embeddings: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
+    ) -> Tensor:
+        """`image_tokens` from `image_embeddings`: append `prompts`, ln_pre, the blocks, ln_post."""
+        visual = self.model.visual
+        with full_precision(embeddings.device.type):
+            x = embeddings
             if prompts is not None:
                 if prompts.dim() == 2:
                     prompts = prompts.unsqueeze(0).expand(x.shape[0], -1, -1)

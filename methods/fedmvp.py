@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.backbone import Backbone
+from benchmark.backbone import Backbone, project
 from benchmark.method import FederatedMethod
 from benchmark.registry import register_method
 from data.attributes import ClassAttributes
@@ -228,11 +228,8 @@ class FedMVP(FederatedMethod):
     def encode_images(self, images: Tensor) -> Tensor:
         """The frozen input sequence [B, 1 + M, W]: class token and patch embeddings with
         their positions, before ln_pre (the prompts join it in `classify`)."""
-        visual = self.backbone.model.visual
         with torch.no_grad():
-            x = visual.conv1(images.to(visual.conv1.weight.dtype)).flatten(2).transpose(1, 2)
-            cls = visual.class_embedding.to(x.dtype).expand(x.shape[0], 1, -1)
-            return torch.cat([cls, x], dim=1) + visual.positional_embedding.to(x.dtype)
+            return self.backbone.image_embeddings(images)
 
     @property
     def lora_active(self) -> bool:
@@ -250,12 +247,8 @@ class FedMVP(FederatedMethod):
 
     def prompted_features(self, embedded: Tensor, texts: ClassTexts) -> Tensor:
         """Normalized image features [B, D] of the frozen tower run on [CLS; patches; prompts]."""
-        visual = self.backbone.model.visual
-        x = torch.cat([embedded, self.prompts(embedded, texts).to(embedded.dtype)], dim=1)
-        x = visual.ln_pre(x)
-        for block in visual.transformer.resblocks:
-            x = block(x)
-        return F.normalize(visual.ln_post(x[:, 0]) @ visual.proj, dim=-1)
+        tokens = self.backbone.image_tower(embedded, prompts=self.prompts(embedded, texts))
+        return F.normalize(project(tokens[:, 0], self.backbone.model.visual.proj), dim=-1)
 
     def classify(self, image_features: Tensor, class_features: ClassTexts) -> Tensor:
         features = self.prompted_features(image_features, class_features)
