@@ -23,7 +23,7 @@ from typing import Sequence
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.backbone import Backbone
+from benchmark.backbone import Backbone, full_precision
 from benchmark.method import FederatedMethod
 from benchmark.optim import sgd_with_cosine
 from benchmark.registry import register_method
@@ -64,8 +64,10 @@ class FedCLIP(FederatedMethod):
         return self._text[key]
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
-        attended = F.normalize(self.adapter(image_features) * image_features, dim=-1)
-        return self.backbone.logit_scale * attended @ class_features.t()
+        with full_precision(image_features.device.type):  # the head and the logits in fp32
+            f = image_features.float()
+            attended = F.normalize(self.adapter(f) * f, dim=-1)
+            return self.backbone.logit_scale * attended @ class_features.float().t()
 
     def configure_optimizers(self):
         hp = self.hparams

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.backbone import Backbone
+from benchmark.backbone import Backbone, full_precision
 from benchmark.method import FederatedMethod
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
@@ -77,12 +77,15 @@ class FedCoCoOp(FederatedMethod):
         num_classes = len(class_features)
         step = max(1, MAX_PROMPTS_PER_PASS // num_classes)
         logits = []
+        device = image_features.device.type
         for start in range(0, len(image_features), step):
-            f = image_features[start : start + step]
-            ctx = self.ctx + self.meta_net(f).unsqueeze(1)  # [b, n_ctx, W]
+            f = image_features[start : start + step].float()
+            with full_precision(device):  # the meta-net and the logits in fp32; the tower may autocast
+                ctx = self.ctx + self.meta_net(f).unsqueeze(1)  # [b, n_ctx, W]
             ctx = ctx.unsqueeze(1).expand(-1, num_classes, -1, -1)  # [b, C, n_ctx, W]
-            text = F.normalize(self.prompts.encode(ctx, class_features), dim=-1)  # [b, C, D]
-            logits.append(torch.einsum("bd,bcd->bc", f, text))
+            text = self.prompts.encode(ctx, class_features)  # [b, C, D]
+            with full_precision(device):
+                logits.append(torch.einsum("bd,bcd->bc", f, F.normalize(text.float(), dim=-1)))
         return self.backbone.logit_scale * torch.cat(logits)
 
     def configure_optimizers(self):
