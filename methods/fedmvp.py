@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.backbone import Backbone, project
+from benchmark.backbone import Backbone, full_precision, project
 from benchmark.method import FederatedMethod
 from benchmark.registry import register_method
 from data.attributes import ClassAttributes
@@ -251,8 +251,11 @@ class FedMVP(FederatedMethod):
         return F.normalize(project(tokens[:, 0], self.backbone.model.visual.proj), dim=-1)
 
     def classify(self, image_features: Tensor, class_features: ClassTexts) -> Tensor:
-        features = self.prompted_features(image_features, class_features)
-        return attribute_logits(features, class_features.sentences.to(features.dtype), self.backbone.logit_scale)
+        return self._logits(self.prompted_features(image_features, class_features), class_features)
+
+    def _logits(self, features: Tensor, texts: ClassTexts) -> Tensor:
+        with full_precision(features.device.type):  # fp32 logits under any autocast
+            return attribute_logits(features.float(), texts.sentences.float(), self.backbone.logit_scale)
 
     # -- training --------------------------------------------------------------------------
     def loss(self, images: Tensor, labels: Tensor) -> Tensor:
@@ -260,7 +263,7 @@ class FedMVP(FederatedMethod):
         batch flipped as a whole with probability flip_p))."""
         texts = self.encode_classes(self.current_client.class_names)
         features = self.prompted_features(self.image_features(images), texts)
-        logits = attribute_logits(features, texts.sentences.to(features.dtype), self.backbone.logit_scale)
+        logits = self._logits(features, texts)
         with torch.no_grad():
             view = images.flip(-1) if torch.rand(()) < self.hparams.flip_p else images
             zero_shot = F.normalize(self.backbone.encode_image(view), dim=-1)

@@ -253,3 +253,21 @@ def test_missing_attribute_file_is_a_clean_cli_error(fedbench, fake_data_root, t
     assert str(fake_data_root / "attributes" / "dtd.json") in done.stderr
     assert "fedbench data download attributes" in done.stderr and "--attributes DIR" in done.stderr
     assert not list(tmp_path.glob("fedmvp_*"))  # no run folder for a run that never started
+
+
+def test_describe_prints_the_papers_counts(fedbench):
+    done = fedbench("methods", "--describe", "fedmvp", "--backbone", "ViT-B-16")
+    assert done.returncode == 0, done.stderr
+    assert "9,882,624 trainable parameters, 9,882,624 uploaded per client per round" in done.stdout
+    assert "lora params: 36,864" in done.stdout and "trained before lora switch: 9,845,760" in done.stdout
+
+
+def test_logits_stay_fp32_under_bf16_autocast(tiny_backbone, attributes_dir):
+    method = make_fedmvp(tiny_backbone, attributes_dir).eval()
+    images = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        exact = method.logits(images, CLASSES)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            mixed = method.logits(images, CLASSES)
+    assert mixed.dtype == torch.float32
+    torch.testing.assert_close(mixed, exact, rtol=0.05, atol=0.3)
