@@ -517,3 +517,13 @@ def test_msst_on_domainbed_layouts_holds_out_the_fixed_target(name, tmp_path):
     indices, class_ids = recorder.calls[0]
     assert {dataset.test.domains[i] for i in indices} == {target} and class_ids == tuple(range(5))
     assert summary == {"Acc": 42.0}
+
+
+def test_attribute_methods_refuse_several_datasets_before_loading_any(tmp_path):
+    from benchmark.runner import run_experiment
+    from conftest import TINY
+
+    config = build_config({"method": "fedmvp", "dataset": "toy+toy_shapes", "protocol": "classchunk", "backbone": TINY,
+                           "pretrained": "none", "wandb": "disabled", "out": str(tmp_path)})
+    with pytest.raises(ConfigError, match="fedmvp reads one dataset's class attribute file"):
+        run_experiment(config, write=False, progress=False)
