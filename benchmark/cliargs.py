@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from benchmark.config import RunConfig, build_config, config_fields, field_help, field_type, load_yaml
-from benchmark.registry import MethodError, get_method, hyperparameters, parse_bool
+from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, parse_bool
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def method_parser(method: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False)
+    parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False, allow_abbrev=False)
     for h in hyperparameters(get_method(method)):
         parser.add_argument(
             "--" + h.name.replace("_", "-"),
@@ -56,4 +56,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 f"`fedbench run --method {method} --method-help`"
             )
         method_flags = vars(parsed)
-    return build_config(yaml_layer, flag_layer, {"method_args": method_flags})
+    config = build_config(yaml_layer, flag_layer, {"method_args": method_flags})
+    check_method_args(config.method, config.method_args)  # before any model or data is loaded
+    return config

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -39,6 +40,7 @@ class RunConfig:
     participation: float = 1.0  # fraction of clients sampled each round
     client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
     aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
+    class_dealing: str = "balanced"  # base2novel: balanced (sizes differ by at most one class) | authors (round(n/N) each, the last client takes the rest; the paper's partitions)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
     backbone: str = "fedbench-toy-vit"  # open_clip model name
@@ -72,12 +74,13 @@ class RunConfig:
             (0 < self.participation <= 1, "participation", "a fraction in (0, 1]"),
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
-            (self.beta > 0, "beta", "a positive number"),
             (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
             (self.classes_per_client >= 1, "classes_per_client", "an integer >= 1"),
             (self.aggregation in {"samples", "uniform"}, "aggregation", "samples or uniform"),
+            (0 < self.beta < math.inf, "beta", "a positive, finite number"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
+            (self.class_dealing in {"balanced", "authors"}, "class_dealing", "balanced or authors"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -152,17 +155,45 @@ def field_type(f: dataclasses.Field) -> type:
     return hints[f.name]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses duplicate keys: PyYAML keeps the last one silently, so
+    `rounds: 50` followed later by `rounds: 5` would run 5 rounds without a word."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark, f"found duplicate key {key!r}", key_node.start_mark
+                )
+            seen[key] = True
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text -> data, with duplicate keys and syntax errors as ConfigErrors naming `source`."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source} is not valid YAML: {exc}") from None
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+    data = parse_yaml(_read_text(path), f"config file {path}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of option: value, got {type(data).__name__}")
     return data
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path} cannot be read as text ({exc.__class__.__name__}: {exc})") from None
 
 
 def build_config(*layers: dict[str, Any]) -> RunConfig:
@@ -172,6 +203,8 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
     method_args: dict[str, Any] = {}
     for layer in layers:
         for key, value in layer.items():
+            if not isinstance(key, str):
+                raise ConfigError(f"option names are text, got {key!r}: {value!r}")
             key = key.replace("-", "_")
             if key == "method_args":
                 if not isinstance(value, dict):
@@ -191,6 +224,8 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
+    """`value` as a `kind`, or a ConfigError. Stricter than Python's constructors: YAML
+    `rounds: true` is not 1, `rounds: null` is no number, `rounds: 2.5` is no integer."""
     from benchmark.registry import parse_bool
 
     if name in ("dataset", "eval_datasets") and isinstance(value, (list, tuple)):
@@ -198,11 +233,17 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
     try:
         if kind is bool:
             return parse_bool(value)
+        if value is None or isinstance(value, bool):
+            raise ValueError
         if kind is int and isinstance(value, float) and not value.is_integer():
             raise ValueError
-        return kind(value) if value is not None else value
+        converted = kind(value)
+        if kind is float and not math.isfinite(converted):
+            raise ValueError
+        return converted
     except (TypeError, ValueError):
-        raise ConfigError(f"{name} = {value!r} is invalid: expected {kind.__name__}") from None
+        expected = "a finite number" if kind is float else kind.__name__
+        raise ConfigError(f"{name} = {value!r} is invalid: expected {expected}") from None
 
 
 def save_yaml(config: RunConfig, path: Path) -> None:

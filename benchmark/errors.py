@@ -6,3 +6,25 @@ from benchmark.registry import MethodError
 from data.base import DatasetError
 
 USER_ERRORS = (BackboneError, ConfigError, MethodError, DatasetError)
+
+
+class DivergenceError(RuntimeError):
+    """Training produced a non-finite loss or state. The run stops and writes nothing:
+    a diverged run must never look like a result (its metrics would sit at chance)."""
+
+
+class RunInterrupted(BaseException):
+    """SIGTERM or SIGINT arrived. A BaseException, like KeyboardInterrupt, so that no
+    `except Exception` (a sweep's per-cell guard, tracking) can swallow it, and raised by our
+    own handler because Lightning turns a KeyboardInterrupt inside `fit` into exit code 1."""
+
+    def __init__(self, signum: int) -> None:
+        import signal
+
+        self.signum = signum
+        self.signal_name = signal.Signals(signum).name
+        super().__init__(f"stopped by {self.signal_name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention: SIGTERM 143, SIGINT 130

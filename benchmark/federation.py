@@ -28,6 +28,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from benchmark.config import SAMPLING_RULES
+from benchmark.errors import DivergenceError
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
 from data.base import LabeledImages
 from data.partition import ClientShard
@@ -185,11 +186,13 @@ class FederatedSimulator:
                 result.rounds_trained[cid] += 1
                 log.model_seconds += compute
                 states[cid] = method.client_state()
+                self._check_finite(states[cid], f"the state of client {cid} after its local training", round_index, cid)
                 upload = method.uploaded_state()
                 log.bytes_up += state_bytes(upload)
                 n_i = self.clients[cid].num_samples
                 updates.append(ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0))
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
+            self._check_finite(aggregate, "the server's aggregate", round_index, None)
             bank.update({u.client_id: u.state for u in updates})
             log.total_seconds = time.perf_counter() - t_round
             result.rounds.append(log)
@@ -239,12 +242,47 @@ class FederatedSimulator:
                 enable_model_summary=False,
                 num_sanity_val_steps=0,
                 log_every_n_steps=1,
-                callbacks=[timer := _BatchTimer()],
+                callbacks=[timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid)],
             )
             trainer.fit(self.method, train_dataloaders=loader)
         self.method.set_client(None)
         loss = trainer.callback_metrics.get("train_loss")
         return (float(loss) if loss is not None else float("nan")), timer.seconds
+
+
+    def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
+                    lr: float | None = None) -> DivergenceError:
+        where = [f"round {round_index + 1}"] + ([f"client {cid}"] if cid is not None else [])
+        where += [f"step {step}"] if step is not None else []
+        rate = f" with lr {lr:g}" if lr is not None else ""
+        return DivergenceError(
+            f"method {self.method.name!r} diverged at {', '.join(where)}{rate}: {what}. The run is stopped and "
+            "no run folder is written; lower the learning rate (or check the method's numerics) and run again."
+        )
+
+    def _check_finite(self, state: State, what: str, round_index: int, cid: int | None) -> None:
+        bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if bad:
+            more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+            raise self._divergence(f"{what} holds non-finite values in {', '.join(bad[:3])}{more}", round_index, cid)
+
+
+class _FiniteLoss(L.Callback):
+    """Stops local training at the first non-finite loss: past it, every later number of
+    the run is meaningless (NaN losses, metrics at chance) yet would look like a result."""
+
+    def __init__(self, divergence: Callable[..., DivergenceError], round_index: int, cid: int) -> None:
+        self.divergence, self.round_index, self.cid = divergence, round_index, cid
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor) and not torch.isfinite(loss.detach()).all():
+            optimizers = trainer.optimizers
+            lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
+            raise self.divergence(
+                f"the training loss is {float(loss.detach().float().mean())}", self.round_index, self.cid,
+                trainer.global_step, lr,
+            )
 
 
 class _BatchTimer(L.Callback):

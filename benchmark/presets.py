@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from benchmark.config import ConfigError, RunConfig, build_config
+from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
 
 PRESET_DIR = Path(__file__).parent / "presets"
 
@@ -137,10 +135,22 @@ def load_preset(name_or_path: str) -> Preset:
             f"unknown table {name_or_path!r}: no preset {path}. Presets: {', '.join(available_presets())}; "
             "or pass the path of your own preset YAML."
         )
-    data = yaml.safe_load(path.read_text()) or {}
+    data = parse_yaml(path.read_text(), f"preset {path}") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"preset {path} must hold a mapping (title, run, datasets, methods, seeds)")
     missing = [k for k in ("run", "datasets", "methods", "seeds") if k not in data]
     if missing:
         raise ConfigError(f"preset {path} lacks {', '.join(missing)}; see benchmark/presets/base2novel.yaml")
+    for key, kind in (("run", dict), ("datasets", list), ("methods", list), ("seeds", list), ("grid", (dict, type(None)))):
+        if not isinstance(data.get(key), kind):
+            raise ConfigError(f"preset {path}: {key} must be a {'mapping' if key in ('run', 'grid') else 'list'}, "
+                              f"got {data.get(key)!r}")
+    if any(not isinstance(s, int) or isinstance(s, bool) for s in data["seeds"]):
+        raise ConfigError(f"preset {path}: seeds must be integers, got {data['seeds']!r}")
+    if any(not isinstance(d, (str, dict)) or isinstance(d, dict) and "name" not in d for d in data["datasets"]):
+        raise ConfigError(f"preset {path}: each dataset is a name or {{name, run}}, got {data['datasets']!r}")
+    if any(not isinstance(m, (str, dict)) or isinstance(m, dict) and "method" not in m for m in data["methods"]):
+        raise ConfigError(f"preset {path}: each method is a name or {{label, method, method_args}}, got {data['methods']!r}")
     datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
     methods = [
         MethodVariant(m, m) if isinstance(m, str)

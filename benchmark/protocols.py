@@ -80,9 +80,13 @@ class Base2Novel(Protocol):
     metrics = ("Local", "Base", "Novel", "HM")
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
-        return base2novel_partition(
-            dataset.train.labels, len(dataset.class_names), config.clients, config.shots, config.seed
-        )
+        try:
+            return base2novel_partition(
+                dataset.train.labels, len(dataset.class_names), config.clients, config.shots, config.seed,
+                config.class_dealing,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"base2novel protocol on {dataset.name}: {exc}") from None
 
     def client_metrics(self, accuracy, client, partition, dataset):
         labels = dataset.test.labels

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import pkgutil
 import typing
 from dataclasses import dataclass
@@ -111,10 +112,9 @@ def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list
     return params
 
 
-def build_method(name: str, backbone, method_args: dict[str, Any] | None = None) -> FederatedMethod:
-    """Instantiate method `name` with validated, type-converted hyperparameters."""
-    cls = get_method(name)
-    known = {h.name: h for h in hyperparameters(cls)}
+def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
+    """`method_args` validated against method `name` and type-converted (nothing is built)."""
+    known = {h.name: h for h in hyperparameters(get_method(name))}
     args = dict(method_args or {})
     unknown = sorted(set(args) - set(known))
     if unknown:
@@ -122,7 +122,13 @@ def build_method(name: str, backbone, method_args: dict[str, Any] | None = None)
             f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}. "
             f"Its hyperparameters: {', '.join(known) or 'none'} (see `fedbench methods --describe {name}`)."
         )
-    converted = {k: convert_value(known[k], v, name) for k, v in args.items()}
+    return {k: convert_value(known[k], v, name) for k, v in args.items()}
+
+
+def build_method(name: str, backbone, method_args: dict[str, Any] | None = None) -> FederatedMethod:
+    """Instantiate method `name` with validated, type-converted hyperparameters."""
+    cls = get_method(name)
+    converted = check_method_args(name, method_args)
     try:
         method = cls(backbone, **converted)
     except MethodError:
@@ -162,7 +168,24 @@ def _short(keys: list[str], limit: int = 4) -> str:
 
 
 def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
-    if value is None or isinstance(value, h.type) and not (h.type is int and isinstance(value, bool)):
+    converted = _convert(h, value, method)
+    if isinstance(converted, float) and not math.isfinite(converted):
+        # `--lr nan` would train a diverged model whose metrics sit at chance.
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be a finite number, got {value!r} "
+            f"(default {h.default!r})"
+        )
+    return converted
+
+
+def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
+    if (value is None and h.default is not None) or (h.type is not bool and isinstance(value, bool)):
+        # YAML `lr: true` is not a number, although Python's bool is an int; `lr: null` is no lr.
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} "
+            f"(default {h.default!r})"
+        )
+    if value is None or isinstance(value, h.type):
         return value
     try:
         if h.type is bool:

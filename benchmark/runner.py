@@ -25,7 +25,7 @@ from benchmark.federation import (
 from benchmark.method import FederatedMethod
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method, get_method
-from benchmark.results import ALL_CLIENTS, MetricRow, write_run
+from benchmark.results import ALL_CLIENTS, MetricRow, check_output_location, write_run
 from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info
@@ -96,6 +96,8 @@ def run_experiment(
 ) -> RunResult:
     """Run `config` end to end; write its run folder under `config.out` when `write`."""
     started = time.perf_counter()
+    if write:
+        check_output_location(Path(config.out))  # before any model is built: never lose a run to it
     _FEATURES.progress = progress
     protocol = get_protocol(config.protocol)
     protocol.check(config)

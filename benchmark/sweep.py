@@ -13,8 +13,9 @@ from benchmark.federation import describe_sampling
 from benchmark.paper import reference_numbers
 from benchmark.plots import radar, round_curves
 from benchmark.presets import Cell, Preset
-from benchmark.results import is_complete
-from benchmark.tables import collect, paper_comparison, render, run_dir, summarize
+from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+from benchmark.results import is_complete, record_failure
+from benchmark.tables import collect, failed_cells, paper_comparison, render, run_dir, summarize
 from data.catalog import dataset_info
 
 
@@ -115,17 +116,32 @@ def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_m
             with Tracker.for_run(cell.config, job_type=cell.label) as tracker:
                 run_experiment(cell.config, tracker=tracker, progress=False)
             report.ran.append(cell)
+        except RunInterrupted:
+            bar.close()
+            _report_interrupted(plan, report, cell)
+            raise
         except Exception as exc:  # one broken cell must not lose the rest of the sweep
             report.failed[cell.config.run_name()] = f"{exc.__class__.__name__}: {exc}"
-            if progress:
+            record_failure(run_dir(cell), report.failed[cell.config.run_name()])
+            if progress and not isinstance(exc, (DivergenceError, *USER_ERRORS)):
                 traceback.print_exc()
     report.files = render_tables(plan, results_dir, wandb_mode)
     return report
 
 
+def _report_interrupted(plan: SweepPlan, report: SweepReport, current: Cell) -> None:
+    """What a stopped sweep leaves: which cells are finished, which one was cut short."""
+    print(f"reproduce {plan.preset.name} stopped during {current.config.run_name()}; finished in this call: "
+          f"{len(report.ran)}, finished before: {len(plan.done)}, failed: {len(report.failed)}, "
+          f"not started: {len(plan.todo) - len(report.ran) - len(report.failed) - len(report.skipped) - 1}")
+    for cell in report.ran:
+        print(f"finished {cell.config.run_name()}")
+    print("run the same command again to do the rest")
+
+
 def render_tables(plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None) -> dict[str, Path]:
     """Tables (md/csv/tex), the paper comparison and the figures, from whatever is finished."""
-    stats = summarize(collect(plan.cells))
+    stats = summarize(collect(plan.cells), failed_cells(plan.cells))
     if stats.empty:
         return {}
     reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None

@@ -3,7 +3,9 @@
 `collect` reads every finished cell into long rows (one per run x metric); `summarize`
 gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
 HM is averaged, never the HM of averages: DESIGN.md); `render` writes Markdown, CSV and
-LaTeX. A cell with no finished run is simply absent: `fedbench reproduce` fills it.
+LaTeX. A cell with no finished run is simply absent: `fedbench reproduce` fills it. A cell
+whose last run failed (diverged, crashed) is shown as "failed" -- never as a number, and
+never as the mean of the seeds that happened to work -- until a rerun succeeds.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Sequence
 import pandas as pd
 
 from benchmark.presets import Cell
-from benchmark.results import is_complete, read_summary
+from benchmark.results import is_complete, read_failure, read_summary
 
 AVERAGE = "Average"
 KEYS = ["label", "method", "dataset", "grid"]
@@ -40,9 +42,10 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         if cell.part:
             parts.setdefault(tuple(key.values()), {})[cell.part] = None
         folder = run_dir(cell)
-        if not is_complete(folder):
+        summary = read_summary(folder) if (folder / "summary.json").is_file() else None
+        if summary is None:
             continue
-        metrics = read_summary(folder)["metrics"]
+        metrics = summary["metrics"]
         if cell.part:
             parts[tuple(key.values())][cell.part] = float(metrics[PART_METRIC])
             metrics = {cell.part: metrics[PART_METRIC]}
@@ -53,12 +56,18 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
 
 
-def summarize(long: pd.DataFrame) -> pd.DataFrame:
+def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
+    """The cells with no finished run whose last run failed."""
+    return [c for c in cells if not is_complete(run_dir(c)) and read_failure(run_dir(c)) is not None]
+
+
+def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
     """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
-    per seed the mean over datasets, then mean and std over seeds."""
-    columns = [*KEYS, "metric", "mean", "std", "n"]
+    per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
+    row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds."""
+    columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
     if long.empty:
-        return pd.DataFrame(columns=columns)
+        return _mark_failed(pd.DataFrame(columns=columns), failed)
     per_dataset = _over_seeds(long)
     datasets = long["dataset"].unique()
     # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
@@ -71,7 +80,33 @@ def summarize(long: pd.DataFrame) -> pd.DataFrame:
     )
     by_seed["dataset"] = AVERAGE
     per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
-    return per_dataset[columns]
+    per_dataset["failed"] = 0
+    return _mark_failed(per_dataset[columns], failed)
+
+
+def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
+    if not failed:
+        return stats
+    from benchmark.protocols import get_protocol
+
+    stats = stats.copy()
+    for cell in failed:
+        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        metrics = list(get_protocol(cell.config.protocol).metrics) or ["status"]
+        for dataset in (cell.dataset, AVERAGE):
+            for metric in metrics:
+                here = (stats["label"] == cell.label) & (stats["grid"] == grid) & (stats["dataset"] == dataset) & (
+                    stats["metric"] == metric
+                )
+                if here.any():
+                    stats.loc[here, "failed"] += 1
+                else:
+                    row = {"label": cell.label, "method": cell.config.method, "dataset": dataset, "grid": grid,
+                           "metric": metric, "n": 0, "failed": 1}
+                    stats = pd.concat([stats, pd.DataFrame([row])], ignore_index=True)
+    stats["failed"] = stats["failed"].fillna(0).astype(int)
+    stats.loc[stats["failed"] > 0, ["mean", "std"]] = float("nan")
+    return stats
 
 
 def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
@@ -98,7 +133,7 @@ def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequ
 def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'."""
     part = stats[stats["dataset"] == dataset].copy()
-    part["cell"] = [_fmt(m, s, n) for m, s, n in zip(part["mean"], part["std"], part["n"])]
+    part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
     index = ["label", "grid"] if (part["grid"] != "").any() else ["label"]
     table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
     table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
@@ -106,7 +141,9 @@ def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
     return table
 
 
-def _fmt(mean: float, std: float, n: int) -> str:
+def _fmt(mean: float, std: float, n: int, failed: int = 0) -> str:
+    if failed:
+        return f"failed ({failed} of {n + failed} seeds)" if n else "failed"
     return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"
 
 
@@ -115,7 +152,8 @@ def render(stats: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path, title: 
     out_dir.mkdir(parents=True, exist_ok=True)
     datasets = list(dict.fromkeys(stats["dataset"]))
     order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
-    md = [f"# {title}", "", "Mean ± std over seeds; Average = per-seed mean over datasets (HM averaged per run).", ""]
+    md = [f"# {title}", "", "Mean ± std over seeds; Average = per-seed mean over datasets (HM averaged per run); "
+          "failed = a run of the cell failed (`fedbench reproduce` retries it).", ""]
     tex = []
     for dataset in order:
         table = wide(stats, dataset)

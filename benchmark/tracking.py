@@ -3,7 +3,8 @@
 One W&B run per experiment: config, per-round metrics, the final summary and a
 per-client table. Mode 'auto' (default) logs online when a login is present and offline
 otherwise; 'offline' writes under `<out>/wandb` (`wandb sync` uploads it later);
-'disabled' does nothing. Any tracking failure becomes a warning.
+'disabled' does nothing. Any tracking failure becomes a warning, and an online start that
+gets no answer within a short timeout falls back to offline logging (one warning).
 """
 
 from __future__ import annotations
@@ -81,7 +82,22 @@ class Tracker:
             self.run = None
 
 
+# How long an online start may take before the run logs offline instead. W&B's own default
+# (90 s) stalled every cell of a sweep on a machine with a key but no network.
+INIT_TIMEOUT_ENV = "FEDBENCH_WANDB_INIT_TIMEOUT"
+DEFAULT_INIT_TIMEOUT = 20.0
+_server_unreachable = False  # set by the first failed online start: later runs go offline at once
+
+
+def init_timeout() -> float:
+    try:
+        return float(os.environ.get(INIT_TIMEOUT_ENV, DEFAULT_INIT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_INIT_TIMEOUT
+
+
 def _start(config: RunConfig, job_type: str | None) -> Any | None:
+    global _server_unreachable
     if config.wandb == "disabled":
         return None
     try:
@@ -94,19 +110,32 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
         elif mode == "online" and not logged_in:
             warnings.warn("W&B: no login found (run `wandb login`); logging offline instead")
             mode = "offline"
+        if mode == "online" and _server_unreachable:
+            mode = "offline"
         directory = Path(config.out)
         directory.mkdir(parents=True, exist_ok=True)
-        return wandb.init(
+        kwargs = dict(
             project=config.wandb_project,
             group=config.wandb_group or f"{config.protocol}-{config.dataset}",
             job_type=job_type or config.method,
             name=config.run_name(),
             config=config.to_dict(),
-            mode=mode,
             dir=str(directory),
             reinit="finish_previous",
-            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True),
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=init_timeout()),
         )
+        if mode == "online":
+            try:
+                return wandb.init(mode="online", **kwargs)
+            except Exception as exc:
+                _server_unreachable = True
+                warnings.warn(
+                    f"W&B did not answer within {init_timeout():g} s ({exc.__class__.__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); this and later runs of this process log "
+                    f"offline under {directory / 'wandb'} (`wandb sync` uploads them later; {INIT_TIMEOUT_ENV} "
+                    "sets the wait)"
+                )
+        return wandb.init(mode="offline", **kwargs)
     except Exception as exc:
         warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
         return None

@@ -72,35 +72,70 @@ def base_novel_split(num_classes: int) -> tuple[list[int], list[int]]:
     return list(range(n_base)), list(range(n_base, num_classes))
 
 
+CLASS_DEALINGS = ("balanced", "authors")
+
+
 def deal_classes(
-    class_ids: Sequence[int], num_clients: int, seed: int = BASE_CLASS_SHUFFLE_SEED
+    class_ids: Sequence[int], num_clients: int, seed: int = BASE_CLASS_SHUFFLE_SEED, rule: str = "balanced"
 ) -> list[list[int]]:
-    """Shuffle `class_ids` with `seed` and deal them without overlap: round(n/N) each,
-    the last client takes what is left (DTD: 2x9 + 6; SUN397: 20x9 + 19)."""
-    if num_clients < 1:
-        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
-    per_client = round(len(class_ids) / num_clients)
-    if per_client < 1 or per_client * (num_clients - 1) >= len(class_ids):
+    """Shuffle `class_ids` with `seed` and deal them to `num_clients` without overlap.
+
+    `balanced`: sizes differ by at most one class (the first n mod N clients take one more);
+    every count from 1 to n works. `authors`: the authors' code, round(n/N) each and the last
+    client takes what is left (DTD: 2x9 + 6; SUN397: 20x9 + 19) -- the paper's partitions,
+    but undefined for some counts (`valid_client_counts`). A count that cannot be dealt is a
+    ValueError naming the counts that can.
+    """
+    n = len(class_ids)
+    if rule not in CLASS_DEALINGS:
+        raise ValueError(f"unknown class dealing {rule!r}; choose one of {', '.join(CLASS_DEALINGS)}")
+    valid = valid_client_counts(n, rule)
+    if num_clients not in valid:
         raise ValueError(
-            f"cannot deal {len(class_ids)} base classes to {num_clients} clients with at least one "
-            f"class each; use at most {max(1, len(class_ids) // 2)} clients (--clients)"
+            f"cannot deal {n} base classes to {num_clients} clients with the {rule} dealing (at least one class "
+            f"each): use --clients {_ranges(valid)}" + ("" if rule == "balanced" else " or class_dealing: balanced")
         )
     shuffled = list(class_ids)
     random.Random(seed).shuffle(shuffled)
-    dealt = [shuffled[i * per_client : (i + 1) * per_client] for i in range(num_clients - 1)]
-    dealt.append(shuffled[(num_clients - 1) * per_client :])
-    return [sorted(group) for group in dealt]
+    if rule == "authors":
+        per_client = round(n / num_clients)
+        sizes = [per_client] * (num_clients - 1) + [n - per_client * (num_clients - 1)]
+    else:
+        sizes = [n // num_clients + (i < n % num_clients) for i in range(num_clients)]
+    starts = [sum(sizes[:i]) for i in range(num_clients)]
+    return [sorted(shuffled[start : start + size]) for start, size in zip(starts, sizes)]
+
+
+def valid_client_counts(num_classes: int, rule: str = "balanced") -> list[int]:
+    """The client counts that `deal_classes` can serve from `num_classes` classes."""
+    if rule == "balanced":
+        return list(range(1, num_classes + 1))
+    return [k for k in range(1, num_classes + 1) if 0 < round(num_classes / k) and round(num_classes / k) * (k - 1) < num_classes]
+
+
+def _ranges(values: list[int]) -> str:
+    """[1, 2, 3, 5, 7, 8] -> '1-3, 5, 7-8'."""
+    if not values:
+        return "(none)"
+    runs = [[values[0], values[0]]]
+    for value in values[1:]:
+        if value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def base2novel_partition(
-    train_labels: Sequence[int], num_classes: int, num_clients: int, shots: int, seed: int
+    train_labels: Sequence[int], num_classes: int, num_clients: int, shots: int, seed: int,
+    dealing: str = "balanced",
 ) -> Partition:
     """The paper's label-shift protocol: base classes dealt to clients, K shots each."""
     from data.fewshot import few_shot_indices
 
     base, novel = base_novel_split(num_classes)
     clients = []
-    for client_id, class_ids in enumerate(deal_classes(base, num_clients)):
+    for client_id, class_ids in enumerate(deal_classes(base, num_clients, rule=dealing)):
         indices = few_shot_indices(train_labels, shots, seed, class_ids)
         clients.append(ClientShard(client_id, tuple(indices), tuple(class_ids), label_space=tuple(base)))
     return Partition("base2novel", tuple(clients), tuple(base), tuple(novel))

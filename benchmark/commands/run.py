@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 def add_parser(subparsers) -> None:
     from benchmark.cliargs import add_run_arguments
@@ -19,6 +21,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from benchmark.cliargs import config_from_args, method_parser
     from benchmark.reporting import format_summary
+    from benchmark.results import check_output_location
     from benchmark.runner import run_experiment
     from benchmark.tracking import Tracker
 
@@ -26,6 +29,7 @@ def run(args) -> int:
     if args.method_help:
         method_parser(config.method).print_help()
         return 0
+    check_output_location(Path(config.out))
     with Tracker.for_run(config) as tracker:
         result = run_experiment(config, tracker=tracker)
     print(format_summary(result.summary))
