@@ -1,11 +1,17 @@
-"""The errors a user can cause and fix; the CLI prints their message without a traceback."""
+"""The errors a user can cause and fix (the CLI prints their message without a traceback),
+and the two ways a run ends without a result: divergence and a stop signal."""
 
 from benchmark.backbone import BackboneError
 from benchmark.config import ConfigError
 from benchmark.registry import MethodError
 from data.base import DatasetError
 
-USER_ERRORS = (BackboneError, ConfigError, MethodError, DatasetError)
+
+class CellBusy(RuntimeError):
+    """Another process holds the lock of this cell (benchmark.locks); the message names it."""
+
+
+USER_ERRORS = (BackboneError, ConfigError, MethodError, DatasetError, CellBusy)
 
 
 class DivergenceError(RuntimeError):

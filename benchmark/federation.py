@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
@@ -83,21 +83,58 @@ def client_seed(seed: int, round_index: int, client_id: int) -> int:
 
 
 class ClientTrainSet(Dataset):
-    """A client's training images with labels mapped into its own label space."""
+    """A client's training images with labels mapped into its own label space.
 
-    def __init__(self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard) -> None:
+    Items are fetched by (epoch, position) (see `EpochTaggedSampler`). An image's random
+    augmentation is drawn from a generator seeded by (client-round seed, epoch, position),
+    never from whatever RNG state the loading process has, so results are the same with
+    any `num_workers` (each worker's RNG would otherwise depend on the worker layout).
+    """
+
+    def __init__(
+        self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard, seed: int = 0
+    ) -> None:
         self.images = images  # a LabeledImages split, or precomputed features [N, D]
         self.indices = list(shard.train_indices)
         to_local = {c: i for i, c in enumerate(shard.train_classes)}
         self.labels = [to_local[labels[i]] for i in self.indices]
+        self.seed = seed
 
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, i: int):
+    def __getitem__(self, key: int | tuple[int, int]):
+        epoch, i = key if isinstance(key, tuple) else (0, key)
         index = self.indices[i]
-        image = self.images[index] if isinstance(self.images, torch.Tensor) else self.images.load(index)
+        if isinstance(self.images, torch.Tensor):  # cached features: nothing random
+            return self.images[index], self.labels[i]
+        sample_seed = int(np.random.SeedSequence([self.seed, epoch, i]).generate_state(1, np.uint64)[0])
+        with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's global RNG
+            torch.manual_seed(sample_seed)
+            image = self.images.load(index)
         return image, self.labels[i]
+
+
+class EpochTaggedSampler(Sampler):
+    """Yields (epoch, position) in a shuffled order that is a function of (seed, epoch) only --
+    not of how many iterators the loader made or of generator draws that depend on the
+    worker layout -- so each local epoch gets its own order and its own augmentations.
+    Lightning calls `set_epoch` at the start of every epoch; without it, passes are counted."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        order_seed = int(np.random.SeedSequence([self.seed, epoch]).generate_state(1, np.uint64)[0])
+        for position in torch.randperm(self.size, generator=torch.Generator().manual_seed(order_seed)).tolist():
+            yield epoch, position
 
 
 @dataclass
@@ -216,11 +253,13 @@ class FederatedSimulator:
         s = self.settings
         seed = client_seed(self.seed, round_index, cid)
         torch.manual_seed(seed)
+        dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
+        generator = torch.Generator().manual_seed(seed)
         loader = DataLoader(
-            ClientTrainSet(self.train_images, self.train_labels, shard),
+            dataset,
             batch_size=min(s.batch_size, max(1, shard.num_samples)),
-            shuffle=True,
-            generator=torch.Generator().manual_seed(seed),
+            sampler=EpochTaggedSampler(len(dataset), seed),
+            generator=generator,  # seeds the workers' RNGs, which nothing here draws from
             num_workers=s.num_workers,
             persistent_workers=False,
         )

@@ -22,6 +22,7 @@ from benchmark.federation import (
     client_sampling_schedule,
     describe_sampling,
 )
+from benchmark.locks import cell_lock
 from benchmark.method import FederatedMethod
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method, get_method
@@ -94,10 +95,17 @@ def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMetho
 def run_experiment(
     config: RunConfig, write: bool = True, progress: bool = True, tracker=None
 ) -> RunResult:
-    """Run `config` end to end; write its run folder under `config.out` when `write`."""
+    """Run `config` end to end; write its run folder under `config.out` when `write`,
+    holding the cell's lock throughout (another process on the same cell: CellBusy)."""
+    if not write:
+        return _run_experiment(config, False, progress, tracker)
+    check_output_location(Path(config.out))  # before any model is built: never lose a run to it
+    with cell_lock(Path(config.out) / config.run_name()):
+        return _run_experiment(config, True, progress, tracker)
+
+
+def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> RunResult:
     started = time.perf_counter()
-    if write:
-        check_output_location(Path(config.out))  # before any model is built: never lose a run to it
     _FEATURES.progress = progress
     protocol = get_protocol(config.protocol)
     protocol.check(config)

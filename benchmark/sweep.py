@@ -1,6 +1,7 @@
 """`fedbench reproduce`: expand a preset, run the cells that have no finished run folder,
 render the table. Each run folder appears atomically when its run ends, so a sweep that
-is killed and restarted redoes only the cell that was running."""
+is killed and restarted redoes only the cell that was running. Each cell is run under its
+lock (benchmark.locks), so sweeps sharing a folder split the cells and never run one twice."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from benchmark.federation import describe_sampling
 from benchmark.paper import reference_numbers
 from benchmark.plots import radar, round_curves
 from benchmark.presets import Cell, Preset
-from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
+from benchmark.locks import cell_lock
 from benchmark.results import is_complete, record_failure
 from benchmark.tables import collect, failed_cells, paper_comparison, render, run_dir, summarize
 from data.catalog import dataset_info
@@ -95,6 +97,8 @@ class SweepReport:
     ran: list[Cell] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)  # run name -> error
     skipped: list[Cell] = field(default_factory=list)  # data missing
+    busy: dict[str, str] = field(default_factory=dict)  # run name -> who is running it now
+    done_elsewhere: list[Cell] = field(default_factory=list)  # finished by another sweep meanwhile
     files: dict[str, Path] = field(default_factory=dict)
 
 
@@ -113,9 +117,15 @@ def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_m
             continue
         bar.set_postfix_str(f"{cell.label} / {cell.dataset} / seed {cell.config.seed}")
         try:
-            with Tracker.for_run(cell.config, job_type=cell.label) as tracker:
-                run_experiment(cell.config, tracker=tracker, progress=False)
+            with cell_lock(run_dir(cell)):
+                if is_complete(run_dir(cell)):  # another sweep on this folder finished it meanwhile
+                    report.done_elsewhere.append(cell)
+                    continue
+                with Tracker.for_run(cell.config, job_type=cell.label) as tracker:
+                    run_experiment(cell.config, tracker=tracker, progress=False)
             report.ran.append(cell)
+        except CellBusy as busy:  # another sweep is running it now: never twice
+            report.busy[cell.config.run_name()] = str(busy)
         except RunInterrupted:
             bar.close()
             _report_interrupted(plan, report, cell)
@@ -133,7 +143,7 @@ def _report_interrupted(plan: SweepPlan, report: SweepReport, current: Cell) -> 
     """What a stopped sweep leaves: which cells are finished, which one was cut short."""
     print(f"reproduce {plan.preset.name} stopped during {current.config.run_name()}; finished in this call: "
           f"{len(report.ran)}, finished before: {len(plan.done)}, failed: {len(report.failed)}, "
-          f"not started: {len(plan.todo) - len(report.ran) - len(report.failed) - len(report.skipped) - 1}")
+          f"not started: {len(plan.todo) - len(report.ran) - len(report.failed) - len(report.skipped) - len(report.busy) - len(report.done_elsewhere) - 1}")
     for cell in report.ran:
         print(f"finished {cell.config.run_name()}")
     print("run the same command again to do the rest")

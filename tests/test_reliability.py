@@ -3,6 +3,7 @@ damaged results and output checks (the fault-injection cases of the README's Rel
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -332,3 +333,132 @@ def test_wandb_without_network_falls_back_to_offline_once(fake_data_root, tmp_pa
     assert len(list((tmp_path / "runs" / "wandb").glob("offline-run-*"))) == 2
     # W&B's own wait was 90 s per run; ours is the 3 s timeout plus start-up, once per process.
     assert first < 90
+
+
+# -- concurrent sweeps -------------------------------------------------------------------
+
+
+def test_a_held_cell_lock_names_its_holder_and_a_dead_holders_lock_is_taken(tmp_path):
+    import fcntl
+
+    from benchmark.errors import CellBusy
+    from benchmark.locks import cell_lock, lock_path
+
+    cell = tmp_path / "runs" / "promptfl_dtd_seed1_abc"
+    path = lock_path(cell)
+    path.parent.mkdir(parents=True)
+    assert path.parent == cell.parent and path.name.startswith(".")
+    # Another holder: an open file description with the flock taken (as another process has).
+    path.write_text(json.dumps({"pid": 4242, "host": "node7", "started": "2026-01-01 00:00:00"}))
+    with open(path) as other:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(CellBusy, match=r"being run by pid 4242 on node7 \(since 2026-01-01 00:00:00\)"):
+            with cell_lock(cell):
+                pass
+    # The holder died (its flock went with it) but its file stayed: the lock is stale and taken.
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    path.write_text(json.dumps({"pid": int(dead.stdout), "host": "here", "started": "then"}))
+    with cell_lock(cell):
+        holder = json.loads(path.read_text())
+        assert holder["pid"] == os.getpid()
+        with cell_lock(cell):  # re-entrant in one process (reproduce locks, then its run does)
+            pass
+        assert path.exists()
+    assert not path.exists()
+
+
+COUNTING_PLUGIN = '''
+import json
+import os
+import torch
+from benchmark.method import FederatedMethod
+from benchmark.registry import register_method
+
+
+@register_method("counted")
+class Counted(FederatedMethod):
+    """Zero-shot CLIP plus a trained bias; every build (one per cell run) is appended to a file."""
+
+    frozen_image_features = True
+
+    def __init__(self, backbone, lr: float = 0.01) -> None:
+        super().__init__(backbone)
+        self.bias = torch.nn.Parameter(torch.zeros(1))
+        with open(os.environ["COUNT_FILE"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+
+    def training_step(self, batch, batch_idx):
+        return super().training_step(batch, batch_idx) + self.bias.sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+'''
+
+
+def test_two_concurrent_sweeps_run_each_cell_exactly_once(tmp_path, fake_data_root):
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "counted.py").write_text(COUNTING_PLUGIN)
+    preset = tmp_path / "mini.yaml"
+    preset.write_text(
+        f"title: Mini\nrun: {{protocol: base2novel, shots: 2, rounds: 2, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\nmethods: [counted]\nseeds: [1, 2, 3, 4, 5, 6]\n"
+    )
+    env = {**os.environ, "COUNT_FILE": str(tmp_path / "starts.txt"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), os.environ.get("PYTHONPATH", "")])}
+    code = (f"import sys, counted; from benchmark.cli import main; sys.exit(main(['reproduce', {str(preset)!r}, "
+            f"'--out', {str(tmp_path / 'runs')!r}, '--results', sys.argv[1]]))")
+    sweeps = [
+        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"results{i}")], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=900) for p in sweeps]
+    for process, (out, err) in zip(sweeps, outputs):
+        assert process.returncode == 0, err
+        assert "FileNotFoundError" not in err and "Traceback" not in err
+    starts = (tmp_path / "starts.txt").read_text().split()
+    assert len(starts) == 6, outputs  # six cells, six training starts in all
+    ran = [int(out.split("ran ")[1].split()[0]) for out, _ in outputs]
+    assert sum(ran) == 6
+    runs = tmp_path / "runs"
+    assert len([p for p in runs.iterdir() if p.name.startswith("counted_")]) == 6
+    assert not list(runs.glob(".*.partial")) and not list(runs.glob(".*.lock"))
+    print(f"cells run by each sweep: {ran}")
+
+
+# -- determinism under data-loader workers -----------------------------------------------
+
+
+def test_augmented_training_gives_the_same_numbers_with_0_and_2_workers(fake_data_root, tmp_path):
+    from benchmark.runner import run_experiment
+
+    def run(workers: int):
+        config = tiny_config(fake_data_root, tmp_path, method="promptfl", augment=True, num_workers=workers,
+                             local_epochs=2, rounds=2, method_args={"lr": 0.05})
+        return config, run_experiment(config, write=False, progress=False)
+
+    (config0, serial), (config2, parallel) = run(0), run(2)
+    assert [r.train_loss for r in serial.federation.rounds] == [r.train_loss for r in parallel.federation.rounds]
+    assert serial.summary["metrics"] == parallel.summary["metrics"]
+    for cid, state in serial.federation.client_states.items():
+        for key, value in state.items():
+            assert torch.equal(value, parallel.federation.client_states[cid][key]), (cid, key)
+    assert config0.hash() == config2.hash()  # so the worker layout may stay out of the cell's identity
+
+
+def test_augmentation_differs_between_epochs_and_clients_but_not_between_loads(fake_data_root):
+    from benchmark.federation import ClientTrainSet
+    from data.catalog import load_dataset
+    from data.partition import ClientShard
+    from data.transforms import clip_transforms
+
+    splits = load_dataset("dtd", fake_data_root, clip_transforms(32, augment=True))
+    shard = ClientShard(0, (0, 1, 2), (0,), label_space=(0,))
+    labels = [0] * len(splits.train.labels)
+    a, b = ClientTrainSet(splits.train, labels, shard, seed=1), ClientTrainSet(splits.train, labels, shard, seed=2)
+    torch.manual_seed(0)
+    first = a[(0, 1)][0]
+    torch.manual_seed(123)  # the global RNG state of the loading process does not matter
+    assert torch.equal(first, a[(0, 1)][0])
+    assert not torch.equal(first, a[(1, 1)][0]) and not torch.equal(first, b[(0, 1)][0])

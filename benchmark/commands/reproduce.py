@@ -54,6 +54,9 @@ def run(args) -> int:
     report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None)
     print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
           f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")
+    if report.busy or report.done_elsewhere:
+        print(f"another process on {cells[0].config.out}: {len(report.done_elsewhere)} cells finished by it meanwhile, "
+              f"{len(report.busy)} being run by it now (not in this table yet)")
     for name, error in report.failed.items():
         print(f"FAILED {name}: {error}")
     if report.files.get("md"):
