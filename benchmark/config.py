@@ -58,6 +58,8 @@ class RunConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16-mixed on GPU, 32 on CPU) | 32-true | bf16-mixed | 16-mixed
     num_workers: int = 0  # data-loader workers
+    checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
+    keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written
     wandb: str = "auto"  # auto (online when logged in, else offline) | online | offline | disabled
     wandb_project: str = "fedbench"  # W&B project
     wandb_group: str = ""  # W&B group (a table name when run by `fedbench reproduce`)
@@ -81,6 +83,7 @@ class RunConfig:
             (0 < self.beta < math.inf, "beta", "a positive, finite number"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
             (self.class_dealing in {"balanced", "authors"}, "class_dealing", "balanced or authors"),
+            (self.checkpoint_every >= -1, "checkpoint_every", "K >= 1 rounds, 0 (never) or -1 (every 5 minutes)"),
         ]
         for ok, name, expected in checks:
             if not ok:
@@ -105,7 +108,8 @@ class RunConfig:
 
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
-        {"data_root", "attributes", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group", "eval_batch_size"}
+        {"data_root", "attributes", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group",
+         "eval_batch_size", "checkpoint_every", "keep_checkpoints"}
     )
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,10 +17,11 @@ run flags it (`rounds_trained` = 0 in metrics.csv, `clients_never_trained` in su
 from __future__ import annotations
 
 import logging
+import random
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import lightning as L
 import numpy as np
@@ -162,6 +163,36 @@ class FederationResult:
 
 
 @dataclass
+class FederationSnapshot:
+    """Everything the simulator needs to continue after round `next_round` - 1 exactly as if
+    it had never stopped: every client's state, the server's aggregate and bank, the rounds
+    so far and the RNG states. Plain tensors and numbers, so `torch.save` writes it."""
+
+    next_round: int  # 0-based index of the first round still to run
+    states: dict[int, State]
+    aggregate: State
+    bank: dict[int, State]
+    rounds: list[RoundLog]
+    rounds_trained: dict[int, int]
+    rng: dict[str, Any]
+
+
+def rng_states() -> dict[str, Any]:
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@dataclass
 class TrainerSettings:
     accelerator: str = "cpu"
     precision: str = "32-true"
@@ -186,6 +217,7 @@ class FederatedSimulator:
         settings: TrainerSettings,
         on_round_end: Callable[[RoundLog], None] | None = None,
         progress: bool = True,
+        on_snapshot: Callable[[FederationSnapshot], None] | None = None,
     ) -> None:
         self.method = method
         self.train_images = train_images
@@ -197,8 +229,10 @@ class FederatedSimulator:
         self.settings = settings
         self.on_round_end = on_round_end
         self.progress = progress
+        self.on_snapshot = on_snapshot  # called after every round (the caller decides what to save)
 
-    def run(self) -> FederationResult:
+    def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
+        """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
         method = self.method
         initial = method.client_state()
         # Every client starts from the same initial state (the method built with the run seed).
@@ -208,8 +242,17 @@ class FederatedSimulator:
         result = FederationResult(states, rounds_trained={cid: 0 for cid in self.clients})
         aggregate: State = {}
         bank: dict[int, State] = {}
+        first_round = 0
+        if resume is not None:
+            states.update(resume.states)
+            aggregate, bank, first_round = resume.aggregate, resume.bank, resume.next_round
+            result.rounds, result.rounds_trained = list(resume.rounds), dict(resume.rounds_trained)
+            restore_rng_states(resume.rng)
         bar = _progress(len(self.schedule), "rounds", self.progress)
+        bar.update(first_round)
         for round_index, sampled in enumerate(self.schedule):
+            if round_index < first_round:
+                continue
             t_round = time.perf_counter()
             updates: list[ClientUpdate] = []
             log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
@@ -235,6 +278,10 @@ class FederatedSimulator:
             result.rounds.append(log)
             if self.on_round_end:
                 self.on_round_end(log)
+            if self.on_snapshot:
+                self.on_snapshot(FederationSnapshot(
+                    round_index + 1, states, aggregate, bank, result.rounds, result.rounds_trained, rng_states()
+                ))
             bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
             bar.update()
         bar.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def format_summary(summary: dict[str, Any]) -> str:
+def format_summary(summary: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
     metrics = summary["metrics"]
     header = " | ".join(f"{m:>7}" for m in metrics)
     values = " | ".join(f"{v:7.2f}" for v in metrics.values())
@@ -16,7 +16,7 @@ def format_summary(summary: dict[str, Any]) -> str:
             f"| {'method':<10} | {header} |",
             f"| {summary['method']:<10} | {values} |",
             f"trainable {summary['trainable_params']:,} params, uploaded {summary['uploaded_params']:,} per client-round; "
-            f"{summary['bytes_up_total']:,} B up, {summary['bytes_down_total']:,} B down in total; "
-            f"{summary['wall_seconds']:.1f} s",
+            f"{summary['bytes_up_total']:,} B up, {summary['bytes_down_total']:,} B down in total"
+            + (f"; {timing['wall_seconds']:.1f} s" if timing else ""),
         ]
     )

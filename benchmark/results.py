@@ -5,7 +5,9 @@ A run folder holds
   environment.json code version, package versions, machine
   partition.json   the partition manifest (client -> indices, classes) and its hash
   metrics.csv      long format: round, client, metric, value (client -1 = over clients)
-  summary.json     headline metrics of the final round, parameter counts, bytes, wall time
+  summary.json     headline metrics of the final round, parameter counts, bytes
+  timing.json      wall time, and the round a resumed run continued after (it differs
+                   between runs that summary.json says are the same)
 It is assembled in a hidden sibling folder and renamed into place at the end, so a
 folder named like a run is always complete.
 """
@@ -81,6 +83,7 @@ def write_run(
     rows: list[MetricRow],
     summary: dict[str, Any],
     partition_manifest: dict[str, Any],
+    timing: dict[str, Any] | None = None,
 ) -> Path:
     """Write the run folder atomically (see module doc); replaces an older folder of the same run."""
     run_dir = Path(run_dir)
@@ -95,6 +98,7 @@ def write_run(
         _write_json(staging / "partition.json", partition_manifest)
         frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
         frame.to_csv(staging / "metrics.csv", index=False)
+        _write_json(staging / "timing.json", timing or {})
         _write_json(staging / "summary.json", summary)  # last: its presence marks completion
         if run_dir.exists():
             old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")

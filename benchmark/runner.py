@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from benchmark.backbone import Backbone, load_backbone
+from benchmark.checkpoints import Checkpointer, RunCheckpoint
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation import Evaluator
 from benchmark.features import FeatureCache
@@ -23,10 +24,10 @@ from benchmark.federation import (
     describe_sampling,
 )
 from benchmark.locks import cell_lock
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, state_bytes
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method, get_method
-from benchmark.results import ALL_CLIENTS, MetricRow, check_output_location, write_run
+from benchmark.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
 from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info
@@ -46,6 +47,7 @@ class RunResult:
     per_client: dict[int, dict[str, float]]
     run_dir: Path | None
     federation: FederationResult
+    timing: dict[str, Any]  # wall_seconds, resumed_after_round (timing.json)
 
 
 def resolve_device(config: RunConfig) -> tuple[str, str]:
@@ -149,6 +151,22 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         method.set_class_attributes(attributes)
     rows: list[MetricRow] = []
 
+    run_dir = Path(config.out) / config.run_name()
+    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write else 0, partition.hash)
+    resume = checkpointer.load() if write else None
+    if resume is not None:
+        rows.extend(resume.rows)
+        if progress:
+            print(f"resuming {run_dir.name} after round {resume.federation.next_round} from its round checkpoint")
+    if write and checkpointer.every > 0:  # the space the checkpoint will take, before any round
+        check_output_location(Path(config.out), RUN_FOLDER_BYTES + 2 * len(partition.clients) * state_bytes(
+            method.client_state()))
+
+    def on_snapshot(snapshot) -> None:
+        if checkpointer.due(snapshot.next_round):
+            wandb_id = getattr(getattr(tracker, "run", None), "id", None)
+            checkpointer.save(RunCheckpoint(snapshot, rows, wandb_id, partition.hash))
+
     def on_round_end(log) -> None:
         for cid, loss in log.train_loss.items():
             rows.append(MetricRow(log.round, cid, "train_loss", loss))
@@ -159,9 +177,9 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
 
     simulator = FederatedSimulator(
         method, train_inputs, dataset.train.labels, dataset.class_names, partition.clients,
-        schedule, config.seed, settings, on_round_end, progress,
+        schedule, config.seed, settings, on_round_end, progress, on_snapshot if write else None,
     )
-    federation = simulator.run()
+    federation = simulator.run(resume.federation if resume is not None else None)
     with autocast_context(device, precision):
         per_client, summary_metrics = evaluate_clients(
             method, protocol, dataset, partition, federation, config, progress
@@ -206,17 +224,19 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
         "precision": precision,
-        "wall_seconds": round(time.perf_counter() - started, 3),
     }
-    run_dir = None
+    # Apart from summary.json (which a resumed run reproduces byte for byte): how long it took.
+    timing = {
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "resumed_after_round": resume.federation.next_round if resume is not None else None,
+    }
     if write:
-        run_dir = write_run(
-            Path(config.out) / config.run_name(), config, rows, summary,
-            {"hash": partition.hash, **partition.manifest()},
-        )
+        write_run(run_dir, config, rows, summary, {"hash": partition.hash, **partition.manifest()}, timing)
+        if not config.keep_checkpoints:
+            checkpointer.remove()
     if tracker is not None:
-        tracker.log_final(summary, per_client)
-    return RunResult(config, summary, per_client, run_dir, federation)
+        tracker.log_final(summary, per_client, timing)
+    return RunResult(config, summary, per_client, run_dir if write else None, federation, timing)
 
 
 def evaluate_clients(

@@ -50,14 +50,18 @@ class Tracker:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
         self._guard("log", self.run.log, values, step=log.round)
 
-    def log_final(self, summary: dict[str, Any], per_client: dict[int, dict[str, float]]) -> None:
+    def log_final(
+        self, summary: dict[str, Any], per_client: dict[int, dict[str, float]], timing: dict[str, Any] | None = None
+    ) -> None:
         def log() -> None:
             import wandb
 
             for key, value in summary["metrics"].items():
                 self.run.summary[key] = value
-            for key in ("trainable_params", "uploaded_params", "bytes_up_total", "bytes_down_total", "wall_seconds"):
+            for key in ("trainable_params", "uploaded_params", "bytes_up_total", "bytes_down_total"):
                 self.run.summary[key] = summary[key]
+            if timing:
+                self.run.summary["wall_seconds"] = timing["wall_seconds"]
             metrics = list(next(iter(per_client.values())).keys()) if per_client else []
             table = wandb.Table(columns=["client", *metrics])
             for cid, values in per_client.items():
@@ -114,6 +118,7 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
             mode = "offline"
         directory = Path(config.out)
         directory.mkdir(parents=True, exist_ok=True)
+        resumed = _resumed_run_id(config)
         kwargs = dict(
             project=config.wandb_project,
             group=config.wandb_group or f"{config.protocol}-{config.dataset}",
@@ -123,6 +128,8 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
             dir=str(directory),
             reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=init_timeout()),
+            # A run resuming from a round checkpoint continues its W&B run instead of starting another.
+            **({"id": resumed, "resume": "allow"} if resumed else {}),
         )
         if mode == "online":
             try:
@@ -139,6 +146,12 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
     except Exception as exc:
         warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
         return None
+
+
+def _resumed_run_id(config: RunConfig) -> str | None:
+    from benchmark.checkpoints import saved_wandb_run_id
+
+    return saved_wandb_run_id(Path(config.out) / config.run_name())
 
 
 def _has_netrc_login() -> bool:

@@ -20,6 +20,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from benchmark.cliargs import config_from_args, method_parser
+    from benchmark.locks import cell_lock
     from benchmark.reporting import format_summary
     from benchmark.results import check_output_location
     from benchmark.runner import run_experiment
@@ -30,8 +31,8 @@ def run(args) -> int:
         method_parser(config.method).print_help()
         return 0
     check_output_location(Path(config.out))
-    with Tracker.for_run(config) as tracker:
+    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config) as tracker:
         result = run_experiment(config, tracker=tracker)
-    print(format_summary(result.summary))
+    print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")
     return 0
