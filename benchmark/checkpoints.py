@@ -65,6 +65,10 @@ class Checkpointer:
         self.every = every
         self.partition_hash = partition_hash
         self.last_save = time.monotonic()
+        self.saved_round = 0
+
+    def saved(self, completed_rounds: int) -> bool:
+        return self.saved_round >= completed_rounds
 
     def due(self, completed_rounds: int) -> bool:
         if self.every > 0:
@@ -85,6 +89,7 @@ class Checkpointer:
         sidecar = {"round": checkpoint.federation.next_round, "wandb_run_id": checkpoint.wandb_run_id}
         _atomic(sidecar_path(self.run_dir), lambda tmp: Path(tmp).write_text(json.dumps(sidecar)))
         self.last_save = time.monotonic()
+        self.saved_round = checkpoint.federation.next_round
 
     def load(self) -> RunCheckpoint | None:
         """The saved checkpoint, or None when there is none or it cannot be used (then the

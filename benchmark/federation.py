@@ -279,8 +279,11 @@ class FederatedSimulator:
             if self.on_round_end:
                 self.on_round_end(log)
             if self.on_snapshot:
+                # Shallow copies: the next round replaces entries (never tensors in place), and a
+                # snapshot may be saved only after a stop in the middle of that round.
                 self.on_snapshot(FederationSnapshot(
-                    round_index + 1, states, aggregate, bank, result.rounds, result.rounds_trained, rng_states()
+                    round_index + 1, dict(states), aggregate, dict(bank), list(result.rounds),
+                    dict(result.rounds_trained), rng_states(),
                 ))
             bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
             bar.update()

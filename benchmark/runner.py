@@ -14,6 +14,7 @@ import torch
 from benchmark.backbone import Backbone, load_backbone
 from benchmark.checkpoints import Checkpointer, RunCheckpoint
 from benchmark.config import ConfigError, RunConfig
+from benchmark.errors import RunInterrupted
 from benchmark.evaluation import Evaluator
 from benchmark.features import FeatureCache
 from benchmark.federation import (
@@ -162,10 +163,13 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         check_output_location(Path(config.out), RUN_FOLDER_BYTES + 2 * len(partition.clients) * state_bytes(
             method.client_state()))
 
+    last_round: list[RunCheckpoint] = []  # the latest completed round, saved or not
+
     def on_snapshot(snapshot) -> None:
+        wandb_id = getattr(getattr(tracker, "run", None), "id", None)
+        last_round[:] = [RunCheckpoint(snapshot, list(rows), wandb_id, partition.hash)]
         if checkpointer.due(snapshot.next_round):
-            wandb_id = getattr(getattr(tracker, "run", None), "id", None)
-            checkpointer.save(RunCheckpoint(snapshot, rows, wandb_id, partition.hash))
+            checkpointer.save(last_round[0])
 
     def on_round_end(log) -> None:
         for cid, loss in log.train_loss.items():
@@ -179,7 +183,14 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         method, train_inputs, dataset.train.labels, dataset.class_names, partition.clients,
         schedule, config.seed, settings, on_round_end, progress, on_snapshot if write else None,
     )
-    federation = simulator.run(resume.federation if resume is not None else None)
+    try:
+        federation = simulator.run(resume.federation if resume is not None else None)
+    except RunInterrupted:
+        # Stopped (preemption, a time limit): keep the last completed round if checkpoints are
+        # on, so the rerun loses only the round in progress.
+        if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
+            checkpointer.save(last_round[0])
+        raise
     with autocast_context(device, precision):
         per_client, summary_metrics = evaluate_clients(
             method, protocol, dataset, partition, federation, config, progress

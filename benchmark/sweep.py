@@ -30,9 +30,11 @@ class SweepPlan:
     missing_datasets: dict[str, str]  # dataset -> what to do to get it
 
     def describe(self, every_cell: bool = False) -> str:
+        failed_before = len(failed_cells(self.todo))
         lines = [
             f"{self.preset.name}: {self.preset.title}",
-            f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run",
+            f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run"
+            + (f" ({failed_before} failed last time: run again)" if failed_before else ""),
         ]
         sampling = {(c.config.client_sampling, c.config.clients, c.config.participation) for c in self.cells}
         lines.extend(f"client sampling: {describe_sampling(*s)}" for s in sorted(sampling))

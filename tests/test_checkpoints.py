@@ -108,3 +108,32 @@ def test_kill_9_at_a_random_round_then_rerun_gives_identical_files(fake_data_roo
     # The W&B run was resumed, not duplicated: both attempts logged under one run id.
     ids = {p.name.rsplit("-", 1)[-1] for p in (out / "wandb").glob("offline-run-*")}
     assert len(ids) == 1
+
+
+def test_a_stop_signal_saves_the_last_completed_round(fake_data_root, tmp_path, monkeypatch):
+    """With the default timed checkpoints none is due in a short run, but SIGTERM in round 3
+    still leaves round 2 saved, and the rerun resumes there."""
+    import signal as signals
+
+    from benchmark.errors import RunInterrupted
+    from benchmark.federation import FederatedSimulator
+
+    reference = run_experiment(tiny_config(fake_data_root, tmp_path / "a", **SETTINGS), progress=False)
+    config = tiny_config(fake_data_root, tmp_path / "b", **SETTINGS)
+    assert config.checkpoint_every == -1
+    train = FederatedSimulator._train_client
+
+    def stopped_in_round_3(self, cid, round_index):
+        if round_index == 2:
+            raise RunInterrupted(signals.SIGTERM)
+        return train(self, cid, round_index)
+
+    monkeypatch.setattr(FederatedSimulator, "_train_client", stopped_in_round_3)
+    with pytest.raises(RunInterrupted):
+        run_experiment(config, progress=False)
+    run_dir = Path(config.out) / config.run_name()
+    assert json.loads(sidecar_path(run_dir).read_text())["round"] == 2 and not run_dir.exists()
+    monkeypatch.setattr(FederatedSimulator, "_train_client", train)
+    resumed = run_experiment(config, progress=False)
+    assert resumed.timing["resumed_after_round"] == 2
+    assert files(resumed.run_dir) == files(reference.run_dir)

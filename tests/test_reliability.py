@@ -121,6 +121,7 @@ def test_failed_cell_is_shown_as_failed_and_retried(tmp_path, fake_data_root, ca
     capsys.readouterr()
     assert reproduce(tmp_path, preset) == 1
     again = capsys.readouterr().out
+    assert "4 cells: 2 done, 2 to run (2 failed last time: run again)" in again
     assert "ran 0 runs, 2 were already done, 0 skipped for missing data, 2 failed" in again
     assert again.count("FAILED test_nan_after_dtd") == 2
 
@@ -462,3 +463,27 @@ def test_augmentation_differs_between_epochs_and_clients_but_not_between_loads(f
     torch.manual_seed(123)  # the global RNG state of the loading process does not matter
     assert torch.equal(first, a[(0, 1)][0])
     assert not torch.equal(first, a[(1, 1)][0]) and not torch.equal(first, b[(0, 1)][0])
+
+
+def test_sigterm_stops_reproduce_with_143_listing_the_finished_cells(fake_data_root, tmp_path):
+    preset = tmp_path / "mini.yaml"
+    preset.write_text(
+        f"title: Mini\nrun: {{protocol: base2novel, shots: 2, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\nmethods: [promptfl]\nseeds: [1]\ngrid: {rounds: [1, 500]}\n"
+    )
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "benchmark.cli", "reproduce", str(preset), "--out", str(runs),
+               "--results", str(tmp_path / "results")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(runs.glob("promptfl_*/summary.json")):
+        time.sleep(0.2)
+    (finished,) = [p.parent.name for p in runs.glob("promptfl_*/summary.json")]
+    time.sleep(2.0)  # into the 500-round cell
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 143, err
+    assert f"finished {finished}" in out and "finished in this call: 1" in out
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    assert [p.name for p in runs.iterdir() if p.is_dir()] == [finished]
