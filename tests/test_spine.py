@@ -153,7 +153,7 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
         assert torch.equal(state["ctx"], second.federation.client_states[cid]["ctx"])
     run_dir = first.run_dir
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "config.yaml", "environment.json", "metrics.csv", "partition.json", "summary.json",
+        "config.yaml", "environment.json", "metrics.csv", "partition.json", "summary.json", "timing.json",
     ]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary["metrics"]) == {"Local", "Base", "Novel", "HM"}
