@@ -271,3 +271,17 @@ def test_logits_stay_fp32_under_bf16_autocast(tiny_backbone, attributes_dir):
             mixed = method.logits(images, CLASSES)
     assert mixed.dtype == torch.float32
     torch.testing.assert_close(mixed, exact, rtol=0.05, atol=0.3)
+
+
+@pytest.mark.slow  # needs the test toy CLIP (pretrained once, minutes on a fresh cache); 13 s once cached
+def test_fedmvp_runs_on_the_toy_world_from_a_fresh_data_root(fedbench, toy_test_checkpoint, tmp_path):
+    root = tmp_path / "data"  # empty: the toy world must write its own attribute file
+    done = fedbench("run", "--method", "fedmvp", "--dataset", "toy", "--pretrained", "fedbench-toy-test",
+                    "--data-root", root, "--out", tmp_path / "runs", "--wandb", "disabled", "--clients", "2",
+                    "--shots", "2", "--rounds", "2", "--local-epochs", "1", "--batch-size", "8",
+                    "--aggregation", "uniform")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(next((tmp_path / "runs").glob("fedmvp_toy_*/summary.json")).read_text())
+    assert summary["attributes_file"] == str(root / "attributes" / "toy.json")
+    assert set(summary["metrics"]) >= {"Local", "Base", "Novel", "HM"}
+    assert all(0 <= summary["metrics"][m] <= 100 for m in ("Local", "Base", "Novel"))
