@@ -331,11 +331,12 @@ def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
     assert msst.summary["clients"] == 3 * 2 and set(msst.summary["metrics"]) == {"Acc"}
     assert "_to-noisy_" in msst.run_dir.name
     transfer = _toy_run(tmp_path, dataset="toy", protocol="transfer", classes_per_client=8,
-                        eval_datasets="toy_shapes+toy_patterns", participation=0.5)
+                        eval_datasets="toy_shapes+toy_patterns", participation=0.5, rounds=2)
     metrics = transfer.summary["metrics"]
     assert set(metrics) == {"Local", "toy_shapes", "toy_patterns", "Avg"} and transfer.summary["clients"] == 4
     assert metrics["Avg"] == pytest.approx((metrics["toy_shapes"] + metrics["toy_patterns"]) / 2)
-    assert len(transfer.federation.rounds[0].clients) == 2
+    # the authors' sampling over the partition's 4 clients: all in round 1, then int(0.5 * 4)
+    assert [len(r.clients) for r in transfer.federation.rounds] == [4, 2]
 
 
 # ---------------------------------------------------------------------------------------
