@@ -8,6 +8,7 @@ per-client metrics into the run's headline numbers.
 
 from __future__ import annotations
 
+import math
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -54,6 +55,10 @@ class Protocol:
             raise ConfigError(f"eval_datasets is used by --protocol transfer only, not {self.name}")
         if config.target and not self.uses_target:
             raise ConfigError(f"target is used by --protocol msst only, not {self.name}")
+
+    def planned_clients(self, config: RunConfig) -> int | None:
+        """How many clients a run will have, known before its data is loaded (None: unknown)."""
+        return config.clients
 
     def details(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
         """Numbers kept in the run folder beside the headline ones (per dataset, say)."""
@@ -203,6 +208,19 @@ def _chunk_partition(dataset, config, protocol, groups, **kwargs) -> Partition:
         raise ConfigError(f"{protocol} protocol on {dataset.name}: {exc}") from None
 
 
+def _planned_chunks(names, config: RunConfig, classes_of) -> int | None:
+    """Client count of a class-chunk federation from the catalog's class counts."""
+    from data.catalog import dataset_info
+
+    total = 0
+    for name in names:
+        info = dataset_info(name)
+        if not info.num_classes:
+            return None
+        total += classes_of(info)
+    return total
+
+
 def _by_group(per_client: dict[int, dict[str, float]], partition: Partition, metric: str) -> dict[str, float]:
     """Unweighted mean of `metric` over each group's (dataset's or domain's) clients."""
     groups: dict[str, list[float]] = {}
@@ -222,6 +240,12 @@ class ClassChunkBase2New(Protocol):
 
     metrics = ("Local", "Base", "New", "HM")
     several_datasets = True
+
+    def planned_clients(self, config):
+        from data.partition import chunk_count
+
+        base = lambda info: chunk_count(math.ceil(info.num_classes / 2), config.classes_per_client)  # noqa: E731
+        return _planned_chunks(config.datasets, config, base)
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         groups, base_all, novel_all = [], [], []
@@ -300,6 +324,12 @@ class MultiSourceSingleTarget(Protocol):
     metrics = ("Acc",)
     uses_target = True
 
+    def planned_clients(self, config):
+        from data.partition import chunk_count
+
+        per_source = lambda info: (len(info.domains) - 1) * chunk_count(info.num_classes, config.classes_per_client)  # noqa: E731
+        return _planned_chunks(config.datasets, config, per_source)
+
     def check(self, config: RunConfig) -> None:
         super().check(config)
         if not config.target and config.dataset not in FIXED_TARGETS:
@@ -353,6 +383,11 @@ class Transfer(Protocol):
     metrics = ("Avg",)  # plus Local and one column per test dataset, named after it
     several_datasets = True
     uses_eval_datasets = True
+
+    def planned_clients(self, config):
+        from data.partition import chunk_count
+
+        return _planned_chunks(config.datasets, config, lambda info: chunk_count(info.num_classes, config.classes_per_client))
 
     def check(self, config: RunConfig) -> None:
         super().check(config)

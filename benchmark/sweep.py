@@ -36,8 +36,11 @@ class SweepPlan:
             f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run"
             + (f" ({failed_before} failed last time: run again)" if failed_before else ""),
         ]
-        sampling = {(c.config.client_sampling, c.config.clients, c.config.participation) for c in self.cells}
-        lines.extend(f"client sampling: {describe_sampling(*s)}" for s in sorted(sampling))
+        sampling = {(c.config.client_sampling, _planned_clients(c.config), c.config.participation) for c in self.cells}
+        lines.extend(
+            f"client sampling: {describe_sampling(*s)}" if s[1] else f"client sampling: {s[0]} (clients follow from the data)"
+            for s in sorted(sampling, key=str)
+        )
         by_dataset: dict[str, list[int]] = {}
         for cell in self.cells:
             counts = by_dataset.setdefault(cell.dataset, [0, 0])
@@ -62,6 +65,12 @@ class SweepPlan:
 
     def can_run(self, cell: Cell) -> bool:
         return not any(d in self.missing_datasets for d in needed_datasets([cell.dataset], [cell]))
+
+
+def _planned_clients(config) -> int | None:
+    from benchmark.protocols import get_protocol
+
+    return get_protocol(config.protocol).planned_clients(config)
 
 
 def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:

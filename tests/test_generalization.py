@@ -353,6 +353,7 @@ def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path,
     preset = load_preset("fedmvp_base2new")
     n_cells = len(preset.methods) * len(preset.seeds)
     assert n_cells >= 6 and f"{n_cells} cells: 0 done, {n_cells} to run" in out
+    assert "client sampling: authors (all 30 clients every round)" in out  # counted from the catalog
     for name in NINE:  # each of the 9 datasets, with how to get it
         assert f"missing dataset {name}: " in out
     for dataset in ("caltech101", "dtd", "sun397"):
@@ -373,6 +374,12 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
     assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
         (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
+    from benchmark.protocols import get_protocol
+
+    planned = {c.dataset: get_protocol("msst").planned_clients(c.config) for c in fixed}
+    assert planned == {"pacs": 3, "office_home": 9, "vlcs": 3, "terra_incognita": 3, "domainnet_full": 5 * 17}
+    imagenet = load_preset("fedmvp_imagenet").cells(seeds=[1], methods=["zeroshot"])[0].config
+    assert get_protocol("transfer").planned_clients(imagenet) == 200
     lodo = load_preset("fedmvp_msst_lodo").cells(seeds=[1], methods=["zeroshot"])
     domains = {d: dataset_info(d).domains for d in FIXED_TARGETS}
     assert all(FIXED_TARGETS[d] in domains[d] for d in FIXED_TARGETS)  # the fixed targets are real domains
