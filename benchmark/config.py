@@ -51,6 +51,7 @@ class RunConfig:
     target: str = ""  # held-out target domain (msst; '' = the protocol's fixed target for the dataset)
     eval_datasets: str = ""  # datasets tested after training on `dataset` (transfer), joined by '+'
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
+    eval_split: str = "test"  # test | val: score on the validation split instead (`fedbench tune`; the test split is then never read)
     eval_batch_size: int = 256  # evaluation batch size
     data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
     attributes: str = ""  # class attribute files folder, <dataset>.json ('' = <data root>/attributes)
@@ -84,6 +85,7 @@ class RunConfig:
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
             (self.class_dealing in {"balanced", "authors"}, "class_dealing", "balanced or authors"),
             (self.checkpoint_every >= -1, "checkpoint_every", "K >= 1 rounds, 0 (never) or -1 (every 5 minutes)"),
+            (self.eval_split in {"test", "val"}, "eval_split", "test or val"),
         ]
         for ok, name, expected in checks:
             if not ok:

@@ -31,6 +31,61 @@ State = dict[str, Tensor]
 
 
 @dataclass(frozen=True)
+class _FloatRange:
+    low: float
+    high: float
+    log: ClassVar[bool] = False
+
+    def suggest(self, trial, name: str) -> float:
+        return trial.suggest_float(name, self.low, self.high, log=self.log)
+
+    def contains(self, value: Any) -> bool:
+        return isinstance(value, (int, float)) and self.low <= value <= self.high
+
+    def check(self) -> str | None:
+        ok = 0 < self.low < self.high if self.log else self.low < self.high
+        return None if ok else f"needs {'0 < ' if self.log else ''}low < high, got [{self.low}, {self.high}]"
+
+
+@dataclass(frozen=True)
+class LogUniform(_FloatRange):
+    """A tunable float searched log-uniformly in [low, high] (learning rates)."""
+
+    log: ClassVar[bool] = True
+
+    @classmethod
+    def around(cls, default: float, down: float = 10.0, up: float = 30.0) -> "LogUniform":
+        """[default / down, default * up]: the built-in methods' learning-rate range. Wider
+        above than below because benchmark schedules (the toy world's 80 local steps) are
+        often far shorter than the papers' the defaults were chosen for."""
+        return cls(default / down, default * up)
+
+
+@dataclass(frozen=True)
+class Uniform(_FloatRange):
+    """A tunable float searched uniformly in [low, high]."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A tunable hyperparameter taking one of `values`."""
+
+    values: tuple[Any, ...]
+
+    def suggest(self, trial, name: str) -> Any:
+        return trial.suggest_categorical(name, list(self.values))
+
+    def contains(self, value: Any) -> bool:
+        return value in self.values
+
+    def check(self) -> str | None:
+        return None if len(self.values) >= 1 else "needs at least one value"
+
+
+SearchSpace = LogUniform | Uniform | Choice
+
+
+@dataclass(frozen=True)
 class ClientContext:
     """Who is training now: set by the simulator before each client's local training."""
 
@@ -105,6 +160,11 @@ class FederatedMethod(L.LightningModule):
       - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
         loads the dataset's attribute file (`data.attributes`) and calls
         `set_class_attributes` before training [False].
+      - `tunable`: hyperparameter name -> search range (`LogUniform`, `Uniform`, `Choice`)
+        that `fedbench tune` searches, every method with the same trial budget; the first
+        trial is always the `__init__` default (the paper's value), which must lie in the
+        range. At least the learning rate, log-uniform around its paper default [{}:
+        nothing to tune].
     """
 
     name: ClassVar[str] = ""  # set by @register_method
@@ -114,6 +174,7 @@ class FederatedMethod(L.LightningModule):
     evaluate_after_download: ClassVar[bool] = True
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
+    tunable: ClassVar[Mapping[str, SearchSpace]] = {}
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()

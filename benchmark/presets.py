@@ -9,7 +9,11 @@ A preset file holds
             the table averages them unweighted (leave-one-domain-out),
   methods:  names, or {label, method, method_args} variants (ablations),
   seeds:    list of seeds,
-  grid:     optional {option: [values]} axes (shots, beta, ...).
+  grid:     optional {option: [values]} axes (shots, beta, ...),
+  tuned:    optional {command, values: {label: {hyperparameter: value}}}: values chosen by
+            `fedbench tune` (stored with the command that produced them), applied over the
+            variant's own method_args; `fedbench reproduce --tuned` replaces them with the
+            table's results/<table>/tuned.yaml.
 Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
 """
 
@@ -42,6 +46,7 @@ class Cell:
     grid: tuple[tuple[str, Any], ...]
     config: RunConfig
     part: str = ""
+    hyperparameters: str = "paper"  # "tuned" when `fedbench tune`'s values apply to this row
 
 
 @dataclass
@@ -55,6 +60,8 @@ class Preset:
     grid: dict[str, list[Any]] = field(default_factory=dict)
     paper_table: str | None = None
     targets: Any = None  # msst: fixed | lodo | [domains]
+    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> tuned hyperparameters
+    tuned_command: str = ""  # the `fedbench tune` command that chose them
 
     def cells(
         self,
@@ -62,12 +69,15 @@ class Preset:
         seeds: list[int] | None = None,
         datasets: list[str] | None = None,
         methods: list[str] | None = None,
+        tuned: dict[str, dict[str, Any]] | None = None,
     ) -> list[Cell]:
         """Expand into cells; the filters keep only the named seeds/datasets/methods
-        (a method filter matches a variant's method name or its label)."""
+        (a method filter matches a variant's method name or its label). `tuned` (label ->
+        hyperparameters; default: the preset's own) goes over each variant's method_args."""
+        tuned = self.tuned if tuned is None else tuned
         chosen_datasets = [d for d in self.datasets if datasets is None or d["name"] in datasets]
         _check_filter("dataset", datasets, [d["name"] for d in self.datasets], self.name)
-        chosen_methods = self._methods(methods)
+        chosen_methods = self.select_methods(methods)
         axes = list(self.grid.items())
         cells = []
         for ds in chosen_datasets:
@@ -87,6 +97,7 @@ class Preset:
                                  "wandb_group": self.name},
                                 {"target": part} if part else {},
                                 {"method_args": variant.method_args},
+                                {"method_args": tuned.get(variant.label, {})},
                                 overrides or {},
                             )
                             if part and config.protocol != "msst":
@@ -94,7 +105,8 @@ class Preset:
                                     f"preset {self.name}: targets are msst target domains, but dataset "
                                     f"{ds['name']} runs protocol {config.protocol}"
                                 )
-                            cells.append(Cell(variant.label, ds["name"], grid, config, part))
+                            origin = "tuned" if variant.label in tuned else "paper"
+                            cells.append(Cell(variant.label, ds["name"], grid, config, part, origin))
         return cells
 
     def _targets(self, dataset, targets) -> list[str]:
@@ -105,7 +117,15 @@ class Preset:
         return msst_targets(str(dataset), targets)
 
 
-    def _methods(self, wanted: list[str] | None) -> list[MethodVariant]:
+        unknown = sorted(set(values) - {m.label for m in self.methods})
+        if unknown:
+            raise ConfigError(
+                f"tuned values for {', '.join(unknown)}, which preset {self.name!r} does not list "
+                f"(its methods: {', '.join(m.label for m in self.methods)})"
+            )
+        return replace(self, tuned={k: dict(v) for k, v in values.items()}, tuned_command=command)
+
+    def select_methods(self, wanted: list[str] | None) -> list[MethodVariant]:
         """The preset's variants named in `wanted`; a registered method the preset does not
         list (your own plugin) joins the table with default hyperparameters."""
         if wanted is None:
@@ -160,7 +180,10 @@ def load_preset(name_or_path: str) -> Preset:
     labels = [m.label for m in methods]
     if len(set(labels)) != len(labels):
         raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
-    return Preset(
+    tuned = data.get("tuned") or {}
+    if tuned and not isinstance(tuned.get("values"), dict):
+        raise ConfigError(f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'")
+    preset = Preset(
         name=path.stem,
         title=data.get("title", path.stem),
         run=dict(data["run"]),
@@ -171,6 +194,7 @@ def load_preset(name_or_path: str) -> Preset:
         paper_table=data.get("paper_table"),
         targets=data.get("targets"),
     )
+    return preset.with_tuned(tuned.get("values", {}), str(tuned.get("command", ""))) if tuned else preset
 
 
 def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:

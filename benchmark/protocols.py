@@ -63,6 +63,7 @@ class Protocol:
     def details(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
         """Numbers kept in the run folder beside the headline ones (per dataset, say)."""
         return {}
+    headline: ClassVar[str] = ""  # the one metric that ranks methods (tuning selects on it)
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         raise NotImplementedError
@@ -83,6 +84,7 @@ class Base2Novel(Protocol):
     """Base classes dealt to clients; Local / Base / Novel / HM (DESIGN.md)."""
 
     metrics = ("Local", "Base", "Novel", "HM")
+    headline = "HM"
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         try:
@@ -122,6 +124,7 @@ class DirichletLabelShift(Protocol):
     classifying over all classes; Acc = mean over clients."""
 
     metrics = ("Acc",)
+    headline = "Acc"
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         from data.partition import dirichlet_partition
@@ -149,6 +152,7 @@ class DomainFeatureShift(Protocol):
     Avg, the unweighted mean over domains."""
 
     metrics = ("Avg",)  # plus one column per domain, named after it
+    headline = "Avg"
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         from data.partition import domain_partition

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any, Callable, TypeVar
 
-from benchmark.method import FederatedMethod
+from benchmark.method import Choice, FederatedMethod, LogUniform, Uniform
 
 ENTRY_POINT_GROUP = "fedbench.methods"
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -33,6 +33,7 @@ HOOKS = (
 CLASS_ATTRIBUTES = (
     "upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download", "gpu_precision",
     "uses_class_attributes",
+    "tunable",
 )
 M = TypeVar("M", bound=type[FederatedMethod])
 
@@ -146,12 +147,29 @@ def build_method(name: str, backbone, method_args: dict[str, Any] | None = None)
 
 
 def check_method_class(cls: type[FederatedMethod], name: str) -> None:
-    """What can be checked without building the method: hyperparameters have defaults and
-    `upload_keys` is a tuple of patterns (a bare string would match character by character)."""
+    """What can be checked without building the method: hyperparameters have defaults,
+    `upload_keys` is a tuple of patterns (a bare string would match character by character)
+    and `tunable` names hyperparameters whose defaults lie in their search ranges."""
     keys = cls.upload_keys
     if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
         raise MethodError(f"method {name!r}: upload_keys must be a tuple of fnmatch patterns, got {keys!r}")
-    hyperparameters(cls, name)
+    defaults = {h.name: h.default for h in hyperparameters(cls, name)}
+    for key, space in dict(cls.tunable).items():
+        if key not in defaults:
+            raise MethodError(
+                f"method {name!r}: tunable names {key!r}, which is not one of its hyperparameters "
+                f"({', '.join(defaults) or 'none'})"
+            )
+        if not isinstance(space, (LogUniform, Uniform, Choice)):
+            raise MethodError(f"method {name!r}: tunable[{key!r}] must be LogUniform, Uniform or Choice, got {space!r}")
+        problem = space.check()
+        if problem:
+            raise MethodError(f"method {name!r}: tunable[{key!r}] {problem}")
+        if not space.contains(defaults[key]):
+            raise MethodError(
+                f"method {name!r}: the default {key}={defaults[key]!r} lies outside its search range {space}; "
+                "the first trial of `fedbench tune` is the default, so widen the range around it"
+            )
 
 
 def overrides(cls: type[FederatedMethod], hook: str) -> bool:

@@ -34,6 +34,7 @@ from data.base import DatasetSplits
 from data.catalog import dataset_info
 from data.combined import load_datasets
 from data.partition import Partition
+from data.validation import validation_view
 from data.transforms import clip_transforms
 
 # Frozen features survive across runs in one process (a sweep, the demo): same backbone,
@@ -124,6 +125,9 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
             "Run it on one dataset (base2novel, msst)."
         )
     dataset = load_run_dataset(config, backbone)
+    validation = None
+    if config.eval_split == "val":  # tuning: `test` becomes the validation split, the test split is dropped
+        dataset, validation = validation_view(dataset)
     partition = protocol.partition(dataset, config)
     # The partition fixes the client count (class-chunk protocols derive it from the classes).
     schedule = client_sampling_schedule(
@@ -220,6 +224,7 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         "seed": config.seed,
         "config_hash": config.hash(),
         "round": final_round,
+        "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),
         "clients": len(partition.clients),
@@ -242,7 +247,8 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         "resumed_after_round": resume.federation.next_round if resume is not None else None,
     }
     if write:
-        write_run(run_dir, config, rows, summary, {"hash": partition.hash, **partition.manifest()}, timing)
+        manifest = {"hash": partition.hash, **partition.manifest(), **({"validation": validation} if validation else {})}
+        write_run(run_dir, config, rows, summary, manifest, timing)
         if not config.keep_checkpoints:
             checkpointer.remove()
     if tracker is not None:

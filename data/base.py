@@ -7,6 +7,7 @@ only this interface and never a dataset's own file format.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -129,12 +130,44 @@ class TensorImages(LabeledImages):
         return self.transform(Image.fromarray(self.images[index].numpy()))
 
 
+class SubsetImages(LabeledImages):
+    """Images `indices` of another split, in that order, optionally under another transform
+    (a validation part held out of train is read with the test transform)."""
+
+    def __init__(
+        self,
+        name: str,
+        source: LabeledImages,
+        indices: Sequence[int],
+        transform: Transform | None = None,
+        key: str = "",
+    ) -> None:
+        indices = [int(i) for i in indices]
+        domains = None if source.domains is None else [source.domains[i] for i in indices]
+        super().__init__(
+            name, [source.labels[i] for i in indices], source.class_names, domains,
+            cache_key=f"{source.cache_key}[{key or name}]",
+        )
+        self.indices = indices
+        self.source = source
+        if transform is not None:
+            if not hasattr(source, "transform"):
+                raise TypeError(f"{source.name} has no transform to replace")
+            self.source = copy.copy(source)  # the same images, read under `transform`
+            self.source.transform = transform
+
+    def load(self, index: int) -> torch.Tensor:
+        return self.source.load(self.indices[index])
+
+
 @dataclass
 class DatasetSplits:
     """A dataset as the benchmark uses it: train and test splits over one class list.
 
     `class_names` is in the dataset's own, deterministic order: base/novel splits take
-    the first half as base. `domain_names` is set for feature-shift datasets.
+    the first half as base. `domain_names` is set for feature-shift datasets. `val` is the
+    dataset's own validation split where its layout has one (tuning selects on it; see
+    `data.validation` for datasets without one).
     """
 
     name: str
@@ -143,8 +176,9 @@ class DatasetSplits:
     class_names: list[str]
     domain_names: list[str] | None = None
     extra: dict = field(default_factory=dict)
+    val: LabeledImages | None = None
 
     def __post_init__(self) -> None:
-        for split in (self.train, self.test):
-            if split.class_names != self.class_names:
+        for split in (self.train, self.test, self.val):
+            if split is not None and split.class_names != self.class_names:
                 raise ValueError(f"{self.name}: split {split.name} has a different class list")

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.registry import register_method
 
@@ -44,6 +44,7 @@ def residual_blend(features: Tensor, adapter: nn.Module, ratio: float) -> Tensor
 class CLIPAdapter(FederatedMethod):
     """Visual residual adapter; uploaded whole (global) unless `personalized`."""
 
+    tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
     upload_keys = ("adapter.*",)
     frozen_image_features = True
 

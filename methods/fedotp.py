@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -124,6 +124,7 @@ def transport_logits(
 class FedOTP(FederatedMethod):
     """Global prompt (uploaded, FedAvg by n_i) + local prompt (personal), OT over patches."""
 
+    tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
     upload_keys = ("global_ctx",)
     frozen_image_features = True
     image_feature_kind = "patches"  # [M, D] per image, not the pooled feature

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -42,6 +42,7 @@ def contrastive_loss(anchor: Tensor, global_only: Tensor, full: Tensor, temperat
 class FedPGP(FederatedMethod):
     """sigma uploaded and averaged; U, V personal; CE + mu * contrastive loss."""
 
+    tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
     upload_keys = ("sigma",)
     frozen_image_features = True
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.registry import register_method
 
 TOWERS = ("text", "vision")
@@ -88,6 +88,7 @@ class LoRABlock(nn.Module):
 class CLIPLoRA(FederatedMethod):
     """LoRA on q, k, v of all blocks of both towers; every LoRA weight is FedAvg'd."""
 
+    tunable = {"lr": LogUniform.around(2e-4)}  # around the paper's lr, the default below
     upload_keys = ("lora.*",)
     frozen_image_features = False  # the image tower carries LoRA too
     gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (README "Precision")

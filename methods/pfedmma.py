@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.registry import register_method
 
 TEMPLATE = "a photo of a {}."
@@ -86,6 +86,7 @@ def adapted_blocks(backbone: Backbone, first_block: int, last_block: int) -> lis
 class PFedMMA(FederatedMethod):
     """Multi-modal adapters in both towers; only the shared projections are federated."""
 
+    tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
     upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
     frozen_image_features = False  # the image tower runs through this client's adapters
     gpu_precision = "32-true"  # alpha * y at init is as small as bf16's matmul noise (README "Precision")

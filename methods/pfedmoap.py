@@ -63,7 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, State
+from benchmark.method import FederatedMethod, LogUniform, State
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -108,6 +108,7 @@ class AttentionGate(nn.Module):
 class PFedMoAP(FederatedMethod):
     """Local CoOp prompt + attention gate over K-1 downloaded non-local prompts."""
 
+    tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
     upload_keys = ("ctx",)
     frozen_image_features = True
     evaluate_after_download = False

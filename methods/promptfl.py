@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -26,6 +26,7 @@ from benchmark.registry import register_method
 class PromptFL(FederatedMethod):
     """CoOp context [n_ctx, text width] ~ N(0, 0.02), uploaded whole each round."""
 
+    tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
     upload_keys = ("ctx",)
     frozen_image_features = True
 

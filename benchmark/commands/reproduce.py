@@ -27,30 +27,45 @@ def add_parser(subparsers) -> None:
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
     p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[], help="override run options, e.g. rounds=5")
+    p.add_argument(
+        "--tuned", action="store_true",
+        help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
+    )
     p.set_defaults(func=run)
 
 
-def run(args) -> int:
+def parse_set(items: list[str]) -> dict[str, str]:
+    """`--set OPTION=VALUE ...` as a mapping (values are converted by build_config)."""
     from benchmark.config import ConfigError
-    from benchmark.presets import load_preset
-    from benchmark.sweep import plan_sweep, run_sweep
 
-    preset = load_preset(args.table)
-    overrides = {"out": args.out or str(Path("runs") / preset.name)}
-    for key in ("data_root", "device", "wandb"):
-        if getattr(args, key):
-            overrides[key] = getattr(args, key)
-    for item in args.set:
+    overrides = {}
+    for item in items:
         if "=" not in item:
             raise ConfigError(f"--set takes OPTION=VALUE, got {item!r}")
         key, value = item.split("=", 1)
         overrides[key] = value
+    return overrides
+
+
+def run(args) -> int:
+    from benchmark.presets import load_preset
+    from benchmark.sweep import plan_sweep, run_sweep
+    from benchmark.tuning import TUNED_YAML, load_tuned
+
+    preset = load_preset(args.table)
+    results = Path(args.results or Path("results") / preset.name)
+    if getattr(args, "tuned", False):
+        preset = preset.with_tuned(load_tuned(results / TUNED_YAML), f"see {results / TUNED_YAML}")
+    overrides = {"out": args.out or str(Path("runs") / preset.name)}
+    for key in ("data_root", "device", "wandb"):
+        if getattr(args, key):
+            overrides[key] = getattr(args, key)
+    overrides.update(parse_set(args.set))
     cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
     plan = plan_sweep(preset, cells)
     print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
-    results = Path(args.results or Path("results") / preset.name)
     report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None)
     print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
           f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")

@@ -16,7 +16,8 @@ from data.transforms import ImageTransforms
 def read_split_zhou(
     name: str, split_file: Path, image_dir: Path, transforms: ImageTransforms
 ) -> DatasetSplits:
-    """Read a split_zhou JSON into train/test `FileImages`; classes ordered by label."""
+    """Read a split_zhou JSON into train/val/test `FileImages` (val: None when the file has no
+    "val" entries); classes ordered by label."""
     if not split_file.is_file():
         raise DatasetError(
             f"{name}: split file {split_file} is missing. Download the CoOp split "
@@ -32,9 +33,12 @@ def read_split_zhou(
             f"{name}: {split_file} is not a split_zhou file ({exc}); expected "
             '{"train": [[path, label, class_name], ...], "val": [...], "test": [...]}.'
         ) from None
-    class_names = _class_names(name, split_file, [*train, *entries.get("val", []), *test])
+    val = entries.get("val") or []
+    class_names = _class_names(name, split_file, [*train, *val, *test])
     splits = {}
-    for split, rows in (("train", train), ("test", test)):
+    for split, rows in (("train", train), ("val", val), ("test", test)):
+        if not rows and split == "val":
+            continue  # no validation entries: tuning holds out part of train (data.validation)
         paths = [image_dir / row[0] for row in rows]
         missing = next((p for p in paths if not p.is_file()), None)
         if missing is not None:
@@ -51,7 +55,7 @@ def read_split_zhou(
             transforms.train if split == "train" else transforms.test,
             cache_key=f"{name}/{split}/{image_dir.resolve()}/{transforms.key}",
         )
-    return DatasetSplits(name, splits["train"], splits["test"], class_names)
+    return DatasetSplits(name, splits["train"], splits["test"], class_names, val=splits.get("val"))
 
 
 def _class_names(name: str, split_file: Path, rows: list) -> list[str]:

@@ -43,6 +43,7 @@ def generate_split(name: str, split: str, seed: int = TOY_SEED, image_size: int 
     Images are grouped by domain then class; the split's seed is derived from (name, split, seed).
     """
     spec = world.toy_specs()[name]
+    # val: a generated validation split as large as test, from its own seed (tuning selects on it)
     per_class = spec.train_per_class if split == "train" else spec.test_per_class
     split_seed = zlib.crc32(f"{name}/{split}/{seed}".encode())
     g = torch.Generator().manual_seed(split_seed)
@@ -61,7 +62,7 @@ def load_toy(name: str, transforms: ImageTransforms, seed: int = TOY_SEED) -> Da
     spec = world.toy_specs()[name]
     shift = len(spec.domains) > 1
     splits = {}
-    for split in ("train", "test"):
+    for split in ("train", "val", "test"):
         images, labels, domains, _ = generate_split(name, split, seed)
         transform = transforms.train if split == "train" else transforms.test
         splits[split] = TensorImages(
@@ -80,6 +81,7 @@ def load_toy(name: str, transforms: ImageTransforms, seed: int = TOY_SEED) -> Da
         spec.class_names,
         domain_names=list(spec.domains) if shift else None,
         extra={"generated": True, "toy_spec": spec, "description": spec.description},
+        val=splits["val"],
     )
 
 
