@@ -22,29 +22,47 @@ def _pyplot():
     return plt
 
 
-def radar(stats: pd.DataFrame, path: Path, metrics: Sequence[str] | None = None) -> Path | None:
-    """One polygon per method over `metrics` (default Local, Base, Novel or New, HM), from the
-    Average rows, or else the first dataset that has them."""
-    if metrics is None:
-        novel = "New" if "New" in set(stats["metric"]) and "Novel" not in set(stats["metric"]) else "Novel"
-        metrics = ("Local", "Base", novel, "HM")
+def radar_metrics(stats: pd.DataFrame) -> tuple[str, ...]:
+    """Local, Base, Novel (or New, for the generalization protocols), HM."""
+    novel = "New" if "New" in set(stats["metric"]) and "Novel" not in set(stats["metric"]) else "Novel"
+    return ("Local", "Base", novel, "HM")
+
+
+def radar_values(stats: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """What the radar draws: one row per table row (label, hyperparameters, grid) of the
+    Average rows, or else the first dataset that has `metrics`; one column per metric: the
+    table's own means."""
+    metrics = tuple(metrics or radar_metrics(stats))
     having = stats[stats["metric"].isin(metrics)]["dataset"].unique()
     dataset = AVERAGE if AVERAGE in having else (having[0] if len(having) else None)
     part = stats[(stats["dataset"] == dataset) & stats["metric"].isin(metrics)]
     if part.empty:
+        return pd.DataFrame(columns=list(metrics))
+    table = part.pivot_table(index=["label", "hyperparameters", "grid"], columns="metric", values="mean", sort=False)
+    table.attrs["dataset"] = dataset
+    return table.reindex(columns=list(metrics))
+
+
+def radar(stats: pd.DataFrame, path: Path, metrics: Sequence[str] | None = None) -> Path | None:
+    """One polygon per table row over `metrics` (`radar_values`: the numbers of table.md)."""
+    metrics = tuple(metrics or radar_metrics(stats))
+    values_by_row = radar_values(stats, metrics)
+    if values_by_row.empty:
         return None
+    dataset = values_by_row.attrs["dataset"]
     plt = _pyplot()
     angles = np.linspace(0, 2 * np.pi, len(metrics), endpoint=False).tolist()
     fig, ax = plt.subplots(figsize=(6, 6), subplot_kw={"polar": True})
-    for label, rows in part.groupby("label", sort=False):
-        values = [rows.loc[rows["metric"] == m, "mean"].mean() for m in metrics]
-        ax.plot(angles + angles[:1], values + values[:1], label=label)
+    for (label, hyperparameters, grid), row in values_by_row.iterrows():
+        values = [float(row[m]) for m in metrics]
+        name = f"{label} ({hyperparameters}{', ' + grid if grid else ''})"
+        ax.plot(angles + angles[:1], values + values[:1], label=name)
         ax.fill(angles + angles[:1], values + values[:1], alpha=0.08)
     ax.set_xticks(angles)
     ax.set_xticklabels(metrics)
     ax.set_ylim(0, 100)
     ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
-    ax.set_title(f"Local / Base / Novel / HM ({dataset})")
+    ax.set_title(f"{' / '.join(metrics)} ({dataset})")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path

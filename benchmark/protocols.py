@@ -24,6 +24,8 @@ PROTOCOLS: dict[str, type["Protocol"]] = {}
 
 def register_protocol(name: str) -> Callable[[type["Protocol"]], type["Protocol"]]:
     def decorate(cls: type[Protocol]) -> type[Protocol]:
+        if cls.headline not in cls.metrics:
+            raise ValueError(f"protocol {name!r}: headline {cls.headline!r} must be one of its metrics {cls.metrics}")
         cls.name = name
         PROTOCOLS[name] = cls
         return cls
@@ -243,6 +245,7 @@ class ClassChunkBase2New(Protocol):
     dataset's clients, then over datasets with equal weights; HM of the three averages."""
 
     metrics = ("Local", "Base", "New", "HM")
+    headline = "HM"
     several_datasets = True
 
     def planned_clients(self, config):
@@ -326,6 +329,7 @@ class MultiSourceSingleTarget(Protocol):
     out = one run per target, averaged unweighted by the table (preset `targets: lodo`)."""
 
     metrics = ("Acc",)
+    headline = "Acc"
     uses_target = True
 
     def planned_clients(self, config):
@@ -385,6 +389,7 @@ class Transfer(Protocol):
     (ImageNet to its variants: the variants only)."""
 
     metrics = ("Avg",)  # plus Local and one column per test dataset, named after it
+    headline = "Avg"
     several_datasets = True
     uses_eval_datasets = True
 

@@ -17,8 +17,11 @@ from benchmark.presets import Cell, Preset
 from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
 from benchmark.locks import cell_lock
 from benchmark.results import is_complete, record_failure
-from benchmark.tables import collect, failed_cells, paper_comparison, render, run_dir, summarize
+from benchmark.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
 from data.catalog import dataset_info
+
+
+HEADLINE_METHOD = "pfedmma"  # the row the paired differences compare with every other row
 
 
 @dataclass
@@ -161,15 +164,25 @@ def _report_interrupted(plan: SweepPlan, report: SweepReport, current: Cell) -> 
 
 
 def render_tables(plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None) -> dict[str, Path]:
-    """Tables (md/csv/tex), the paper comparison and the figures, from whatever is finished."""
-    stats = summarize(collect(plan.cells), failed_cells(plan.cells))
+    """Tables (md/csv/tex), the paper comparison, the headline method's paired differences
+    and the figures, from whatever is finished."""
+    from benchmark.protocols import get_protocol
+
+    long = collect(plan.cells)
+    stats = summarize(long, failed_cells(plan.cells))
     if stats.empty:
         return {}
     reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
     comparison = paper_comparison(stats, reference if reference is not None else _empty(), preset_methods)
+    headline = get_protocol(plan.cells[0].config.protocol).headline
+    diffs = differences(long, HEADLINE_METHOD, headline)
+    notes = []
+    if any(c.hyperparameters == "tuned" for c in plan.cells):
+        notes.append(f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`." if plan.preset.tuned_command
+                     else "Tuned rows use the values chosen by `fedbench tune`.")
     out = Path(results_dir)
-    files = render(stats, comparison, out, plan.preset.title)
+    files = render(stats, comparison, out, plan.preset.title, diffs, notes)
     for name, path in (("radar", radar(stats, out / "radar.png")), ("curves", round_curves(plan.cells, out / "curves.png"))):
         if path is not None:
             files[name] = path

@@ -2,10 +2,13 @@
 
 `collect` reads every finished cell into long rows (one per run x metric); `summarize`
 gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
-HM is averaged, never the HM of averages: DESIGN.md); `render` writes Markdown, CSV and
-LaTeX. A cell with no finished run is simply absent: `fedbench reproduce` fills it. A cell
-whose last run failed (diverged, crashed) is shown as "failed" -- never as a number, and
-never as the mean of the seeds that happened to work -- until a rerun succeeds.
+HM is averaged, never the HM of averages: DESIGN.md); `differences` pairs the headline
+method with each other row run by run (same dataset, grid and seed) and gives the mean
+difference with a bootstrap interval and a signed-rank test; `render` writes Markdown, CSV
+and LaTeX. Every row says whether its hyperparameters are the paper's or `fedbench tune`'s.
+A cell with no finished run is simply absent: `fedbench reproduce` fills it. A cell whose
+last run failed (diverged, crashed) is shown as "failed" -- never as a number, and never as
+the mean of the seeds that happened to work -- until a rerun succeeds.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from benchmark.presets import Cell
 from benchmark.results import is_complete, read_failure, read_summary
 
 AVERAGE = "Average"
-KEYS = ["label", "method", "dataset", "grid"]
+KEYS = ["label", "hyperparameters", "method", "dataset", "grid"]
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
 
 
 def run_dir(cell: Cell) -> Path:
@@ -32,13 +37,14 @@ PART_METRIC = "Acc"
 
 
 def collect(cells: Sequence[Cell]) -> pd.DataFrame:
-    """Long rows (label, method, dataset, grid, seed, metric, value) of the finished cells."""
+    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value) of the
+    finished cells."""
     rows = []
-    parts: dict[tuple, dict[str, float | None]] = {}  # (label, method, dataset, grid, seed) -> part -> value
+    parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
     for cell in cells:
         grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
-        key = {"label": cell.label, "method": cell.config.method, "dataset": cell.dataset, "grid": grid,
-               "seed": cell.config.seed}
+        key = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
+               "dataset": cell.dataset, "grid": grid, "seed": cell.config.seed}
         if cell.part:
             parts.setdefault(tuple(key.values()), {})[cell.part] = None
         folder = run_dir(cell)
@@ -76,7 +82,9 @@ def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
     common = long[long["metric"].isin(shared[shared == len(datasets)].index)]
     complete = common.groupby(["label", "grid", "seed", "metric"])["dataset"].transform("nunique") == len(datasets)
     by_seed = (
-        common[complete].groupby(["label", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"].mean()
+        common[complete]
+        .groupby(["label", "hyperparameters", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"]
+        .mean()
     )
     by_seed["dataset"] = AVERAGE
     per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
@@ -101,8 +109,8 @@ def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
                 if here.any():
                     stats.loc[here, "failed"] += 1
                 else:
-                    row = {"label": cell.label, "method": cell.config.method, "dataset": dataset, "grid": grid,
-                           "metric": metric, "n": 0, "failed": 1}
+                    row = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
+                           "dataset": dataset, "grid": grid, "metric": metric, "n": 0, "failed": 1}
                     stats = pd.concat([stats, pd.DataFrame([row])], ignore_index=True)
     stats["failed"] = stats["failed"].fillna(0).astype(int)
     stats.loc[stats["failed"] > 0, ["mean", "std"]] = float("nan")
@@ -121,20 +129,70 @@ def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequ
     `methods` (the preset's), else those with results. A cell still to run shows as NaN so
     the gap is visible, never dropped."""
     if reference.empty:
-        return pd.DataFrame(columns=["method", "dataset", "metric", "ours", "paper", "delta"])
+        return pd.DataFrame(columns=["method", "hyperparameters", "dataset", "metric", "ours", "paper", "delta"])
     ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
     wanted = set(ours["method"]) | set(methods or ())
     reference = reference[reference["method"].isin(wanted)]
-    merged = reference.merge(ours[["method", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left")
+    merged = reference.merge(
+        ours[["method", "hyperparameters", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left"
+    )
     merged["delta"] = merged["ours"] - merged["paper"]
-    return merged[["method", "dataset", "metric", "ours", "paper", "delta"]]
+    return merged[["method", "hyperparameters", "dataset", "metric", "ours", "paper", "delta"]]
+
+
+def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
+    """`reference` minus every other row label on `metric`, paired run by run (same dataset,
+    grid, seed). Per dataset and over all pairs (seeds x datasets): the number of pairs, the
+    mean difference, a 95 % percentile bootstrap interval of that mean (resampling pairs;
+    fixed seed) and the two-sided Wilcoxon signed-rank p-value. With one pair there is no
+    interval and no test (NaN), never a made-up one."""
+    columns = ["reference", "baseline", "grid", "dataset", "pairs", "mean_diff", "ci_low", "ci_high", "p_wilcoxon"]
+    part = long[long["metric"] == metric]
+    if part.empty or reference not in set(part["label"]):
+        return pd.DataFrame(columns=columns)
+    keys = ["dataset", "grid", "seed"]
+    ours = part[part["label"] == reference][[*keys, "value"]]
+    rows = []
+    for baseline in dict.fromkeys(part["label"]):
+        if baseline == reference:
+            continue
+        theirs = part[part["label"] == baseline][[*keys, "value"]]
+        paired = ours.merge(theirs, on=keys, suffixes=("_ref", "_base"))
+        paired["diff"] = paired["value_ref"] - paired["value_base"]
+        for grid, by_grid in paired.groupby("grid", sort=False):
+            groups = [(d, g["diff"].to_numpy()) for d, g in by_grid.groupby("dataset", sort=False)]
+            if len(groups) > 1:
+                groups.append(("all (seeds x datasets)", by_grid["diff"].to_numpy()))
+            for dataset, diffs in groups:
+                low, high, p = _interval_and_test(diffs)
+                rows.append({"reference": reference, "baseline": baseline, "grid": grid, "dataset": dataset,
+                             "pairs": len(diffs), "mean_diff": float(diffs.mean()), "ci_low": low, "ci_high": high,
+                             "p_wilcoxon": p})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _interval_and_test(diffs) -> tuple[float, float, float]:
+    import numpy as np
+
+    if len(diffs) < 2:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = diffs[rng.integers(0, len(diffs), size=(BOOTSTRAP_RESAMPLES, len(diffs)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    if np.all(diffs == 0):
+        p = 1.0
+    else:
+        from scipy.stats import wilcoxon
+
+        p = float(wilcoxon(diffs).pvalue)
+    return float(low), float(high), p
 
 
 def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
     """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'."""
     part = stats[stats["dataset"] == dataset].copy()
     part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
-    index = ["label", "grid"] if (part["grid"] != "").any() else ["label"]
+    index = ["label", "hyperparameters", "grid"] if (part["grid"] != "").any() else ["label", "hyperparameters"]
     table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
     table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
     table.columns.name = None
@@ -147,18 +205,39 @@ def _fmt(mean: float, std: float, n: int, failed: int = 0) -> str:
     return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"
 
 
-def render(stats: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path, title: str) -> dict[str, Path]:
-    """Write table.md, table.csv (long stats), table.tex and paper_comparison.csv."""
+def render(
+    stats: pd.DataFrame,
+    comparison: pd.DataFrame,
+    out_dir: Path,
+    title: str,
+    diffs: pd.DataFrame | None = None,
+    notes: Sequence[str] = (),
+) -> dict[str, Path]:
+    """Write table.md, table.csv (long stats), table.tex, paper_comparison.csv and
+    differences.csv (`differences`); `notes` are lines printed under the title."""
     out_dir.mkdir(parents=True, exist_ok=True)
     datasets = list(dict.fromkeys(stats["dataset"]))
     order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
-    md = [f"# {title}", "", "Mean ± std over seeds; Average = per-seed mean over datasets (HM averaged per run); "
-          "failed = a run of the cell failed (`fedbench reproduce` retries it).", ""]
+    md = [
+        f"# {title}", "",
+        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); Average = per-seed mean over datasets "
+        "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
+        "hyperparameters: paper = the method's defaults (and the preset's settings), "
+        "tuned = chosen by `fedbench tune` on validation data.", "", *notes, *([""] if notes else []),
+    ]
     tex = []
     for dataset in order:
         table = wide(stats, dataset)
         md += [f"## {dataset}", "", _markdown(table), ""]
         tex.append(table.to_latex(caption=f"{title}: {dataset}", escape=True))
+    if diffs is not None and not diffs.empty:
+        reference = diffs["reference"].iloc[0]
+        md += [
+            f"## {reference} minus each baseline", "",
+            "Paired run by run (same dataset, grid and seed); interval: 95 % bootstrap of the mean difference over "
+            "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.", "",
+            _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])), "",
+        ]
     if not comparison.empty:
         md += ["## Paper comparison", "", _markdown(comparison.round(2).set_index(["method", "dataset", "metric"])), ""]
     paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
@@ -168,6 +247,9 @@ def render(stats: pd.DataFrame, comparison: pd.DataFrame, out_dir: Path, title: 
     if not comparison.empty:
         paths["paper"] = out_dir / "paper_comparison.csv"
         comparison.to_csv(paths["paper"], index=False)
+    if diffs is not None and not diffs.empty:
+        paths["differences"] = out_dir / "differences.csv"
+        diffs.to_csv(paths["differences"], index=False)
     return paths
 
 

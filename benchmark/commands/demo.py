@@ -24,6 +24,6 @@ def run(args) -> int:
     return reproduce.run(
         argparse.Namespace(
             table="toy", seeds=None, datasets=None, methods=methods, dry_run=False, out=None, results=None,
-            data_root=None, device=None, wandb=args.wandb, set=[],
+            data_root=None, device=None, wandb=args.wandb, set=[], tuned=False,
         )
     )

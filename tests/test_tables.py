@@ -1,0 +1,103 @@
+"""Table statistics: mean ± std over seeds, paired differences with their uncertainty, and a
+radar drawn from the table's own numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchmark.plots import radar, radar_values
+from benchmark.tables import AVERAGE, differences, summarize, wide
+
+
+def long_rows(values: dict[tuple[str, str, int], dict[str, float]], tuned=("promptfl",)) -> pd.DataFrame:
+    """(label, dataset, seed) -> {metric: value} as collect() would return them."""
+    rows = []
+    for (label, dataset, seed), metrics in values.items():
+        for metric, value in metrics.items():
+            rows.append({"label": label, "hyperparameters": "tuned" if label in tuned else "paper", "method": label,
+                         "dataset": dataset, "grid": "", "seed": seed, "metric": metric, "value": value})
+    return pd.DataFrame(rows)
+
+
+def make_long(seed_count=3, datasets=("dtd", "pets")) -> pd.DataFrame:
+    rng = np.random.default_rng(7)
+    values = {}
+    for d, dataset in enumerate(datasets):
+        for seed in range(1, seed_count + 1):
+            for label, offset in (("pfedmma", 5.0), ("promptfl", 0.0), ("zeroshot", -3.0)):
+                local, base, novel = (70 + offset + d + rng.normal(0, 1, 3)).tolist()
+                hm = 3 / (1 / local + 1 / base + 1 / novel)
+                values[(label, dataset, seed)] = {"Local": local, "Base": base, "Novel": novel, "HM": hm}
+    return long_rows(values)
+
+
+def test_mean_and_std_over_seeds_and_the_tuned_mark():
+    long = make_long()
+    stats = summarize(long)
+    row = stats[(stats.label == "promptfl") & (stats.dataset == "dtd") & (stats.metric == "HM")]
+    values = long[(long.label == "promptfl") & (long.dataset == "dtd") & (long.metric == "HM")]["value"]
+    assert row["mean"].item() == pytest.approx(values.mean()) and row["std"].item() == pytest.approx(values.std())
+    assert row["n"].item() == 3
+    table = wide(stats, AVERAGE)
+    assert table.index.names == ["label", "hyperparameters"]
+    assert ("promptfl", "tuned") in table.index and ("pfedmma", "paper") in table.index
+    assert " ± " in table.loc[("promptfl", "tuned"), "HM"]
+
+
+def test_paired_differences_per_dataset_and_over_all_pairs():
+    long = make_long()
+    diffs = differences(long, "pfedmma", "HM")
+    hm = long[long.metric == "HM"].pivot_table(index=["dataset", "seed"], columns="label", values="value")
+    for baseline in ("promptfl", "zeroshot"):
+        paired = hm["pfedmma"] - hm[baseline]
+        for dataset in ("dtd", "pets"):
+            row = diffs[(diffs.baseline == baseline) & (diffs.dataset == dataset)]
+            assert row["pairs"].item() == 3
+            assert row["mean_diff"].item() == pytest.approx(paired.loc[dataset].mean())
+        overall = diffs[(diffs.baseline == baseline) & (diffs.dataset.str.startswith("all"))]
+        assert overall["pairs"].item() == 6 and overall["mean_diff"].item() == pytest.approx(paired.mean())
+        assert overall["ci_low"].item() <= paired.mean() <= overall["ci_high"].item()
+        assert paired.min() <= overall["ci_low"].item() and overall["ci_high"].item() <= paired.max()
+        from scipy.stats import wilcoxon
+
+        assert overall["p_wilcoxon"].item() == pytest.approx(wilcoxon(paired.to_numpy()).pvalue)
+    assert set(diffs["baseline"]) == {"promptfl", "zeroshot"}  # the reference is never compared with itself
+    again = differences(long, "pfedmma", "HM")
+    pd.testing.assert_frame_equal(diffs, again)  # the bootstrap is seeded
+
+
+def test_one_pair_gives_no_interval_and_no_test():
+    long = make_long(seed_count=1, datasets=("toy",))
+    diffs = differences(long, "pfedmma", "HM")
+    assert list(diffs["pairs"]) == [1, 1]
+    assert diffs[["ci_low", "ci_high", "p_wilcoxon"]].isna().all().all()
+
+
+def test_unpaired_runs_are_left_out_not_guessed():
+    long = make_long()
+    long = long[~((long.label == "promptfl") & (long.seed == 3))]  # promptfl's seed 3 did not run
+    diffs = differences(long, "pfedmma", "HM")
+    assert set(diffs[diffs.baseline == "promptfl"]["pairs"]) == {2, 4}
+    assert differences(long, "nosuchmethod", "HM").empty
+
+
+def test_radar_draws_the_tables_numbers(tmp_path):
+    stats = summarize(make_long())
+    drawn = radar_values(stats)
+    table = wide(stats, AVERAGE)
+    for (label, hyperparameters, _), row in drawn.iterrows():
+        for metric in ("Local", "Base", "Novel", "HM"):
+            shown = float(table.loc[(label, hyperparameters), metric].split(" ± ")[0])
+            assert row[metric] == pytest.approx(shown, abs=0.005)
+    assert radar(stats, tmp_path / "radar.png").is_file()
+
+
+def test_a_grid_gives_one_polygon_per_table_row():
+    long = pd.concat([make_long().assign(grid="shots=1"), make_long().assign(grid="shots=16")])
+    long.loc[long.grid == "shots=16", "value"] += 10
+    drawn = radar_values(summarize(long))
+    assert len(drawn) == 6  # 3 labels x 2 grid points, never averaged across the grid
+    hm = drawn["HM"]
+    assert (hm.xs("shots=16", level="grid") - hm.xs("shots=1", level="grid")).round(6).eq(10).all()

@@ -1,0 +1,321 @@
+"""`fedbench tune`: equal budgets, validation data only, resumable Optuna studies, tuned tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import TINY, tiny_config, write_split_zhou
+from benchmark.method import Choice, LogUniform, Uniform
+from data.base import FileImages
+
+
+def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1,), rounds=1) -> Path:
+    preset = folder / "mini.yaml"
+    preset.write_text(
+        "title: Mini table\n"
+        f"run: {{protocol: base2novel, shots: 2, rounds: {rounds}, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\n"
+        f"methods: [{', '.join(methods)}]\n"
+        f"seeds: [{', '.join(map(str, seeds))}]\n"
+    )
+    return preset
+
+
+def tune_args(tmp: Path, preset: Path, *extra) -> list[str]:
+    return ["tune", str(preset), "--out", str(tmp / "runs" / "tuning"), "--results", str(tmp / "results"), *extra]
+
+
+def trials(results: Path) -> pd.DataFrame:
+    return pd.read_csv(results / "tuning.csv")
+
+
+def forbid_test_split(monkeypatch) -> None:
+    """Reading any image of a test split raises (the fake layout's images are FileImages)."""
+    original = FileImages.load
+
+    def load(self, index):
+        if self.name.endswith("/test"):
+            raise AssertionError(f"read test image {index} of {self.name}")
+        return original(self, index)
+
+    monkeypatch.setattr(FileImages, "load", load)
+
+
+@pytest.fixture
+def test_split_forbidden(monkeypatch):
+    forbid_test_split(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory, fake_data_root):
+    """promptfl and clip_adapter tuned with 3 trials each (zeroshot has nothing to tune)."""
+    from benchmark.cli import main
+
+    tmp = tmp_path_factory.mktemp("tune")
+    preset = write_preset(tmp, fake_data_root, methods=("zeroshot", "promptfl", "clip_adapter"))
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        forbid_test_split(monkeypatch)  # tuning must finish without reading one test image
+        assert main(tune_args(tmp, preset, "--trials", "3")) == 0
+    return tmp, preset
+
+
+def test_the_forbidden_test_split_really_bites(fake_data_root, tmp_path, test_split_forbidden):
+    # The guard used while tuning stops an ordinary (test-split) run: so tuning passing under it means
+    # tuning never read a test image.
+    from benchmark.runner import run_experiment
+
+    with pytest.raises(AssertionError, match="read test image"):
+        run_experiment(tiny_config(fake_data_root, tmp_path, method="zeroshot"), write=False, progress=False)
+
+
+def test_tuning_reads_validation_only_and_records_it(tuned):
+    tmp, _ = tuned  # the fixture tuned under the guard above
+    folders = sorted((tmp / "runs" / "tuning").glob("*_seed1_*"))
+    assert len(folders) == 6  # 2 methods x 3 trials, zeroshot not tuned
+    for folder in folders:
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["eval_split"] == "val"
+        manifest = json.loads((folder / "partition.json").read_text())
+        validation = manifest["validation"]  # the fake layout has no "val" entries: held out of train
+        assert validation["source"].startswith("held-out part of train") and validation["holdout_train_indices"]
+
+
+def test_tuning_csv_holds_every_trial_and_the_choice(tuned):
+    tmp, _ = tuned
+    frame = trials(tmp / "results")
+    assert sorted(frame["method"].unique()) == ["clip_adapter", "promptfl"]
+    for method, rows in frame.groupby("method"):
+        assert list(rows["trial"]) == [0, 1, 2] and set(rows["state"]) == {"COMPLETE"}
+        assert rows.iloc[0]["param_lr"] == pytest.approx({"promptfl": 0.002, "clip_adapter": 0.002}[method])  # paper
+        assert rows["param_lr"].nunique() == 3
+        best = rows[rows["chosen"]]
+        assert len(best) == 1 and best["value"].item() == rows["value"].max()
+    chosen = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text())
+    assert chosen["command"].startswith("fedbench tune ") and "--trials 3" in chosen["command"]
+    assert chosen["selection"]["metric"] == "HM" and chosen["selection"]["split"] == "validation"
+    for method in ("promptfl", "clip_adapter"):
+        row = frame[(frame.method == method) & frame.chosen]
+        assert chosen["values"][method]["lr"] == pytest.approx(row["param_lr"].item())
+        assert chosen["validation"][method]["tuned"] >= chosen["validation"][method]["paper_default"]
+
+
+def test_same_trial_budget_and_schedule_for_every_method(tuned):
+    tmp, _ = tuned
+    configs = [yaml.safe_load((f / "config.yaml").read_text()) for f in (tmp / "runs" / "tuning").glob("*_seed1_*")]
+    schedule = {(c["rounds"], c["local_epochs"], c["clients"], c["shots"], c["batch_size"], c["seed"]) for c in configs}
+    assert len(schedule) == 1
+    counts = trials(tmp / "results").groupby("method").size()
+    assert counts.nunique() == 1
+
+
+def test_reproduce_tuned_applies_the_choice_and_marks_rows(tuned, fedbench):
+    tmp, preset = tuned
+    done = fedbench("reproduce", preset, "--out", tmp / "runs", "--results", tmp / "results", "--tuned")
+    assert done.returncode == 0, done.stderr
+    chosen = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text())["values"]
+    for method in ("promptfl", "clip_adapter"):
+        (folder,) = (tmp / "runs").glob(f"{method}_*")
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        assert config["method_args"]["lr"] == pytest.approx(chosen[method]["lr"])
+        assert config["eval_split"] == "test"
+    table = (tmp / "results" / "table.md").read_text()
+    assert "| promptfl | tuned |" in table and "| zeroshot | paper |" in table
+    assert "Tuned rows use the values chosen by" in table
+    stats = pd.read_csv(tmp / "results" / "table.csv")
+    assert set(stats[stats.label == "promptfl"]["hyperparameters"]) == {"tuned"}
+
+
+def test_reproduce_tuned_without_tuning_says_what_to_run(tmp_path, fake_data_root, fedbench):
+    preset = write_preset(tmp_path, fake_data_root)
+    done = fedbench("reproduce", preset, "--results", tmp_path / "nothing", "--tuned", "--dry-run")
+    assert done.returncode == 2
+    assert "run `fedbench tune` on this table first" in done.stderr
+
+
+def test_a_different_schedule_cannot_continue_a_study(tuned, fedbench):
+    tmp, preset = tuned
+    done = fedbench(*tune_args(tmp, preset, "--trials", "3", "--set", "rounds=2"))
+    assert done.returncode == 2
+    assert "made under other settings" in done.stderr and "rounds" in done.stderr
+    assert len(trials(tmp / "results")) == 6  # nothing was added or lost
+
+
+def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data_root, monkeypatch, fedbench):
+    """A trial interrupted mid-run (as by Ctrl-C or a kill) is redone; finished ones are not;
+    and the resumed search proposes what an uninterrupted one does."""
+    import benchmark.runner as runner
+
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
+    real = runner.run_experiment
+    calls = []
+    interrupt_at = [3]
+
+    def interrupt_on_third(config, *args, **kwargs):
+        calls.append(config.method_args["lr"])
+        if len(calls) == interrupt_at[0]:
+            raise KeyboardInterrupt
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_experiment", interrupt_on_third)
+    killed = tmp_path / "killed"
+    assert fedbench(*tune_args(killed, preset, "--trials", "4")).returncode == 130
+    import optuna
+
+    study = optuna.load_study(study_name="promptfl", storage=f"sqlite:///{killed / 'results' / 'tuning.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "RUNNING"]
+    first_two = [(t.params["lr"], t.value) for t in study.trials[:2]]
+
+    calls.clear()
+    interrupt_at[0] = None
+    done = fedbench(*tune_args(killed, preset, "--trials", "4"))
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 2  # the interrupted trial and the last one; the two finished ones are not rerun
+    assert "trial 2 was interrupted; it will be run again" in done.stdout
+    frame = trials(killed / "results")
+    assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "INTERRUPTED", "COMPLETE", "COMPLETE"]
+    finished = frame[frame.state == "COMPLETE"]
+    assert [(r.param_lr, r.value) for r in finished.head(2).itertuples()] == first_two
+
+    calls.clear()
+    straight = tmp_path / "straight"
+    assert fedbench(*tune_args(straight, preset, "--trials", "4")).returncode == 0
+    assert len(calls) == 4
+    uninterrupted = trials(straight / "results")
+    assert list(uninterrupted["param_lr"]) == list(finished["param_lr"])
+    assert list(uninterrupted["value"]) == list(finished["value"])
+    assert (straight / "results" / "tuned.yaml").read_text().split("values:")[1] == \
+        (killed / "results" / "tuned.yaml").read_text().split("values:")[1]
+
+
+@pytest.mark.slow
+def test_killed_tuning_process_resumes(tmp_path, fake_data_root):
+    """The same with a real SIGKILL of the `fedbench tune` process."""
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",), rounds=2)
+    command = [sys.executable, "-m", "benchmark.cli", *tune_args(tmp_path, preset, "--trials", "4")]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    csv = tmp_path / "results" / "tuning.csv"
+    deadline = time.time() + 300
+    while time.time() < deadline and not (csv.is_file() and len(pd.read_csv(csv)) >= 1):
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = pd.read_csv(csv)
+    assert 1 <= len(before) < 4, "the tuning run must be killed mid-way for this test to mean anything"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    after = pd.read_csv(csv)
+    complete = after[after.state == "COMPLETE"]
+    assert len(complete) == 4
+    finished_before = before[before.state == "COMPLETE"]
+    merged = finished_before.merge(complete, on="trial", suffixes=("_before", "_after"))
+    assert len(merged) == len(finished_before)
+    assert (merged.param_lr_before == merged.param_lr_after).all() and (merged.value_before == merged.value_after).all()
+
+
+def test_a_second_tune_process_on_the_same_table_is_refused(tmp_path, fake_data_root, fedbench):
+    import fcntl
+
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
+    (tmp_path / "results").mkdir()
+    with open(tmp_path / "results" / "tuning.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        done = fedbench(*tune_args(tmp_path, preset, "--trials", "1"))
+    assert done.returncode == 2 and "another `fedbench tune` is running" in done.stderr
+
+
+# -- validation splits --------------------------------------------------------------------------
+def test_holdout_is_deterministic_per_class_and_disjoint(fake_data_root, tiny_backbone):
+    from benchmark.config import build_config
+    from benchmark.runner import load_run_dataset
+    from data.validation import HOLDOUT_FRACTION, holdout_indices, validation_view
+
+    config = build_config({"dataset": "dtd", "data_root": str(fake_data_root), "backbone": TINY, "pretrained": "none"})
+    dataset = load_run_dataset(config, tiny_backbone)
+    assert dataset.val is None  # the fake layout's "val" list is empty
+    view, record = validation_view(dataset)
+    held = record["holdout_train_indices"]
+    assert held == holdout_indices(dataset.train.labels)
+    per_class = pd.Series([dataset.train.labels[i] for i in held]).value_counts()
+    assert set(per_class) == {round(HOLDOUT_FRACTION * 6)} and len(per_class) == len(dataset.class_names)
+    kept = view.train.indices
+    assert not set(kept) & set(held) and len(kept) + len(held) == len(dataset.train)
+    assert view.test.labels == [dataset.train.labels[i] for i in held]
+    # validation images are read under the test transform, training images under the train one
+    assert view.test.source.transform is dataset.test.transform and view.train.source is dataset.train
+    assert view.test.cache_key != view.train.cache_key != dataset.train.cache_key
+
+
+def test_the_split_files_own_val_split_is_used(tmp_path, tiny_backbone):
+    from benchmark.config import build_config
+    from benchmark.runner import load_run_dataset
+    from data.validation import validation_view
+
+    root = write_split_zhou(tmp_path, num_classes=4, train_per_class=3, test_per_class=2)
+    split_file = root / "dtd" / "split_zhou_DescribableTextures.json"
+    entries = json.loads(split_file.read_text())
+    entries["val"] = entries["test"][:4]  # images that exist; listed as validation
+    split_file.write_text(json.dumps(entries))
+    config = build_config({"dataset": "dtd", "data_root": str(root), "backbone": TINY, "pretrained": "none"})
+    dataset = load_run_dataset(config, tiny_backbone)
+    assert dataset.val is not None and len(dataset.val) == 4 and dataset.val.name == "dtd/val"
+    view, record = validation_view(dataset)
+    assert view.test is dataset.val and view.train is dataset.train
+    assert record["source"].startswith("the dataset's own validation split")
+
+
+def test_toy_world_has_a_generated_val_split(toy_splits):
+    val, test = toy_splits.val, toy_splits.test
+    assert val is not None and val.labels == test.labels  # same size and class layout ...
+    assert not (val.images == test.images).all()  # ... but other images
+    assert val.cache_key != test.cache_key
+
+
+# -- the method contract ------------------------------------------------------------------------
+def test_every_trained_builtin_declares_its_lr_around_the_paper_default():
+    from benchmark.method import LogUniform
+    from benchmark.registry import available_methods, hyperparameters
+
+    for name, cls in available_methods().items():
+        if name.startswith("test_") or cls.__module__.split(".")[0] != "methods":
+            continue
+        defaults = {h.name: h.default for h in hyperparameters(cls)}
+        if "lr" not in defaults:
+            assert not cls.tunable, name
+            continue
+        space = cls.tunable["lr"]
+        assert isinstance(space, LogUniform) and space.low < defaults["lr"] < space.high, name
+
+
+@pytest.mark.parametrize(
+    "tunable, message",
+    [
+        ({"learning_rate": LogUniform(1e-4, 1e-1)}, "not one of its hyperparameters"),
+        ({"lr": LogUniform(0.1, 1.0)}, "lies outside its search range"),
+        ({"lr": LogUniform(0.0, 1.0)}, "needs 0 < low < high"),
+        ({"lr": Uniform(0.5, 0.1)}, "needs low < high"),
+        ({"lr": Choice((0.1, 0.2))}, "lies outside its search range"),
+        ({"lr": (1e-4, 1e-1)}, "must be LogUniform, Uniform or Choice"),
+    ],
+)
+def test_bad_tunable_declarations_are_refused_at_registration(tunable, message):
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import MethodError, check_method_class
+
+    class Broken(FederatedMethod):
+        def __init__(self, backbone, lr: float = 0.01) -> None:
+            super().__init__(backbone)
+
+    Broken.tunable = tunable
+    with pytest.raises(MethodError, match=message):
+        check_method_class(Broken, "broken")
