@@ -29,7 +29,7 @@ import json
 import math
 import os
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -135,13 +135,16 @@ def plan_tuning(
 # -- the search ------------------------------------------------------------------------------
 def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the trials still missing, round-robin over the methods (at any moment the budgets
-    differ by at most one trial), then write tuning.csv and tuned.yaml. Returns tuned.yaml's
-    content."""
+    differ by at most one trial), then write tuning.csv and tuned.yaml. Several processes may
+    tune different methods of one table at once (`--methods`); each method's study is locked
+    by the process tuning it. Returns tuned.yaml's content."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     plan.results_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive(plan.results_dir / "tuning.lock", plan.preset.name):
+    with ExitStack() as locks:
+        for variant in plan.variants:
+            locks.enter_context(_exclusive(plan.results_dir / f".tuning-{variant.label}.lock", variant.label))
         studies = {v.label: _open_study(plan, v) for v in plan.variants}
         for label, study in studies.items():
             _fail_interrupted(study, report)
@@ -156,15 +159,24 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
                 shown = ", ".join(f"{k}={_short(v)}" for k, v in result.params.items())
                 outcome = f"{plan.headline} {result.value:.2f}" if result.error is None else f"FAILED: {result.error}"
                 report(f"{variant.label} trial {round_index + 1}/{plan.trials}: {shown} -> {outcome} (validation)")
-                write_outputs(plan, studies)
-        return write_outputs(plan, studies)
+                write_outputs(plan, report)
+        return write_outputs(plan, report)
+
+
+def _storage(plan: TuningPlan):
+    import optuna
+
+    url = f"sqlite:///{(plan.results_dir / TUNING_DB).resolve()}"
+    # processes tuning other methods of the table write to the same file: wait for its lock
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
 
 
 def _open_study(plan: TuningPlan, variant: MethodVariant):
     import optuna
 
-    storage = f"sqlite:///{(plan.results_dir / TUNING_DB).resolve()}"
-    study = optuna.create_study(study_name=variant.label, storage=storage, direction="maximize", load_if_exists=True)
+    study = optuna.create_study(
+        study_name=variant.label, storage=_storage(plan), direction="maximize", load_if_exists=True
+    )
     identity = json.dumps(plan.identity(variant), sort_keys=True, default=str)
     recorded = study.user_attrs.get("identity")
     if recorded is None:
@@ -270,17 +282,39 @@ def _score(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> 
 
 
 # -- outputs ---------------------------------------------------------------------------------
+def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> dict:
+    """The studies in tuning.db of every tunable method of the table (whichever process ran
+    them) that were made under this plan's settings; others are reported and left out."""
+    import optuna
+
+    from benchmark.registry import get_method
+
+    storage = _storage(plan)
+    names = set(optuna.get_all_study_names(storage))
+    studies = {}
+    for variant in plan.preset.methods:
+        if variant.label not in names or not get_method(variant.method).tunable:
+            continue
+        study = optuna.load_study(study_name=variant.label, storage=storage)
+        identity = json.dumps(plan.identity(variant), sort_keys=True, default=str)
+        if study.user_attrs.get("identity") != identity:
+            report(f"{variant.label}: its study in {TUNING_DB} ran under other settings; left out of the outputs")
+            continue
+        studies[variant.label] = study
+    return studies
+
+
 def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
     """Every trial of every study: method, trial, state, hyperparameters, metric, value, chosen."""
     rows = []
-    chosen = {label: _best(study) for label, study in studies.items()}
     for label, study in studies.items():
+        best = _best(study)
         for t in study.get_trials(deepcopy=False):
-            best = chosen[label]
+            interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
             rows.append({
                 "method": label,
                 "trial": t.number,
-                "state": t.state.name if not (t.state.name == "FAIL" and "error" not in t.user_attrs) else "INTERRUPTED",
+                "state": "INTERRUPTED" if interrupted else t.state.name,
                 **{f"param_{k}": v for k, v in sorted(t.params.items())},
                 "metric": f"{plan.headline} (validation)",
                 "value": t.value,
@@ -298,24 +332,31 @@ def _best(study):
     return max(done, key=lambda t: (t.value, -t.number)) if done else None
 
 
-def write_outputs(plan: TuningPlan, studies: dict) -> dict[str, Any]:
+def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
+    """tuning.csv and tuned.yaml from every study of the table; a method's values enter
+    tuned.yaml once its budget (`plan.trials`) is spent."""
+    from benchmark.registry import get_method
+    from benchmark.results import code_version
+
+    studies = table_studies(plan, report)
     frame = trials_frame(plan, studies)
     _atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
     values, validation, pending = {}, {}, []
-    for variant in plan.variants:
-        study = studies[variant.label]
-        best = _best(study)
-        if len(_finished(study)) < plan.trials or best is None:
+    for variant in plan.preset.methods:
+        if not get_method(variant.method).tunable:
+            continue
+        study = studies.get(variant.label)
+        best = None if study is None else _best(study)
+        if study is None or len(_finished(study)) < plan.trials or best is None:
             pending.append(variant.label)
             continue
         values[variant.label] = dict(sorted(best.params.items()))
-        paper = next((t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE" and t.number == _first(study)), None)
+        first = _first(study)
+        paper = next((t for t in study.get_trials(deepcopy=False) if t.number == first and t.state.name == "COMPLETE"), None)
         validation[variant.label] = {
             "tuned": round(best.value, 4), "trial": best.number,
             "paper_default": None if paper is None else round(paper.value, 4),
         }
-    from benchmark.results import code_version
-
     tuned = {
         "table": plan.preset.name,
         "command": plan.command,
@@ -324,15 +365,16 @@ def write_outputs(plan: TuningPlan, studies: dict) -> dict[str, Any]:
             "metric": plan.headline, "split": "validation", "trials_per_method": plan.trials,
             "sampler": f"optuna TPESampler(seed=sha256('fedbench-tune/{plan.seed}/<finished trials>'), "
             f"n_startup_trials={STARTUP_TRIALS}); trial 0 = the paper default",
-            "seed": plan.seed, "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
+            "seed": plan.seed,
+            "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
         },
         "values": values,
         "validation": validation,
     }
     if pending:
         tuned["unfinished"] = pending
-    _atomic_write(plan.results_dir / TUNED_YAML, "# written by `fedbench tune`; applied by `fedbench reproduce TABLE --tuned`\n"
-                  + yaml.safe_dump(tuned, sort_keys=False))
+    header = "# written by `fedbench tune`; applied by `fedbench reproduce TABLE --tuned`\n"
+    _atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
     return tuned
 
 
@@ -354,13 +396,14 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 @contextmanager
-def _exclusive(path: Path, table: str) -> Iterator[None]:
+def _exclusive(path: Path, label: str) -> Iterator[None]:
     with open(path, "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise ConfigError(
-                f"another `fedbench tune` is running on {path.parent} (table {table}); wait for it or use --results"
+                f"another `fedbench tune` is tuning {label} in {path.parent}; wait for it, tune other methods "
+                "(--methods), or use another --results folder"
             ) from None
         yield
 

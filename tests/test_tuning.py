@@ -228,10 +228,24 @@ def test_a_second_tune_process_on_the_same_table_is_refused(tmp_path, fake_data_
 
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
     (tmp_path / "results").mkdir()
-    with open(tmp_path / "results" / "tuning.lock", "w") as handle:
+    with open(tmp_path / "results" / ".tuning-promptfl.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         done = fedbench(*tune_args(tmp_path, preset, "--trials", "1"))
-    assert done.returncode == 2 and "another `fedbench tune` is running" in done.stderr
+    assert done.returncode == 2 and "another `fedbench tune` is tuning promptfl" in done.stderr
+
+
+def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_data_root, fedbench):
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl", "clip_adapter"))
+    assert fedbench(*tune_args(tmp_path, preset, "--trials", "1", "--methods", "promptfl")).returncode == 0
+    chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
+    assert list(chosen["values"]) == ["promptfl"] and chosen["unfinished"] == ["clip_adapter"]
+    assert fedbench(*tune_args(tmp_path, preset, "--trials", "1", "--methods", "clip_adapter")).returncode == 0
+    assert sorted(trials(tmp_path / "results")["method"]) == ["clip_adapter", "promptfl"]
+    done = fedbench(*tune_args(tmp_path, preset, "--trials", "1"))  # everything is done: only collects
+    assert done.returncode == 0 and " trial " not in done.stdout
+    chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
+    assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
+    assert chosen["command"] == f"fedbench tune {preset} --trials 1 --seed 1"
 
 
 # -- validation splits --------------------------------------------------------------------------
