@@ -41,7 +41,12 @@ def trials(results: Path) -> pd.DataFrame:
 
 
 def forbid_test_split(monkeypatch) -> None:
-    """Reading any image of a test split raises (the fake layout's images are FileImages)."""
+    """Reading any image of a test split raises (the fake layout's images are FileImages);
+    the process's frozen-feature cache starts empty, so no earlier test's features can hide a read."""
+    import benchmark.runner as runner
+    from benchmark.features import FeatureCache
+
+    monkeypatch.setattr(runner, "_FEATURES", FeatureCache())
     original = FileImages.load
 
     def load(self, index):
