@@ -18,7 +18,7 @@ import random
 from collections import defaultdict
 from typing import Any, Sequence
 
-from data.base import DatasetSplits, SubsetImages
+from data.base import DatasetError, DatasetSplits, SubsetImages
 
 HOLDOUT_FRACTION = 0.2
 HOLDOUT_SEED = 0  # fixed: the held-out images must not change with the run seed
@@ -49,9 +49,10 @@ def validation_view(dataset: DatasetSplits) -> tuple[DatasetSplits, dict[str, An
         return view, {"split": "val", "source": f"the dataset's own validation split ({len(dataset.val)} images)"}
     held = holdout_indices(dataset.train.labels)
     if not held:
-        raise ValueError(
-            f"{dataset.name} has no validation split and no class with two train images to hold out; "
-            "tuning needs validation data"
+        raise DatasetError(
+            f"{dataset.name} has no validation split and no class with two train images to hold out "
+            f"({len(dataset.train)} train images); tuning needs validation data. Tune on a dataset with a train "
+            "split (test-only sets such as the ImageNet variants are evaluated with values tuned elsewhere)."
         )
     held_set = set(held)
     kept = [i for i in range(len(dataset.train)) if i not in held_set]

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from conftest import TINY, tiny_config, write_split_zhou
+from fake_layouts import _COOP_FILES as COOP_FILES
+from fake_layouts import DOMAINBED, FAKE_NAMES, make_fake_dataset
 from benchmark.method import Choice, LogUniform, Uniform
 from data.base import FileImages
 
@@ -291,6 +293,30 @@ def test_the_split_files_own_val_split_is_used(tmp_path, tiny_backbone):
     view, record = validation_view(dataset)
     assert view.test is dataset.val and view.train is dataset.train
     assert record["source"].startswith("the dataset's own validation split")
+
+
+@pytest.mark.parametrize("name", FAKE_NAMES)
+def test_every_layout_gives_validation_data_apart_from_test(tmp_path, name):
+    from data.base import DatasetError
+    from data.catalog import load_dataset
+    from data.transforms import clip_transforms
+    from data.validation import validation_view
+
+    make_fake_dataset(name, tmp_path)
+    dataset = load_dataset(name, tmp_path, clip_transforms(32, augment=False))
+    if len(dataset.train) == 0:  # the test-only ImageNet variants
+        with pytest.raises(DatasetError, match="tuning needs validation data"):
+            validation_view(dataset)
+        return
+    view, record = validation_view(dataset)
+    assert view.test is not dataset.test and view.class_names == dataset.class_names
+    if name in COOP_FILES or name in DOMAINBED or name == "fgvc_aircraft":  # layouts with a validation split
+        assert record["source"].startswith("the dataset's own validation split") and view.test is dataset.val
+        assert not set(dataset.val.paths) & set(dataset.test.paths)
+    else:
+        assert record["source"].startswith("held-out part of train")
+        assert view.test.source.name == dataset.train.name and view.test.indices == record["holdout_train_indices"]
+        assert not set(view.test.indices) & set(view.train.indices)
 
 
 def test_toy_world_has_a_generated_val_split(toy_splits):

@@ -68,11 +68,13 @@ def load_fgvc_aircraft(folder: Path, transforms: ImageTransforms) -> DatasetSpli
         raise DatasetError(f"fgvc_aircraft: {folder / 'variants.txt'} lists a variant twice; the file is damaged.")
     index = {name: i for i, name in enumerate(class_names)}
     splits = {}
-    for split in ("train", "test"):
+    for split in ("train", "val", "test"):
+        if split == "val" and not (folder / "images_variant_val.txt").is_file():
+            continue  # no validation list: tuning holds out part of train (data.validation)
         paths, labels = _read_split(folder, split, index)
         splits[split] = FileImages(
             f"fgvc_aircraft/{split}", paths, labels, class_names,
             transforms.train if split == "train" else transforms.test,
             cache_key=f"fgvc_aircraft/{split}/{folder.resolve()}/{transforms.key}",
         )
-    return DatasetSplits("fgvc_aircraft", splits["train"], splits["test"], class_names)
+    return DatasetSplits("fgvc_aircraft", splits["train"], splits["test"], class_names, val=splits.get("val"))

@@ -145,10 +145,11 @@ def _write_split(spec: DomainBedSpec, path: Path, split: dict) -> None:
 
 
 def _read_split(spec: DomainBedSpec, path: Path, classes: list[str]) -> tuple[dict, bool]:
-    """(train and test rows, whether the suite made the file)."""
+    """(train, val and test rows, whether the suite made the file); "val" may be absent."""
     try:
         split = json.loads(path.read_text())
-        rows = {part: [(str(r[0]), int(r[1]), str(r[2])) for r in split[part]] for part in ("train", "test")}
+        parts = {"train": split["train"], "val": split.get("val", []), "test": split["test"]}
+        rows = {part: [(str(r[0]), int(r[1]), str(r[2])) for r in entries] for part, entries in parts.items()}
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
         raise DatasetError(
             f"{spec.name}: {path} is not a split file ({exc.__class__.__name__}: {exc}); expected "
@@ -181,7 +182,7 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
     classes = sorted({c for path in image_dirs.values() for c in subfolders(path)})
     if not classes:
         raise DatasetError(f"{spec.name}: no class folders under {root}. Expected layout: {spec.layout}.")
-    rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "test": []}
+    rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "val": [], "test": []}
     notes, written = [], []
     for domain in spec.domains:
         path = spec.split_file(root, domain)
@@ -216,7 +217,8 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
         )
     extra = {"notes": [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"]} if notes else {}
     return DatasetSplits(
-        spec.name, splits["train"], splits["test"], class_names, domain_names=[d.name for d in spec.domains], extra=extra
+        spec.name, splits["train"], splits["test"], class_names, domain_names=[d.name for d in spec.domains], extra=extra,
+        val=splits.get("val") if len(splits.get("val", ())) else None,  # tuning selects on it
     )
 
 
