@@ -305,12 +305,16 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
 
 
 def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
-    """Every trial of every study: method, trial, state, hyperparameters, metric, value, chosen."""
+    """Every trial of every study: method, trial, state, hyperparameters, the selection
+    metric and value, chosen, and every metric of the protocol on validation (mean over the
+    trial's cells, read from its run folders: what a choice traded, e.g. Base for Novel)."""
+    variants = {v.label: v for v in plan.preset.methods}
     rows = []
     for label, study in studies.items():
         best = _best(study)
         for t in study.get_trials(deepcopy=False):
             interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
+            metrics = _validation_metrics(plan, variants[label], t.params) if t.state.name == "COMPLETE" else {}
             rows.append({
                 "method": label,
                 "trial": t.number,
@@ -319,9 +323,21 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
                 "metric": f"{plan.headline} (validation)",
                 "value": t.value,
                 "chosen": best is not None and t.number == best.number,
+                **{f"val_{k}": v for k, v in metrics.items()},
                 "error": t.user_attrs.get("error", ""),
             })
     return pd.DataFrame(rows)
+
+
+def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> dict[str, float]:
+    from benchmark.results import is_complete, read_summary
+    from benchmark.tables import run_dir
+
+    summaries = [read_summary(run_dir(c)) for c in plan.cells(variant, params) if is_complete(run_dir(c))]
+    if not summaries:
+        return {}
+    names = list(summaries[0]["metrics"])
+    return {m: round(sum(float(s["metrics"][m]) for s in summaries) / len(summaries), 4) for m in names}
 
 
 def _best(study):
