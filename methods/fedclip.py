@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.registry import register_method
 
@@ -33,6 +33,7 @@ from benchmark.registry import register_method
 class FedCLIP(FederatedMethod):
     """Softmax attention over the image embedding's dimensions; uploaded whole, fixed text."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("adapter.*",)
     frozen_image_features = True  # the adapter runs in `classify`, on cached features
     image_feature_kind = "clip-unnormalized"

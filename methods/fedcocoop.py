@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -44,6 +44,7 @@ MAX_PROMPTS_PER_PASS = 4096
 class FedCoCoOp(FederatedMethod):
     """ctx + meta-net bias from the image feature; both uploaded, plain global model."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("ctx", "meta_net.*")
     frozen_image_features = True  # the meta-net reads the frozen CLIP feature
 

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts, deep_prompt
 from benchmark.registry import register_method
@@ -39,6 +39,7 @@ from benchmark.registry import register_method
 class FedMaPLe(FederatedMethod):
     """Text context + deep text prompts, coupled to the image tower by Linear maps; all uploaded."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("*",)
     frozen_image_features = False  # the coupled prompts change the image tower's output
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -74,6 +74,7 @@ class PromptTranslator(nn.Module):
 class FedTPG(FederatedMethod):
     """Prompt translator over the class-name embeddings; uploaded whole, plain global model."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("translator.*",)
     frozen_image_features = True  # only the text side learns
 

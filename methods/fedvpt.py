@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import deep_prompt
 from benchmark.registry import register_method
@@ -36,6 +36,7 @@ from benchmark.registry import register_method
 class FedVPT(FederatedMethod):
     """Deep visual prompts [depth, n_ctx, vision width]; uploaded whole, fixed text."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("prompts",)
     frozen_image_features = False  # the prompts change the image tower's output
 
