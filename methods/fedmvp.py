@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision, project
-from benchmark.method import FederatedMethod
+from benchmark.method import FederatedMethod, LogUniform
 from benchmark.registry import register_method
 from data.attributes import ClassAttributes
 
@@ -143,6 +143,7 @@ class InputLoRA(nn.Module):
 class FedMVP(FederatedMethod):
     """PromptFormer visual prompts from image patches x class-attribute text; LoRA switch."""
 
+    tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     upload_keys = ("text_proj.*", "promptformer.*", "lora.*")
     uses_class_attributes = True
 
