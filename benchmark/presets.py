@@ -116,6 +116,9 @@ class Preset:
             raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
         return msst_targets(str(dataset), targets)
 
+    def with_tuned(self, values: dict[str, dict[str, Any]], command: str = "") -> "Preset":
+        """This preset with `values` (label -> hyperparameters) as its tuned values."""
+        from dataclasses import replace
 
         unknown = sorted(set(values) - {m.label for m in self.methods})
         if unknown:
