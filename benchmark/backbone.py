@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -46,17 +48,29 @@ BlockWrappers = Mapping[int, BlockWrapper]  # 0-based block index -> wrapper
 
 # Named weight providers beyond open_clip's tags: name -> function returning a local file.
 PRETRAINED_PROVIDERS: dict[str, Callable[[], Path]] = {}
+# name -> function returning a string that changes whenever the provider's weights do,
+# computed without building them (the cell identity, `benchmark/identity.py`).
+PRETRAINED_IDENTITIES: dict[str, Callable[[], str]] = {}
+# name -> function returning the checkpoint path if it is already built, else None.
+PRETRAINED_CACHED: dict[str, Callable[[], "Path | None"]] = {}
 
 
 class BackboneError(RuntimeError):
     """A backbone cannot be built or its weights cannot be loaded. The message says what to do."""
 
 
-def register_pretrained(name: str) -> Callable[[Callable[[], Path]], Callable[[], Path]]:
-    """Register a provider so `--pretrained NAME` resolves to the checkpoint it returns."""
+def register_pretrained(
+    name: str, identity: Callable[[], str] | None = None, cached: Callable[[], "Path | None"] | None = None
+) -> Callable[[Callable[[], Path]], Callable[[], Path]]:
+    """Register a provider so `--pretrained NAME` resolves to the checkpoint it returns.
+    `identity` names the weights without building them; `cached` returns the checkpoint
+    when it exists already (so a dry run can say what would be built)."""
 
     def decorate(provider: Callable[[], Path]) -> Callable[[], Path]:
         PRETRAINED_PROVIDERS[name] = provider
+        PRETRAINED_IDENTITIES[name] = identity or (lambda: name)
+        if cached is not None:
+            PRETRAINED_CACHED[name] = cached
         return provider
 
     return decorate
@@ -247,11 +261,7 @@ def load_backbone(name: str, pretrained: str | Path | None = None, device: str |
 @functools.lru_cache(maxsize=4)
 def _load_backbone_cached(name: str, pretrained: str | None, device: str) -> Backbone:
     if name not in open_clip.list_models():
-        raise BackboneError(
-            f"unknown backbone {name!r}. open_clip knows e.g. ViT-B-16, ViT-B-32, ViT-L-14 "
-            f"(and -quickgelu variants); the suite adds {', '.join(sorted(_suite_configs()))}. "
-            "List them all with `python -c 'import open_clip; print(open_clip.list_models())'`."
-        )
+        raise BackboneError(_unknown_backbone(name))
     checkpoint = _resolve_checkpoint(name, pretrained)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # random-weight backbones are identical run to run
@@ -259,12 +269,74 @@ def _load_backbone_cached(name: str, pretrained: str | None, device: str) -> Bac
             if checkpoint is not None:
                 model = open_clip.create_model(name, pretrained=str(checkpoint), device=device)
             elif pretrained is None:
-                model = open_clip.create_model(name, device=device)
+                with _quiet_random_weights_warning():  # random weights are what was asked for
+                    model = open_clip.create_model(name, device=device)
             else:
                 model = open_clip.create_model(name, pretrained=pretrained, device=device)
         except Exception as exc:  # open_clip raises many kinds; all mean "could not load"
             raise BackboneError(_load_failure(name, pretrained, checkpoint, exc)) from exc
     return Backbone(model, name, pretrained).to(device)
+
+
+def check_backbone(name: str, pretrained: str | Path | None) -> str | None:
+    """Check a backbone and its weights without building anything: raises BackboneError for
+    what cannot work (unknown model, missing file, unknown tag); returns a note for weights
+    that are not on this machine yet (None when they are), so a dry run can report them."""
+    if name not in open_clip.list_models():
+        raise BackboneError(_unknown_backbone(name))
+    key = None if pretrained in (None, "", "none") else str(pretrained)
+    if key is None:
+        return None
+    if key in PRETRAINED_PROVIDERS:
+        cached = PRETRAINED_CACHED.get(key)
+        if cached is not None and cached() is None:
+            return f"weights {key!r} are not built yet: the first run pretrains them (minutes), later runs load them"
+        return None
+    path = _checkpoint_file(name, key)
+    if path is not None:
+        return None
+    if _hub_cached(name, key):
+        return None
+    return (
+        f"weights {key!r} of {name!r} are not in the Hugging Face cache: a run downloads them (needs network), "
+        "or pass a local checkpoint with --pretrained /path/to/weights.pt"
+    )
+
+
+def _hub_cached(name: str, tag: str) -> bool:
+    cfg = open_clip.get_pretrained_cfg(name, tag)
+    hub = cfg.get("hf_hub", "")
+    if hub:
+        from huggingface_hub import try_to_load_from_cache
+
+        repo, filename = os.path.split(hub)
+        names = [filename] if filename else ["open_clip_model.safetensors", "open_clip_pytorch_model.bin"]
+        if any(isinstance(try_to_load_from_cache(repo, f), str) for f in names):
+            return True
+    url = cfg.get("url", "")
+    return bool(url) and (Path.home() / ".cache" / "clip" / os.path.basename(url)).is_file()
+
+
+def _unknown_backbone(name: str) -> str:
+    return (
+        f"unknown backbone {name!r}. open_clip knows e.g. ViT-B-16, ViT-B-32, ViT-L-14 "
+        f"(and -quickgelu variants); the suite adds {', '.join(sorted(_suite_configs()))}. "
+        "List them all with `python -c 'import open_clip; print(open_clip.list_models())'`."
+    )
+
+
+class _quiet_random_weights_warning(logging.Filter):
+    """Drops open_clip's "No pretrained weights loaded ... initialized randomly" warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("No pretrained weights loaded")
+
+    def __enter__(self):
+        logging.getLogger().addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        logging.getLogger().removeFilter(self)
 
 
 def _suite_configs() -> list[str]:
@@ -276,6 +348,11 @@ def _resolve_checkpoint(name: str, pretrained: str | None) -> Path | None:
         return None
     if pretrained in PRETRAINED_PROVIDERS:
         return PRETRAINED_PROVIDERS[pretrained]()
+    return _checkpoint_file(name, pretrained)
+
+
+def _checkpoint_file(name: str, pretrained: str) -> Path | None:
+    """The local checkpoint `pretrained` names, or None for a valid open_clip tag."""
     path = Path(pretrained).expanduser()
     looks_like_path = path.suffix in {".pt", ".pth", ".bin", ".safetensors", ".ckpt"} or "/" in pretrained
     if looks_like_path:

@@ -11,7 +11,8 @@ import sys
 import threading
 
 import benchmark.commands
-from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+# benchmark.errors (and torch, which it imports) is loaded only when a command ends in an
+# error: `fedbench --help` must stay fast.
 
 
 class Parser(argparse.ArgumentParser):
@@ -50,13 +51,17 @@ def main(argv: list[str] | None = None) -> int:
     previous = _stop_on_signals()
     try:
         return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
-        print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except DivergenceError as exc:
-        print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-    except (RunInterrupted, KeyboardInterrupt) as exc:
+    except BaseException as exc:
+        from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+
+        if isinstance(exc, USER_ERRORS):
+            print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, DivergenceError):
+            print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        if not isinstance(exc, (RunInterrupted, KeyboardInterrupt)):
+            raise
         stop = exc if isinstance(exc, RunInterrupted) else RunInterrupted(signal.SIGINT)
         print(
             f"fedbench {args.command}: {stop}; finished runs are kept, the unfinished one wrote no run folder "
@@ -76,6 +81,8 @@ def _stop_on_signals() -> dict[int, object]:
     to exit 0) or Lightning's silent exit 1. Returns the handlers to restore."""
 
     def stop(signum, frame):
+        from benchmark.errors import RunInterrupted
+
         raise RunInterrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():

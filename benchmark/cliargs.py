@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from benchmark.config import RunConfig, build_config, config_fields, field_help, field_type, load_yaml
-from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, parse_bool
+from benchmark.config import RunConfig, build_config, config_fields, field_help, field_type, load_yaml, parse_bool
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,9 +24,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--method-help", action="store_true", help="list the chosen method's hyperparameter flags and exit"
     )
+    parser.add_argument(
+        "--print-config", action="store_true",
+        help="print the resolved config (YAML, every method hyperparameter; usable as --config) and exit",
+    )
 
 
 def method_parser(method: str) -> argparse.ArgumentParser:
+    from benchmark.registry import get_method, hyperparameters  # loads the methods (torch): only when used
+
     parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False, allow_abbrev=False)
     for h in hyperparameters(get_method(method)):
         parser.add_argument(
@@ -36,7 +41,8 @@ def method_parser(method: str) -> argparse.ArgumentParser:
             type=parse_bool if h.type is bool else h.type,
             default=argparse.SUPPRESS,
             metavar=h.type.__name__.upper(),
-            help=f"default: {h.default!r}",
+            choices=h.choices or None,
+            help=h.describe().replace("%", "%%"),
         )
     return parser
 
@@ -49,6 +55,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     method_flags: dict[str, Any] = {}
     extra = getattr(args, "extra", [])
     if extra:
+        from benchmark.registry import MethodError
+
         parsed, unknown = method_parser(method).parse_known_args(extra)
         if unknown:
             raise MethodError(
@@ -57,5 +65,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             )
         method_flags = vars(parsed)
     config = build_config(yaml_layer, flag_layer, {"method_args": method_flags})
+    from benchmark.registry import check_method_args
+
     check_method_args(config.method, config.method_args)  # before any model or data is loaded
     return config

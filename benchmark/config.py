@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import functools
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -53,6 +54,7 @@ class RunConfig:
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_split: str = "test"  # test | val: score on the validation split instead (`fedbench tune`; the test split is then never read)
     eval_batch_size: int = 256  # evaluation batch size
+    eval_every: int = 0  # evaluate every K rounds into metrics.csv / W&B / curves (0 = about 5 points per run; the last round always)
     data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
     attributes: str = ""  # class attribute files folder, <dataset>.json ('' = <data root>/attributes)
     out: str = "runs"  # folder receiving the run folder
@@ -76,6 +78,7 @@ class RunConfig:
             (self.clients >= 1, "clients", "an integer >= 1"),
             (0 < self.participation <= 1, "participation", "a fraction in (0, 1]"),
             (self.batch_size >= 1, "batch_size", "an integer >= 1"),
+            (self.eval_every >= 0, "eval_every", "an integer >= 0 (0 = about 5 evaluations per run)"),
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
@@ -111,7 +114,9 @@ class RunConfig:
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
         {"data_root", "attributes", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group",
-         "eval_batch_size", "checkpoint_every", "keep_checkpoints"}
+         "eval_batch_size", "checkpoint_every", "keep_checkpoints",
+         # evaluating more rounds adds rows to metrics.csv, never changes a number (tested)
+         "eval_every"}
     )
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,9 +125,22 @@ class RunConfig:
     def result_key(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
 
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines this run's numbers (benchmark/identity.py)."""
+        from benchmark.identity import cell_identity
+
+        return cell_identity(self)
+
     def hash(self) -> str:
-        payload = json.dumps(self.result_key(), sort_keys=True, default=str).encode()
-        return hashlib.sha256(payload).hexdigest()[:10]
+        from benchmark.identity import identity_hash
+
+        return identity_hash(self.identity())
+
+    def resolved(self) -> "RunConfig":
+        """A copy whose method_args hold every hyperparameter of the method, defaults included."""
+        from benchmark.identity import resolved_method_args
+
+        return dataclasses.replace(self, method_args=resolved_method_args(self.method, self.method_args))
 
     def run_name(self) -> str:
         # Several datasets make a long name: count them instead (the hash keeps names unique).
@@ -147,13 +165,21 @@ def config_fields() -> list[dataclasses.Field]:
 
 def field_help(name: str) -> str:
     """The comment after a field in the class body, used as its `--help` text."""
+    return _field_comments().get(name, "")
+
+
+@functools.lru_cache(maxsize=1)
+def _field_comments() -> dict[str, str]:
+    # Read the class body once (inspect.getsource per field made `fedbench --help` slow).
     import inspect
 
+    comments = {}
     for line in inspect.getsource(RunConfig).splitlines():
         stripped = line.strip()
-        if stripped.startswith(f"{name}:") and "#" in stripped:
-            return stripped.split("#", 1)[1].strip()
-    return ""
+        name = stripped.split(":", 1)[0]
+        if name.isidentifier() and "#" in stripped:
+            comments.setdefault(name, stripped.split("#", 1)[1].strip())
+    return comments
 
 
 def field_type(f: dataclasses.Field) -> type:
@@ -192,6 +218,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     data = parse_yaml(_read_text(path), f"config file {path}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping of option: value, got {type(data).__name__}")
+    data.pop(IDENTITY_KEY, None)  # a run folder's record of its identity; recomputed, never trusted
     return data
 
 
@@ -226,14 +253,28 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
     for f in config_fields():
         if f.name in merged:
             merged[f.name] = _coerce(f.name, field_type(f), merged[f.name])
+    if str(merged.get("method", "")).endswith(".py") or ".py:" in str(merged.get("method", "")):
+        from benchmark.registry import load_method_file  # a method from a file: its registered name
+
+        merged["method"] = load_method_file(merged["method"])
     return RunConfig(**merged, method_args=method_args)
+
+
+def parse_bool(value: Any) -> bool:
+    # "false" must not be truthy (a classic research-code bug with string flags).
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"not a boolean: {value!r}")
 
 
 def _coerce(name: str, kind: type, value: Any) -> Any:
     """`value` as a `kind`, or a ConfigError. Stricter than Python's constructors: YAML
     `rounds: true` is not 1, `rounds: null` is no number, `rounds: 2.5` is no integer."""
-    from benchmark.registry import parse_bool
-
     if name in ("dataset", "eval_datasets") and isinstance(value, (list, tuple)):
         value = "+".join(str(v) for v in value)  # a YAML list of datasets: one canonical string
     try:
@@ -252,5 +293,13 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
         raise ConfigError(f"{name} = {value!r} is invalid: expected {expected}") from None
 
 
+IDENTITY_KEY = "identity"  # written into a run's config.yaml for the record; ignored when read back
+
+
 def save_yaml(config: RunConfig, path: Path) -> None:
-    path.write_text(yaml.safe_dump(config.to_dict(), sort_keys=False))
+    """The resolved config (every method hyperparameter) and, under `identity:`, the rest of
+    the cell's identity; `fedbench run --config` accepts the file back as it is."""
+    identity = config.identity()
+    data = {**config.resolved().to_dict(), IDENTITY_KEY: {k: v for k, v in identity.items() if k != "run"}}
+    data[IDENTITY_KEY]["hash"] = config.hash()
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

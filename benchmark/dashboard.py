@@ -33,6 +33,7 @@ def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...]) -> di
         for dataset in datasets
     ]
     panels += [
+        Panel(f"{headline} per round", "line", (headline,), ("job_type",), {"group": preset.name}),
         Panel("train loss per round", "line", ("train_loss/mean",), ("job_type",), {"group": preset.name}),
         Panel("bytes uploaded per round", "line", ("bytes_up",), ("job_type",), {"group": preset.name}),
     ]
@@ -40,19 +41,40 @@ def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...]) -> di
             "panels": [asdict(p) for p in panels]}
 
 
+def runset_filter(filters: dict[str, Any]) -> str:
+    """A panel's filters as a W&B runset filter expression (group, config keys)."""
+    terms = []
+    for key, value in filters.items():
+        field = "Group" if key == "group" else f"Config('{key.removeprefix('config.')}')"
+        terms.append(f"{field} = '{value}'")
+    return " and ".join(terms)
+
+
+def panel_grids(spec: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Panels grouped by their runset filter, in order: a W&B panel grid shows the runs of
+    its runsets, so per-dataset panels need a grid (and runset) of their own, or every
+    per-dataset chart would mix all datasets."""
+    grids: dict[str, list[dict[str, Any]]] = {}
+    for panel in spec["panels"]:
+        grids.setdefault(runset_filter(panel["filters"]), []).append(panel)
+    return list(grids.items())
+
+
 def publish(spec: dict[str, Any], entity: str | None = None) -> str:
     """Create the report on W&B; returns its URL. Needs a login and `wandb-workspaces`."""
     import wandb_workspaces.reports.v2 as wr  # optional dependency, only for this command
 
-    runset = wr.Runset(project=spec["project"], entity=entity or "", filters=f"Group = '{spec['group']}'")
-    grid_panels = []
-    for panel in spec["panels"]:
-        if panel["kind"] == "line":
-            grid_panels.append(wr.LinePlot(title=panel["title"], x="Step", y=list(panel["metrics"])))
-        else:
-            grid_panels.append(wr.BarPlot(title=panel["title"], metrics=list(panel["metrics"]),
-                                          groupby=panel["group_by"][0] if panel["group_by"] else None))
-    report = wr.Report(project=spec["project"], entity=entity or "", title=spec["title"],
-                       blocks=[wr.PanelGrid(runsets=[runset], panels=grid_panels)])
+    blocks = []
+    for filters, panels in panel_grids(spec):
+        runset = wr.Runset(project=spec["project"], entity=entity or "", filters=filters)
+        grid_panels = []
+        for panel in panels:
+            if panel["kind"] == "line":
+                grid_panels.append(wr.LinePlot(title=panel["title"], x="round", y=list(panel["metrics"])))
+            else:
+                grid_panels.append(wr.BarPlot(title=panel["title"], metrics=list(panel["metrics"]),
+                                              groupby=panel["group_by"][0] if panel["group_by"] else None))
+        blocks.append(wr.PanelGrid(runsets=[runset], panels=grid_panels))
+    report = wr.Report(project=spec["project"], entity=entity or "", title=spec["title"], blocks=blocks)
     report.save()
     return report.url

@@ -218,6 +218,8 @@ class FederatedSimulator:
         on_round_end: Callable[[RoundLog], None] | None = None,
         progress: bool = True,
         on_snapshot: Callable[[FederationSnapshot], None] | None = None,
+        eval_rounds: frozenset[int] = frozenset(),
+        on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
     ) -> None:
         self.method = method
         self.train_images = train_images
@@ -230,6 +232,10 @@ class FederatedSimulator:
         self.on_round_end = on_round_end
         self.progress = progress
         self.on_snapshot = on_snapshot  # called after every round (the caller decides what to save)
+        # Rounds (1-based) after which every client's model is evaluated; the final round is
+        # the caller's (it evaluates `FederationResult.client_states`).
+        self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
+        self.on_evaluate = on_evaluate
 
     def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
         """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
@@ -237,7 +243,10 @@ class FederatedSimulator:
         initial = method.client_state()
         # Every client starts from the same initial state (the method built with the run seed).
         states: dict[int, State] = {cid: {k: v.clone() for k, v in initial.items()} for cid in self.clients}
-        if not method.trains:
+        if not method.trains:  # nothing changes between rounds: the same state is evaluated
+            for round_number in sorted(self.eval_rounds):
+                if self.on_evaluate:
+                    self.on_evaluate(round_number, states)
             return FederationResult(states)
         result = FederationResult(states, rounds_trained={cid: 0 for cid in self.clients})
         aggregate: State = {}
@@ -278,6 +287,8 @@ class FederatedSimulator:
             result.rounds.append(log)
             if self.on_round_end:
                 self.on_round_end(log)
+            if self.on_evaluate and log.round in self.eval_rounds:
+                self.on_evaluate(log.round, self._evaluation_states(states, aggregate, bank, result)[0])
             if self.on_snapshot:
                 # Shallow copies: the next round replaces entries (never tensors in place), and a
                 # snapshot may be saved only after a stop in the middle of that round.
@@ -288,14 +299,24 @@ class FederatedSimulator:
             bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
             bar.update()
         bar.close()
+        result.client_states, result.final_download_bytes = self._evaluation_states(states, aggregate, bank, result)
+        return result
+
+    def _evaluation_states(self, states: dict[int, State], aggregate: State, bank: dict[int, State], result):
+        """Every client's model as evaluated now: with the server's download applied when the
+        method says so (`evaluate_after_download`) or the client never trained yet (it has
+        nothing but the download); `states` itself is left as it is.
+        Returns (states, bytes of those downloads)."""
+        method = self.method
+        evaluated, download_bytes = dict(states), 0
         for cid, state in states.items():
             if method.evaluate_after_download or result.rounds_trained[cid] == 0:
                 method.load_client_state(state)
                 received = method.download(cid, aggregate, bank)
                 method.load_client_state(received)
-                result.final_download_bytes += state_bytes(received)
-                states[cid] = method.client_state()
-        return result
+                download_bytes += state_bytes(received)
+                evaluated[cid] = method.client_state()
+        return evaluated, download_bytes
 
     def _train_client(self, cid: int, round_index: int) -> tuple[float, float]:
         """Train one client; returns (mean train loss, seconds of model compute)."""
@@ -313,6 +334,10 @@ class FederatedSimulator:
             num_workers=s.num_workers,
             persistent_workers=False,
         )
+        # Lightning trains the module in the mode it finds it in; an evaluation between rounds
+        # (`on_evaluate`) leaves it in eval mode, which would switch off dropout and any
+        # training-only branch (LoRA's dropout, FedMVP's LoRA path) for the rounds after it.
+        self.method.train()
         self.method.set_client(
             ClientContext(
                 cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,

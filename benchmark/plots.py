@@ -1,4 +1,9 @@
-"""Figures of a reproduced table: the radar of the paper's Fig. 1 and per-round curves."""
+"""Figures of a reproduced table: the radar of the paper's Fig. 1 and accuracy by round.
+
+Every figure colours a method (row label) the same way (`method_colours`), keeps grid
+values apart (one radar panel per grid value, one curve per label and grid value: never an
+average over, e.g., shots), and has a title.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,9 @@ import pandas as pd
 from benchmark.presets import Cell
 from benchmark.results import is_complete, read_metrics
 from benchmark.tables import AVERAGE, run_dir
+
+# Per-round rows of metrics.csv that are bookkeeping, not accuracy.
+NOT_ACCURACY = ("train_loss", "bytes_up", "bytes_down")
 
 
 def _pyplot():
@@ -43,54 +51,95 @@ def radar_values(stats: pd.DataFrame, metrics: Sequence[str] | None = None) -> p
     return table.reindex(columns=list(metrics))
 
 
-def radar(stats: pd.DataFrame, path: Path, metrics: Sequence[str] | None = None) -> Path | None:
-    """One polygon per table row over `metrics` (`radar_values`: the numbers of table.md)."""
-    metrics = tuple(metrics or radar_metrics(stats))
+def method_colours(labels: Sequence[str]) -> dict[str, tuple]:
+    """One colour per row label, by its position in the table, shared by every figure."""
+    plt = _pyplot()
+    labels = list(dict.fromkeys(labels))
+    palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20").colors
+    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+
+
+
+def radar(
+    stats: pd.DataFrame, path: Path, colours: dict[str, tuple] | None = None, metrics: Sequence[str] | None = None,
+) -> Path | None:
+    """One polygon per table row (`radar_values`: the numbers of table.md) over `metrics`
+    (default Local, Base, Novel or New, HM), one panel per grid value. Each axis spans its
+    own range (the rows' min to max with a margin, printed on the axis), so methods a few
+    points apart do not overlap."""
     values_by_row = radar_values(stats, metrics)
     if values_by_row.empty:
         return None
     dataset = values_by_row.attrs["dataset"]
+    values_by_row = values_by_row.dropna(axis=1, how="all")
+    metrics = list(values_by_row.columns)
+    if len(metrics) < 3:
+        return None
+    labels = values_by_row.index.get_level_values("label")
+    colours = colours or method_colours(labels)
+    grids = list(dict.fromkeys(values_by_row.index.get_level_values("grid")))
     plt = _pyplot()
+    fig, axes = plt.subplots(1, len(grids), figsize=(7.5 * len(grids), 6), subplot_kw={"polar": True}, squeeze=False)
+    fig.subplots_adjust(wspace=0.6)
     angles = np.linspace(0, 2 * np.pi, len(metrics), endpoint=False).tolist()
-    fig, ax = plt.subplots(figsize=(6, 6), subplot_kw={"polar": True})
-    for (label, hyperparameters, grid), row in values_by_row.iterrows():
-        values = [float(row[m]) for m in metrics]
-        name = f"{label} ({hyperparameters}{', ' + grid if grid else ''})"
-        ax.plot(angles + angles[:1], values + values[:1], label=name)
-        ax.fill(angles + angles[:1], values + values[:1], alpha=0.08)
-    ax.set_xticks(angles)
-    ax.set_xticklabels(metrics)
-    ax.set_ylim(0, 100)
-    ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
-    ax.set_title(f"{' / '.join(metrics)} ({dataset})")
+    for ax, grid in zip(axes[0], grids):
+        means = values_by_row.xs(grid, level="grid")
+        low, high = means.min(), means.max()
+        spans = {m: max(high[m] - low[m], 1.0) for m in metrics}
+        lows = {m: max(0.0, low[m] - 0.25 * spans[m]) for m in metrics}  # the worst row near 20 % radius
+        highs = {m: min(100.0, high[m] + 0.05 * spans[m]) for m in metrics}
+        for (label, hyperparameters), row in means.iterrows():
+            radius = [(float(row[m]) - lows[m]) / (highs[m] - lows[m]) for m in metrics]
+            name = label if hyperparameters == "paper" else f"{label} ({hyperparameters})"
+            ax.plot(angles + angles[:1], radius + radius[:1], label=name, color=colours.get(label))
+            ax.fill(angles + angles[:1], radius + radius[:1], alpha=0.06, color=colours.get(label))
+        ax.set_xticks(angles)
+        ax.set_xticklabels([f"{m}\n[{lows[m]:.1f}, {highs[m]:.1f}]" for m in metrics])
+        ax.tick_params(axis="x", pad=12)
+        ax.set_yticklabels([])
+        ax.set_ylim(0, 1)
+        ax.set_title(f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10)
+        ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
+    fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def round_curves(cells: Sequence[Cell], path: Path, metric: str = "train_loss") -> Path | None:
-    """Mean over clients and seeds of `metric` per round, one line per (method, dataset)."""
+def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | None = None) -> Path | None:
+    """Accuracy by round, one panel per metric: the over-clients value of every evaluated
+    round, mean over seeds and datasets, one line per method label (and grid value)."""
     frames = []
     for cell in cells:
         folder = run_dir(cell)
         if not is_complete(folder):
             continue
         m = read_metrics(folder)
-        m = m[(m["metric"] == metric) & (m["client"] >= 0)]
+        m = m[(m["client"] < 0) & ~m["metric"].isin(NOT_ACCURACY)]
         if not m.empty:
-            per_round = m.groupby("round", as_index=False)["value"].mean()
-            per_round["line"] = f"{cell.label} / {cell.dataset}"
-            frames.append(per_round)
+            m = m.assign(label=cell.label, grid=", ".join(f"{k}={v}" for k, v in cell.grid))
+            frames.append(m)
     if not frames:
         return None
-    data = pd.concat(frames).groupby(["line", "round"], as_index=False)["value"].mean()
+    data = pd.concat(frames).groupby(["label", "grid", "metric", "round"], as_index=False, sort=False)["value"].mean()
+    metrics = list(dict.fromkeys(data["metric"]))
+    colours = colours or method_colours(data["label"])
+    styles = {grid: style for grid, style in zip(dict.fromkeys(data["grid"]), ["-", "--", ":", "-."] * 10)}
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for line, rows in data.groupby("line", sort=False):
-        ax.plot(rows["round"], rows["value"], marker="o", ms=3, label=line)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"{metric} (mean over clients)")
-    ax.legend(fontsize=7)
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for (label, grid), rows in data[data["metric"] == metric].groupby(["label", "grid"], sort=False):
+            ax.plot(rows["round"], rows["value"], marker="o", ms=3, color=colours.get(label),
+                    linestyle=styles[grid], label=f"{label} ({grid})" if grid else label)
+        ax.set_title(metric)
+        ax.set_xlabel("round")
+        ax.set_ylabel("accuracy (%)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle("Accuracy by round (mean over clients, seeds and datasets)")
+    fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path

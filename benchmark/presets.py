@@ -139,8 +139,8 @@ class Preset:
         known = {m.method for m in self.methods} | {m.label for m in self.methods}
         for name in wanted:
             if name not in known:
-                get_method(name)  # unknown everywhere: the registry's error says what exists
-                chosen.append(MethodVariant(name, name))
+                cls = get_method(name)  # unknown everywhere: the registry's error says what exists
+                chosen.append(MethodVariant(cls.name, cls.name))  # a file spec joins under its registered name
         return chosen
 
 

@@ -12,15 +12,22 @@ reads them, and the CLI and YAML configs are generated from that.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import inspect
 import math
+import os
 import pkgutil
+import re
+import sys
 import typing
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from benchmark.config import parse_bool  # noqa: F401  (re-exported: methods and tests import it from here)
 from benchmark.method import Choice, FederatedMethod, LogUniform, Uniform
 
 ENTRY_POINT_GROUP = "fedbench.methods"
@@ -39,6 +46,7 @@ M = TypeVar("M", bound=type[FederatedMethod])
 
 _METHODS: dict[str, type[FederatedMethod]] = {}
 _ORIGINS: dict[str, str] = {}
+_PACKAGES: dict[str, str] = {}  # method -> 'distribution==version' for entry-point plugins
 PLUGIN_ERRORS: dict[str, str] = {}  # entry point -> one-line reason it could not be loaded
 _loaded = False
 _current_origin = "fedbench"
@@ -68,6 +76,13 @@ def register_method(name: str) -> Callable[[M], M]:
     return decorate
 
 
+def reserved_flag_names() -> set[str]:
+    """Names a hyperparameter may not take: the run options and `fedbench run`'s own flags."""
+    from benchmark.config import RunConfig
+
+    return set(RunConfig.__dataclass_fields__) | {"config", "method_help", "print_config", "help"}
+
+
 def available_methods() -> dict[str, type[FederatedMethod]]:
     _load_all()
     return dict(sorted(_METHODS.items()))
@@ -78,7 +93,98 @@ def method_origin(name: str) -> str:
     return _ORIGINS[name]
 
 
+def method_package(name: str) -> str:
+    """'distribution==version' of the package that provides method `name`."""
+    _load_all()
+    return _PACKAGES.get(name, f"fedbench=={_distribution_version('fedbench')}")
+
+
+def plugin_packages() -> dict[str, str]:
+    """Every installed distribution declaring a fedbench.methods entry point -> its version."""
+    found = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if getattr(ep, "dist", None) is not None:
+            found[ep.dist.name] = getattr(ep.dist, "version", None) or "unknown"
+    return dict(sorted(found.items()))
+
+
+def _distribution_version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def is_method_file(spec: str) -> bool:
+    """`path/to/file.py` or `path/to/file.py:Class`: a method loaded from a file, unpackaged."""
+    return isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)
+
+
+_FILES: dict[tuple[str, str], str] = {}  # (resolved path, class) -> registered name
+
+
+def load_method_file(spec: str) -> str:
+    """Import `path/to/file.py[:Class]` and return the registered name of its method: the
+    name its @register_method gives, or, for an undecorated class, the class name in
+    snake_case. The cell identity hashes the file, so editing it makes its cells missing."""
+    _load_all()
+    path_text, _, class_name = spec.rpartition(":") if ".py:" in spec else (spec, "", "")
+    path = Path(path_text).expanduser().resolve()
+    if not path.is_file():
+        raise MethodError(f"method file {path_text!r} does not exist (from --method / FEDBENCH_PLUGINS {spec!r})")
+    key = (str(path), class_name)
+    if key in _FILES:
+        return _FILES[key]
+    module_name = f"fedbench_file_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    global _current_origin
+    before = set(_METHODS)
+    _current_origin = f"file {path}"
+    try:
+        module = sys.modules.get(module_name)
+        if module is None:
+            loader_spec = importlib.util.spec_from_file_location(module_name, path)
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[module_name] = module
+            try:
+                loader_spec.loader.exec_module(module)
+            except MethodError:
+                raise
+            except Exception as exc:
+                del sys.modules[module_name]
+                raise MethodError(f"method file {path} failed to import: {exc.__class__.__name__}: {exc}") from exc
+        if class_name:
+            cls = getattr(module, class_name, None)
+            if not (isinstance(cls, type) and issubclass(cls, FederatedMethod)):
+                raise MethodError(f"{path} has no FederatedMethod subclass {class_name!r}")
+            if cls not in _METHODS.values():
+                register_method(_snake_case(class_name))(cls)
+            name = cls.name
+        else:
+            defined = [n for n, c in _METHODS.items() if c.__module__ == module_name]
+            if len(defined) != 1:
+                raise MethodError(
+                    f"{path} registers {len(defined)} methods ({', '.join(defined) or 'none'}); "
+                    f"name the class: --method {path_text}:ClassName"
+                )
+            name = defined[0]
+    finally:
+        _current_origin = "fedbench"
+    for new in set(_METHODS) - before:
+        _ORIGINS[new] = f"file {path}"
+        _PACKAGES[new] = f"file {path}"
+    _FILES[key] = name
+    return name
+
+
+def _snake_case(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
 def get_method(name: str) -> type[FederatedMethod]:
+    if is_method_file(name):
+        name = load_method_file(name)
     methods = available_methods()
     if name not in methods:
         broken = "".join(f"\n  plugin {ep}: {why}" for ep, why in PLUGIN_ERRORS.items())
@@ -96,21 +202,58 @@ class Hyperparameter:
     name: str
     type: type
     default: Any
-    help: str = ""
+    help: str = ""  # from the "Args:" section of the method's __init__ (or class) docstring
+    choices: tuple = ()  # from a typing.Literal annotation
+
+    def describe(self) -> str:
+        """'TYPE, one of a|b, default X: help' -- the one description --method-help and --describe show."""
+        kind = self.type.__name__ + (f", one of {' | '.join(map(str, self.choices))}" if self.choices else "")
+        return f"{kind}; default {self.default!r}" + (f". {self.help}" if self.help else "")
 
 
 def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list[Hyperparameter]:
-    """The `__init__` arguments after `backbone`, with their types and defaults."""
+    """The `__init__` arguments after `backbone`, with their types, defaults, docs and choices."""
     signature = inspect.signature(cls.__init__)
     hints = typing.get_type_hints(cls.__init__)
+    docs = argument_docs(cls)
     params = []
     for p in list(signature.parameters.values())[2:]:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         if p.default is inspect.Parameter.empty:
             raise MethodError(f"method {name or cls.name!r}: hyperparameter {p.name!r} needs a default")
-        params.append(Hyperparameter(p.name, _plain_type(hints.get(p.name, type(p.default))), p.default))
+        hint = hints.get(p.name, type(p.default))
+        choices = tuple(typing.get_args(hint)) if typing.get_origin(hint) is typing.Literal else ()
+        kind = type(choices[0]) if choices else _plain_type(hint)
+        params.append(Hyperparameter(p.name, kind, p.default, docs.get(p.name, ""), choices))
     return params
+
+
+def argument_docs(cls: type) -> dict[str, str]:
+    """`name: text` entries of the "Args:" section of `cls.__init__`'s docstring (else the
+    class docstring), continuation lines joined: Google style, as most Python code has it."""
+    docs: dict[str, str] = {}
+    for doc in (inspect.getdoc(cls.__init__), inspect.getdoc(cls)):
+        lines = (doc or "").splitlines()
+        if "Args:" not in [line.strip() for line in lines]:
+            continue
+        start = [line.strip() for line in lines].index("Args:") + 1
+        current, entry_indent = None, None
+        for line in lines[start:]:
+            if not line.strip():
+                break
+            indent = len(line) - len(line.lstrip())
+            entry = re.match(r"^\s*(\w+)(?: \(.*?\))?:\s*(.*)$", line)
+            if entry and (entry_indent is None or indent == entry_indent):
+                current, entry_indent = entry.group(1), indent
+                docs.setdefault(current, entry.group(2).strip())
+            elif current is not None and indent > entry_indent:
+                docs[current] = f"{docs[current]} {line.strip()}"
+            else:
+                break
+        if docs:
+            return docs
+    return docs
 
 
 def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
@@ -153,6 +296,13 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
     keys = cls.upload_keys
     if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
         raise MethodError(f"method {name!r}: upload_keys must be a tuple of fnmatch patterns, got {keys!r}")
+    clashes = sorted({h.name for h in hyperparameters(cls, name)} & reserved_flag_names())
+    if clashes:
+        # `--beta 0.1` would set the run option and silently leave the hyperparameter at its default.
+        raise MethodError(
+            f"method {name!r}: hyperparameter {', '.join(map(repr, clashes))} has the name of a run option "
+            f"(--{clashes[0].replace('_', '-')}); rename it, e.g. {clashes[0]!r} -> '{name}_{clashes[0]}'"
+        )
     defaults = {h.name: h.default for h in hyperparameters(cls, name)}
     for key, space in dict(cls.tunable).items():
         if key not in defaults:
@@ -193,6 +343,11 @@ def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
             f"method {method!r}: hyperparameter {h.name!r} must be a finite number, got {value!r} "
             f"(default {h.default!r})"
         )
+    if h.choices and converted not in h.choices:
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be one of {', '.join(map(repr, h.choices))}, "
+            f"got {value!r}"
+        )
     return converted
 
 
@@ -220,18 +375,6 @@ def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
     )
 
 
-def parse_bool(value: Any) -> bool:
-    # "false" must not be truthy (a classic research-code bug with string flags).
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
-
-
 def _plain_type(hint: Any) -> type:
     # `int | None` -> int; anything exotic is taken as str on the command line.
     args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -251,10 +394,17 @@ def _load_all() -> None:
     for info in pkgutil.iter_modules(methods.__path__):
         module = f"methods.{info.name}"
         _load_plugin(module, "fedbench", lambda module=module: importlib.import_module(module), None)
+    # FEDBENCH_PLUGINS: method files (`path.py` or `path.py:Class`), separated by commas
+    # (not by ':', which separates the class).
+    for spec in filter(None, (s.strip() for s in os.environ.get("FEDBENCH_PLUGINS", "").split(","))):
+        _load_plugin(f"{spec!r} (FEDBENCH_PLUGINS)", f"file {spec}", lambda spec=spec: sys.modules[_METHODS[load_method_file(spec)].__module__], None)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         package = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown package"
+        before = set(_METHODS)
         _load_plugin(f"{ep.name!r} ({ep.value}, package {package})", f"plugin {ep.name!r} (package {package})",
                      ep.load, ep.name)
+        version = getattr(getattr(ep, "dist", None), "version", None) or "unknown"
+        _PACKAGES.update({n: f"{package}=={version}" for n in set(_METHODS) - before})
 
 
 def _load_plugin(label: str, origin: str, load: Callable[[], Any], entry_name: str | None) -> None:

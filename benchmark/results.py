@@ -1,8 +1,9 @@
 """Run folders: what one run produced, written so that a crash never looks like a result.
 
 A run folder holds
-  config.yaml      the resolved RunConfig
-  environment.json code version, package versions, machine
+  config.yaml      the resolved RunConfig (every method hyperparameter) and the cell's
+                   identity (method source hash, weights, data: benchmark/identity.py)
+  environment.json code version, package versions, plugin packages, machine
   partition.json   the partition manifest (client -> indices, classes) and its hash
   metrics.csv      long format: round, client, metric, value (client -1 = over clients)
   summary.json     headline metrics of the final round, parameter counts, bytes
@@ -61,9 +62,13 @@ def code_version() -> dict[str, Any]:
     return version
 
 
-def environment() -> dict[str, Any]:
+def environment(method: str | None = None) -> dict[str, Any]:
+    from benchmark.registry import method_package, plugin_packages
+
     return {
         "code": code_version(),
+        "method_package": method_package(method) if method else None,
+        "plugin_packages": plugin_packages(),  # every installed fedbench.methods distribution
         "packages": {name: _package_version(name) for name in PACKAGES},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
@@ -94,7 +99,7 @@ def write_run(
     staging.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: run folders are shared like any other
     try:
         save_yaml(config, staging / "config.yaml")
-        _write_json(staging / "environment.json", environment())
+        _write_json(staging / "environment.json", environment(config.method))
         _write_json(staging / "partition.json", partition_manifest)
         frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
         frame.to_csv(staging / "metrics.csv", index=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from benchmark.method import FederatedMethod, state_bytes
 from benchmark.protocols import get_protocol
 from benchmark.registry import build_method, get_method
 from benchmark.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
+from benchmark.validation import validate_run
 from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info
@@ -111,6 +113,7 @@ def run_experiment(
 def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> RunResult:
     started = time.perf_counter()
     _FEATURES.progress = progress
+    validate_run(config)  # before any backbone is built or pretrained
     protocol = get_protocol(config.protocol)
     protocol.check(config)
     device, precision = resolve_device(config)
@@ -183,9 +186,27 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         if tracker is not None:
             tracker.log_round(log)
 
+    # One evaluator for every evaluated round: it memoizes by state, so a client whose
+    # state did not change (or a global method's shared state) is scored once.
+    evaluator = Evaluator(method, dataset.test, _FEATURES, config.eval_batch_size, config.num_workers)
+
+    def evaluate_round(round_number: int, client_states):
+        with autocast_context(device, precision):  # evaluation under the training step's autocast
+            per_client, summary_metrics = evaluate_clients(
+                evaluator, protocol, dataset, partition, client_states, progress
+            )
+        details = protocol.details(per_client, partition)
+        for cid, metrics in per_client.items():
+            rows.extend(MetricRow(round_number, cid, m, v) for m, v in metrics.items())
+        rows.extend(MetricRow(round_number, ALL_CLIENTS, m, v) for m, v in {**summary_metrics, **details}.items())
+        if tracker is not None:
+            tracker.log_evaluation(round_number, summary_metrics)
+        return per_client, summary_metrics, details
+
     simulator = FederatedSimulator(
         method, train_inputs, dataset.train.labels, dataset.class_names, partition.clients,
         schedule, config.seed, settings, on_round_end, progress, on_snapshot if write else None,
+        eval_rounds=evaluation_rounds(config.rounds, config.eval_every), on_evaluate=evaluate_round,
     )
     try:
         federation = simulator.run(resume.federation if resume is not None else None)
@@ -195,14 +216,8 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
             checkpointer.save(last_round[0])
         raise
-    with autocast_context(device, precision):
-        per_client, summary_metrics = evaluate_clients(
-            method, protocol, dataset, partition, federation, config, progress
-        )
-    details = protocol.details(per_client, partition)
     final_round = config.rounds
-    for cid, metrics in per_client.items():
-        rows.extend(MetricRow(final_round, cid, m, v) for m, v in metrics.items())
+    per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)
     # 0 flags a client that never trained: evaluated with the final download alone.
     rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
     if federation.never_trained:
@@ -212,7 +227,6 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
             f"(clients {federation.never_trained[:10]}{' ...' if len(federation.never_trained) > 10 else ''}); "
             "they are evaluated with the final download and flagged rounds_trained = 0 in metrics.csv"
         )
-    rows.extend(MetricRow(final_round, ALL_CLIENTS, m, v) for m, v in {**summary_metrics, **details}.items())
 
     counts = method.parameter_counts()
     rounds = federation.rounds
@@ -253,24 +267,30 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
             checkpointer.remove()
     if tracker is not None:
         tracker.log_final(summary, per_client, timing)
+        if write and run_dir is not None:
+            tracker.log_run_folder(run_dir)
     return RunResult(config, summary, per_client, run_dir if write else None, federation, timing)
 
 
+def evaluation_rounds(rounds: int, every: int) -> frozenset[int]:
+    """The rounds evaluated: every `every`-th and the last; `every` 0 = about 5 points per run."""
+    every = every or max(1, math.ceil(rounds / 5))
+    return frozenset([*range(every, rounds + 1, every), rounds])
+
+
 def evaluate_clients(
-    method: FederatedMethod,
+    evaluator: Evaluator,
     protocol,
     dataset: DatasetSplits,
     partition: Partition,
-    federation: FederationResult,
-    config: RunConfig,
+    client_states,
     progress: bool = True,
 ) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
     """Every client's personalized model under the protocol's metrics, then the summary."""
     from tqdm.auto import tqdm
 
-    evaluator = Evaluator(method, dataset.test, _FEATURES, config.eval_batch_size, config.num_workers)
     per_client: dict[int, dict[str, float]] = {}
     for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
-        accuracy = evaluator.load(federation.client_states[client.client_id])
+        accuracy = evaluator.load(client_states[client.client_id])
         per_client[client.client_id] = protocol.client_metrics(accuracy, client, partition, dataset)
     return per_client, protocol.summarize(per_client, partition)

@@ -12,12 +12,13 @@ from typing import Any
 
 from benchmark.federation import describe_sampling
 from benchmark.paper import reference_numbers
-from benchmark.plots import radar, round_curves
+from benchmark.plots import method_colours, radar, round_curves
 from benchmark.presets import Cell, Preset
 from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
 from benchmark.locks import cell_lock
 from benchmark.results import is_complete, record_failure
 from benchmark.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
+from benchmark.validation import validate_run
 from data.catalog import dataset_info
 
 
@@ -31,6 +32,11 @@ class SweepPlan:
     done: list[Cell]
     todo: list[Cell]
     missing_datasets: dict[str, str]  # dataset -> what to do to get it
+    # What the table shows: every cell of the preset under the same settings, whatever the
+    # filters selected to run (filters choose what runs, never which rows survive).
+    shown: list[Cell] = field(default_factory=list)
+    weights_notes: list[str] = field(default_factory=list)  # weights to build or download first
+    invalid: dict[str, str] = field(default_factory=dict)  # method label -> why its cells cannot run
 
     def describe(self, every_cell: bool = False) -> str:
         failed_before = len(failed_cells(self.todo))
@@ -64,6 +70,10 @@ class SweepPlan:
                 )
         for name, how in self.missing_datasets.items():
             lines.append(f"missing dataset {name}: {how}")
+        for note in self.weights_notes:
+            lines.append(f"missing weights: {note}")
+        for label, why in self.invalid.items():
+            lines.append(f"cannot run {label}: {why}")
         return "\n".join(lines)
 
     def can_run(self, cell: Cell) -> bool:
@@ -85,10 +95,12 @@ def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
     return list(names)
 
 
-def plan_sweep(preset: Preset, cells: list[Cell]) -> SweepPlan:
+def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
+    """A cell is done when a finished run folder of its identity exists (`force`: none is).
+    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
     from data.base import DatasetError
 
-    done = [c for c in cells if is_complete(run_dir(c))]
+    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
     todo = [c for c in cells if c not in done]
     missing = {}
     for cell in cells:
@@ -103,7 +115,23 @@ def plan_sweep(preset: Preset, cells: list[Cell]) -> SweepPlan:
             folder = info.path(cell.config.resolved_data_root())
             if not info.generated and not folder.is_dir():
                 missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
-    return SweepPlan(preset, cells, done, todo, missing)
+    # Method, hyperparameters, protocol and weights of every cell, before anything is built.
+    from benchmark.errors import USER_ERRORS
+
+    weights_notes: list[str] = []
+    invalid: dict[str, str] = {}  # cell label -> why it cannot run
+    for cell in cells:
+        try:
+            notes = validate_run(cell.config, check_data=False)
+        except USER_ERRORS as exc:
+            invalid.setdefault(cell.label, str(exc).splitlines()[0])
+            continue
+        for note in notes:
+            if note not in weights_notes:
+                weights_notes.append(note)
+    names = {c.config.run_name() for c in shown or []}
+    shown = list(shown or []) + [c for c in cells if c.config.run_name() not in names]
+    return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid)
 
 
 @dataclass
@@ -116,7 +144,9 @@ class SweepReport:
     files: dict[str, Path] = field(default_factory=dict)
 
 
-def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None) -> SweepReport:
+def run_sweep(
+    plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None, tags: tuple[str, ...] = ()
+) -> SweepReport:
     """Run the missing cells (a failing cell is reported, the others go on), then render."""
     from tqdm.auto import tqdm
 
@@ -135,7 +165,7 @@ def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_m
                 if is_complete(run_dir(cell)):  # another sweep on this folder finished it meanwhile
                     report.done_elsewhere.append(cell)
                     continue
-                with Tracker.for_run(cell.config, job_type=cell.label) as tracker:
+                with Tracker.for_run(cell.config, job_type=cell.label, tags=tags) as tracker:
                     run_experiment(cell.config, tracker=tracker, progress=False)
             report.ran.append(cell)
         except CellBusy as busy:  # another sweep is running it now: never twice
@@ -149,7 +179,7 @@ def run_sweep(plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_m
             record_failure(run_dir(cell), report.failed[cell.config.run_name()])
             if progress and not isinstance(exc, (DivergenceError, *USER_ERRORS)):
                 traceback.print_exc()
-    report.files = render_tables(plan, results_dir, wandb_mode)
+    report.files = render_tables(plan, results_dir, wandb_mode, tags)
     return report
 
 
@@ -163,31 +193,37 @@ def _report_interrupted(plan: SweepPlan, report: SweepReport, current: Cell) -> 
     print("run the same command again to do the rest")
 
 
-def render_tables(plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None) -> dict[str, Path]:
+def render_tables(
+    plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None, tags: tuple[str, ...] = ()
+) -> dict[str, Path]:
     """Tables (md/csv/tex), the paper comparison, the headline method's paired differences
-    and the figures, from whatever is finished."""
+    and the figures, from every finished cell of the table (filters select what runs, not
+    what is shown)."""
     from benchmark.protocols import get_protocol
 
-    long = collect(plan.cells)
-    stats = summarize(long, failed_cells(plan.cells))
+    long = collect(plan.shown)
+    stats = summarize(long, failed_cells(plan.shown))
     if stats.empty:
         return {}
     reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
     comparison = paper_comparison(stats, reference if reference is not None else _empty(), preset_methods)
-    headline = get_protocol(plan.cells[0].config.protocol).headline
+    headline = get_protocol(plan.shown[0].config.protocol).headline
     diffs = differences(long, HEADLINE_METHOD, headline)
     notes = []
-    if any(c.hyperparameters == "tuned" for c in plan.cells):
+    if any(c.hyperparameters == "tuned" for c in plan.shown):
         notes.append(f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`." if plan.preset.tuned_command
                      else "Tuned rows use the values chosen by `fedbench tune`.")
     out = Path(results_dir)
     files = render(stats, comparison, out, plan.preset.title, diffs, notes)
-    for name, path in (("radar", radar(stats, out / "radar.png")), ("curves", round_curves(plan.cells, out / "curves.png"))):
+    colours = method_colours([c.label for c in plan.shown])  # the same colour for a method in every figure
+    figures = (("radar", radar(stats, out / "radar.png", colours)),
+               ("curves", round_curves(plan.shown, out / "curves.png", colours)))
+    for name, path in figures:
         if path is not None:
             files[name] = path
     if wandb_mode and wandb_mode != "disabled":
-        _log_tables(plan, stats, comparison, files, wandb_mode)
+        _log_tables(plan, stats, comparison, files, wandb_mode, tags)
     return files
 
 
@@ -197,17 +233,22 @@ def _empty():
     return pd.DataFrame()
 
 
-def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wandb_mode: str) -> None:
+def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wandb_mode: str, tags=()) -> None:
     """The rendered table and plots, logged once per reproduction in a run of their own."""
     from dataclasses import replace
 
     from benchmark.tracking import Tracker
 
-    base = plan.cells[0].config
-    config = replace(base, method="table", wandb=wandb_mode)
+    config = replace(plan.cells[0].config, wandb=wandb_mode)  # project, group and output folder
     images = {k: v for k, v in files.items() if v.suffix == ".png"}
     tables: dict[str, Any] = {"table": stats}
     if not comparison.empty:
         tables["paper_comparison"] = comparison
-    with Tracker.for_run(config, job_type="table") as tracker:
+    table_config = {
+        "preset": plan.preset.name, "title": plan.preset.title, "paper_table": plan.preset.paper_table,
+        "cells": len(plan.shown),
+        "methods": sorted({c.label for c in plan.shown}), "datasets": sorted({c.dataset for c in plan.shown}),
+    }
+    with Tracker.for_run(config, job_type="table", name=f"table-{plan.preset.name}", run_config=table_config,
+                         tags=(*tags, "table")) as tracker:
         tracker.log_artifacts(tables, images)

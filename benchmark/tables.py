@@ -127,18 +127,19 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
 def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
     """Our mean next to the paper's number for every paper row of the methods in the table:
     `methods` (the preset's), else those with results. A cell still to run shows as NaN so
-    the gap is visible, never dropped."""
+    the gap is visible, never dropped. One row per grid value (a shots ablation compares
+    each setting, never their average)."""
+    columns = ["method", "hyperparameters", "dataset", "grid", "metric", "ours", "paper", "delta"]
     if reference.empty:
-        return pd.DataFrame(columns=["method", "hyperparameters", "dataset", "metric", "ours", "paper", "delta"])
+        return pd.DataFrame(columns=columns)
     ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
     wanted = set(ours["method"]) | set(methods or ())
     reference = reference[reference["method"].isin(wanted)]
-    merged = reference.merge(
-        ours[["method", "hyperparameters", "dataset", "metric", "ours"]], on=["method", "dataset", "metric"], how="left"
-    )
+    merged = reference.merge(ours[["method", "hyperparameters", "dataset", "grid", "metric", "ours"]],
+                             on=["method", "dataset", "metric"], how="left")
+    merged["grid"] = merged["grid"].fillna("")
     merged["delta"] = merged["ours"] - merged["paper"]
-    return merged[["method", "hyperparameters", "dataset", "metric", "ours", "paper", "delta"]]
-
+    return merged[columns]
 
 def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
     """`reference` minus every other row label on `metric`, paired run by run (same dataset,
@@ -229,7 +230,7 @@ def render(
     for dataset in order:
         table = wide(stats, dataset)
         md += [f"## {dataset}", "", _markdown(table), ""]
-        tex.append(table.to_latex(caption=f"{title}: {dataset}", escape=True))
+        tex.append(latex_table(stats[stats["dataset"] == dataset], f"{title}: {dataset}"))
     if diffs is not None and not diffs.empty:
         reference = diffs["reference"].iloc[0]
         md += [
@@ -239,7 +240,8 @@ def render(
             _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])), "",
         ]
     if not comparison.empty:
-        md += ["## Paper comparison", "", _markdown(comparison.round(2).set_index(["method", "dataset", "metric"])), ""]
+        shown = comparison if (comparison["grid"] != "").any() else comparison.drop(columns="grid")
+        md += ["## Paper comparison", "", _markdown(shown.round(2).set_index(["method", "dataset", "metric"])), ""]
     paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
     paths["md"].write_text("\n".join(md))
     stats.to_csv(paths["csv"], index=False)
@@ -251,6 +253,48 @@ def render(
         paths["differences"] = out_dir / "differences.csv"
         diffs.to_csv(paths["differences"], index=False)
     return paths
+
+
+def latex_table(part: pd.DataFrame, caption: str) -> str:
+    """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
+    of each column in bold (ties all bold), the caption escaped for LaTeX."""
+    metrics = list(dict.fromkeys(part["metric"]))
+    has_grid = (part["grid"] != "").any()
+    rows = list(dict.fromkeys(zip(part["label"], part["grid"])))
+    means = part.pivot_table(index=["label", "grid"], columns="metric", values="mean", aggfunc="first")
+    best = {m: means[m].max() for m in metrics}
+    header = ["Method", *(["Setting"] if has_grid else []), *metrics]
+    lines = [
+        "\\begin{table}[t]",
+        "\\centering",
+        f"\\caption{{{latex_escape(caption)}}}",
+        f"\\begin{{tabular}}{{l{'l' if has_grid else ''}{'r' * len(metrics)}}}",
+        "\\toprule",
+        " & ".join(latex_escape(h) for h in header) + " \\\\",
+        "\\midrule",
+    ]
+    for label, grid in rows:
+        cells = [latex_escape(label), *([latex_escape(grid)] if has_grid else [])]
+        for metric in metrics:
+            row = part[(part["label"] == label) & (part["grid"] == grid) & (part["metric"] == metric)]
+            if row.empty:
+                cells.append("--")
+                continue
+            mean, std, n = row[["mean", "std", "n"]].iloc[0]
+            text = f"{mean:.2f}" + (f" $\\pm$ {std:.2f}" if n > 1 else "")
+            cells.append(f"\\textbf{{{text}}}" if round(mean, 2) == round(best[metric], 2) else text)
+        lines.append(" & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(lines)
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "`": ""}
+
+
+def latex_escape(text: str) -> str:
+    """Plain text for LaTeX; backticks (Markdown code marks in preset titles) are dropped."""
+    return "".join(LATEX_SPECIALS.get(c, c) for c in str(text))
 
 
 def _markdown(table: pd.DataFrame) -> str:

@@ -1,21 +1,34 @@
 """Weights & Biases tracking that never stops the benchmark.
 
-One W&B run per experiment: config, per-round metrics, the final summary and a
-per-client table. Mode 'auto' (default) logs online when a login is present and offline
-otherwise; 'offline' writes under `<out>/wandb` (`wandb sync` uploads it later);
-'disabled' does nothing. Any tracking failure becomes a warning, and an online start that
-gets no answer within a short timeout falls back to offline logging (one warning).
+One W&B run per experiment:
+  config   the resolved RunConfig (every method hyperparameter), the device actually used,
+           the config hash and the cell's identity; no local paths;
+  tags     what distinguishes runs of one group: the preset, filters, `--set` overrides;
+  history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, and
+           Local / Base / Novel / HM (or the protocol's metrics) at every evaluated round;
+           per-client numbers go in the `per_client` table, never one key per client;
+  summary  the final metrics (the last evaluated round), parameter counts, bytes, wall time;
+  artifact the run folder (config.yaml, metrics.csv, summary.json, ...).
+A run that raises is finished with exit code 1 (W&B shows it failed). Mode 'auto' logs
+online when a login is present and offline otherwise; offline runs are written under
+$WANDB_DIR (default: the run's --out folder) and the exact `wandb sync` command is printed.
+Any tracking failure becomes a warning.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 from benchmark.config import RunConfig
+
+ROUND = "round"
+# Run options that are paths or W&B's own settings: not part of what a run *is*.
+UNLOGGED_FIELDS = ("out", "data_root", "wandb", "wandb_project", "wandb_group")
 
 
 class Tracker:
@@ -26,12 +39,18 @@ class Tracker:
 
     @classmethod
     @contextmanager
-    def for_run(cls, config: RunConfig, job_type: str | None = None) -> Iterator["Tracker"]:
-        tracker = cls(_start(config, job_type))
+    def for_run(
+        cls, config: RunConfig, job_type: str | None = None, name: str | None = None,
+        run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = (),
+    ) -> Iterator["Tracker"]:
+        """`name` and `run_config` replace the cell's run name and config (the table run)."""
+        tracker = cls(_start(config, job_type, name, run_config, tags))
         try:
             yield tracker
-        finally:
-            tracker.finish()
+        except BaseException:
+            tracker.finish(exit_code=1)  # W&B marks the run failed
+            raise
+        tracker.finish()
 
     def _guard(self, what: str, fn, *args, **kwargs) -> None:
         if self.run is None:
@@ -44,11 +63,17 @@ class Tracker:
     def log_round(self, log) -> None:
         if self.run is None:
             return
-        values = {f"train_loss/client_{c}": v for c, v in log.train_loss.items()}
-        values.update(bytes_up=log.bytes_up, bytes_down=log.bytes_down, round_seconds=log.total_seconds)
+        values = {ROUND: log.round, "bytes_up": log.bytes_up, "bytes_down": log.bytes_down,
+                  "round_seconds": log.total_seconds}
         if log.train_loss:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
-        self._guard("log", self.run.log, values, step=log.round)
+        self._guard("log", self.run.log, values)
+
+    def log_evaluation(self, round_number: int, metrics: dict[str, float]) -> None:
+        """The protocol's metrics (mean over clients) of an evaluated round."""
+        if self.run is None:
+            return
+        self._guard("log", self.run.log, {ROUND: round_number, **metrics})
 
     def log_final(
         self, summary: dict[str, Any], per_client: dict[int, dict[str, float]], timing: dict[str, Any] | None = None
@@ -66,9 +91,21 @@ class Tracker:
             table = wandb.Table(columns=["client", *metrics])
             for cid, values in per_client.items():
                 table.add_data(cid, *(values[m] for m in metrics))
-            self.run.log({"per_client": table, **{f"final/{k}": v for k, v in summary["metrics"].items()}})
+            self.run.log({ROUND: summary["round"], "per_client": table})
 
         self._guard("final log", log)
+
+    def log_run_folder(self, run_dir: Path) -> None:
+        """The finished run folder as an artifact (type 'run-folder', named after the run)."""
+
+        def log() -> None:
+            import wandb
+
+            artifact = wandb.Artifact(Path(run_dir).name, type="run-folder")
+            artifact.add_dir(str(run_dir))
+            self.run.log_artifact(artifact)
+
+        self._guard("artifact", log)
 
     def log_artifacts(self, tables: dict[str, Any], images: dict[str, Path]) -> None:
         def log() -> None:
@@ -80,10 +117,37 @@ class Tracker:
 
         self._guard("table log", log)
 
-    def finish(self) -> None:
-        if self.run is not None:
-            self._guard("finish", self.run.finish)
-            self.run = None
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is None:
+            return
+        run, self.run = self.run, None
+        offline = run.settings.mode == "offline" if hasattr(run, "settings") else False
+        folder = Path(run.dir).parent if getattr(run, "dir", None) else None
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as exc:
+            warnings.warn(f"W&B finish failed ({exc.__class__.__name__}: {exc})")
+            return
+        if offline and folder is not None:
+            print(f"W&B: offline run saved in {folder}; upload it with: wandb sync {folder}", file=sys.stderr)
+
+
+def wandb_config(config: RunConfig) -> dict[str, Any]:
+    """What a W&B run records as its config: the resolved run, the device actually used,
+    the hash naming its run folder and the rest of its identity."""
+    from benchmark.runner import resolve_device
+
+    values = {k: v for k, v in config.resolved().to_dict().items() if k not in UNLOGGED_FIELDS}
+    values["device"], values["precision"] = resolve_device(config)
+    identity = config.identity()
+    values.update(config_hash=config.hash(), method_version=identity["method"], weights=identity["weights"],
+                  data=identity["data"])
+    return values
+
+
+def run_directory(config: RunConfig) -> Path:
+    """Where W&B writes its files: $WANDB_DIR when set, else the run's --out folder."""
+    return Path(os.environ.get("WANDB_DIR") or config.out)
 
 
 # How long an online start may take before the run logs offline instead. W&B's own default
@@ -100,7 +164,8 @@ def init_timeout() -> float:
         return DEFAULT_INIT_TIMEOUT
 
 
-def _start(config: RunConfig, job_type: str | None) -> Any | None:
+def _start(config: RunConfig, job_type: str | None, name: str | None = None,
+           run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = ()) -> Any | None:
     global _server_unreachable
     if config.wandb == "disabled":
         return None
@@ -116,24 +181,26 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
             mode = "offline"
         if mode == "online" and _server_unreachable:
             mode = "offline"
-        directory = Path(config.out)
+        directory = run_directory(config)
         directory.mkdir(parents=True, exist_ok=True)
-        resumed = _resumed_run_id(config)
+        resumed = _resumed_run_id(config) if name is None else None
         kwargs = dict(
             project=config.wandb_project,
             group=config.wandb_group or f"{config.protocol}-{config.dataset}",
             job_type=job_type or config.method,
-            name=config.run_name(),
-            config=config.to_dict(),
+            name=name or config.run_name(),
+            config=run_config if run_config is not None else wandb_config(config),
+            tags=list(dict.fromkeys(tags)),
             dir=str(directory),
             reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=init_timeout()),
             # A run resuming from a round checkpoint continues its W&B run instead of starting another.
             **({"id": resumed, "resume": "allow"} if resumed else {}),
         )
+        run = None
         if mode == "online":
             try:
-                return wandb.init(mode="online", **kwargs)
+                run = wandb.init(mode="online", **kwargs)
             except Exception as exc:
                 _server_unreachable = True
                 warnings.warn(
@@ -142,7 +209,11 @@ def _start(config: RunConfig, job_type: str | None) -> Any | None:
                     f"offline under {directory / 'wandb'} (`wandb sync` uploads them later; {INIT_TIMEOUT_ENV} "
                     "sets the wait)"
                 )
-        return wandb.init(mode="offline", **kwargs)
+        if run is None:
+            run = wandb.init(mode="offline", **kwargs)
+        run.define_metric(ROUND)
+        run.define_metric("*", step_metric=ROUND)  # every history key is plotted against the round
+        return run
     except Exception as exc:
         warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
         return None

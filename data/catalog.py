@@ -77,6 +77,11 @@ def dataset_info(name: str) -> DatasetInfo:
 
 def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> DatasetSplits:
     """Load dataset `name` from `root`; a missing folder is a DatasetError saying how to get it."""
+    return dataset_info(name).loader(require_dataset(name, root), transforms)
+
+
+def require_dataset(name: str, root: Path | str) -> Path:
+    """The folder of dataset `name` under `root`; a missing one is a DatasetError saying how to get it."""
     info = dataset_info(name)
     folder = info.path(Path(root))
     if not info.generated and not folder.is_dir():
@@ -85,7 +90,7 @@ def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> Da
             f"{info.layout}. {info.how_to_get} Point the suite at your data with --data-root DIR "
             "(or FEDBENCH_DATA=DIR)."
         )
-    return info.loader(folder, transforms)
+    return folder
 
 
 def _import_builtin_loaders() -> None:

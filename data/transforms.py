@@ -1,4 +1,4 @@
-"""CLIP's image transforms as the protocol fixes them (specs/protocol.md)."""
+"""CLIP's image transforms as the protocol fixes them (README, "Evaluation protocol")."""
 
 from __future__ import annotations
 

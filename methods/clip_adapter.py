@@ -1,7 +1,7 @@
 """CLIP-Adapter: a residual bottleneck MLP on the final image feature, federated by FedAvg.
 
 Gao et al., "CLIP-Adapter: Better Vision-Language Models with Feature Adapters" (IJCV
-2024); behaviour from specs/methods.md and the authors' clip_adapter.py (visual adapter).
+2024); behaviour from docs/methods.md and the authors' clip_adapter.py (visual adapter).
 A(f) = ReLU(W2 ReLU(W1 f)) with W1 [D/4, D], W2 [D, D/4], no biases;
 f' = ratio * A(f) + (1 - ratio) * f, ratio = 0.2; text frozen ("a photo of a {name}.").
 

@@ -1,7 +1,7 @@
 """FedOTP: a global and a local CoOp prompt matched to image patches by unbalanced OT.
 
 Li et al., "Global and Local Prompts Cooperation via Optimal Transport for Federated
-Learning" (CVPR 2024); behaviour from specs/methods.md and the authors' GLP_OT trainer.
+Learning" (CVPR 2024); behaviour from docs/methods.md and the authors' GLP_OT trainer.
 Each class has N = 2 prompts: prompt 0 (global, FedAvg'd) and prompt 1 (local, personal).
 An image is its M patch features; its logit for class c is the transport-weighted
 similarity between the patches and the class's two prompt features.

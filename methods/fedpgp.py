@@ -1,7 +1,7 @@
 """FedPGP: a CoOp context split into a global part and a personal low-rank part.
 
 Cui et al., "Harmonizing Generalization and Personalization in Federated Prompt
-Learning" (ICML 2024); behaviour from specs/methods.md and the authors' trainers/fedpgp.py.
+Learning" (ICML 2024); behaviour from docs/methods.md and the authors' trainers/fedpgp.py.
 ctx = U V + sigma with sigma [16, W] global (FedAvg by n_i), U [16, r] and V [r, W]
 personal. A contrastive term keeps the global part close to the hand-written anchor
 prompt and away from the personalized prompt.

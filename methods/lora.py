@@ -1,7 +1,7 @@
 """CLIP-LoRA, federated with sample-weighted FedAvg of all LoRA weights (a global method).
 
 Zanella & Ben Ayed, "Low-Rank Few-Shot Adaptation of Vision-Language Models" (CVPR 2024
-workshops); defaults from specs/methods.md and the authors' code (`loralib/layers.py`,
+workshops); defaults from docs/methods.md and the authors' code (`loralib/layers.py`,
 `lora.py`): LoRA on q, k and v of every block of both towers, rank 2, alpha 1, scaling
 alpha / sqrt(r) (their code comments out loralib's alpha / r), A kaiming-uniform with
 a = sqrt(5) as nn.Linear, B zeros, dropout 0.25 on the LoRA input of each projection (in

@@ -1,6 +1,6 @@
 """pFedMMA: multi-modal adapters in both CLIP towers; only the shared projection is federated.
 
-Spec "pFedMMA" (shared/specs/methods.md), after MMA (Yang et al., CVPR 2024) and pFedMMA.
+Written from docs/methods.md ("pFedMMA"), after MMA (Yang et al., CVPR 2024) and pFedMMA.
 In every adapted block b (1-based, both towers, default 5..12 = the last 8 of 12):
 
     h   = ln_1(x)                                  (the block's own frozen pre-norm)
@@ -29,7 +29,7 @@ Choices the spec leaves open (documented, not the paper's):
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -99,11 +99,23 @@ class PFedMMA(FederatedMethod):
         adapter_dim: int = 32,
         shared_dim: int = 32,
         alpha: float = 0.001,
-        federate: str = "shared",
+        federate: Literal["shared", "all", "none"] = "shared",
         lr: float = 0.001,
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
     ) -> None:
+        """Args:
+            first_block: first adapted block, 1-based, in both towers (the paper: 5 of 12).
+            last_block: last adapted block, 1-based; 0 = the shallower tower's last block.
+            adapter_dim: width of the personal down/up projections (the paper: 32).
+            shared_dim: width of the shared projection, i.e. of what is federated (the paper: 32).
+            alpha: scale of the adapter's output; its parameters get 1/alpha times their gradient.
+            federate: what a client uploads: the shared projections (the paper), every adapter,
+                or nothing (local training only, an ablation).
+            lr: SGD learning rate, constant within a client-round.
+            momentum: SGD momentum.
+            weight_decay: SGD weight decay.
+        """
         super().__init__(backbone)
         self.save_hyperparameters(ignore=["backbone"])
         if federate not in FEDERATE:

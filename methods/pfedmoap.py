@@ -1,7 +1,7 @@
 """pFedMoAP: a local CoOp prompt mixed with other clients' prompts by a local attention gate.
 
 Luo et al., "Mixture of Experts Made Personalized: Federated Prompt Learning for
-Vision-Language Models" (ICLR 2025); behaviour from specs/methods.md and the authors'
+Vision-Language Models" (ICLR 2025); behaviour from docs/methods.md and the authors'
 trainer (`trainers/pfedmoap.py`, `federated_main.py`; read through a public fork).
 
 Experts. Each client keeps a local prompt `ctx` [n_ctx, W] (uploaded) and a gate (never

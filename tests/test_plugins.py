@@ -37,6 +37,7 @@ def fresh_registry(monkeypatch):
     registry.available_methods()
     monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
     monkeypatch.setattr(registry, "_ORIGINS", dict(registry._ORIGINS))
+    monkeypatch.setattr(registry, "_PACKAGES", dict(registry._PACKAGES))
     monkeypatch.setattr(registry, "PLUGIN_ERRORS", {})
     monkeypatch.setattr(registry, "_loaded", False)
 
@@ -394,3 +395,15 @@ def test_an_installed_plugin_package_is_listed_and_runs(fake_data_root, tmp_path
         assert "n_shared: 2" in (run_dir / "config.yaml").read_text()
     finally:
         subprocess.run(pip + ["uninstall", "-y", "-q", "fedbench-smoke-plugin"], capture_output=True, timeout=600)
+
+
+def test_a_hyperparameter_named_like_a_run_option_is_rejected_at_registration(fresh_registry, fedbench):
+    class ShadowedBeta(FederatedMethod):
+        """Its `beta` would be silently taken by the Dirichlet --beta."""
+
+        def __init__(self, backbone, beta: float = 0.9) -> None:
+            super().__init__(backbone)
+
+    with pytest.raises(registry.MethodError, match=r"hyperparameter 'beta' has the name of a run option \(--beta\); rename it"):
+        registry.register_method("shadowed_beta")(ShadowedBeta)
+    assert "shadowed_beta" not in registry.available_methods()

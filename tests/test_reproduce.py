@@ -113,6 +113,27 @@ def test_notebook_executes_on_the_results(reproduced):
     assert any("promptfl" in json.dumps(o.get("data", {})) for o in outputs)
 
 
+def test_a_filtered_reproduce_keeps_every_other_row(reproduced, capsys):
+    tmp, preset = reproduced
+    before = pd.read_csv(tmp / "results" / "table.csv", keep_default_na=False)
+    capsys.readouterr()
+    # Reruns one zeroshot cell only; the table is still rendered from every cell on disk.
+    assert reproduce(tmp, preset, "--methods", "zeroshot", "--seeds", "1", "--force") == 0
+    assert "ran 1 runs" in capsys.readouterr().out
+    after = pd.read_csv(tmp / "results" / "table.csv", keep_default_na=False)
+    assert set(after.label) == {"zeroshot", "promptfl"}
+    pd.testing.assert_frame_equal(before, after)  # same rows, same numbers (a rerun is deterministic)
+
+
+def test_a_reproduce_that_ran_nothing_exits_non_zero_with_the_reason(tmp_path, capsys):
+    preset = write_preset(tmp_path, tmp_path / "nodata", methods=("zeroshot",), seeds=(1,))
+    assert reproduce(tmp_path, preset, "--datasets", "dtd") == 1
+    captured = capsys.readouterr()
+    assert "ran 0 runs" in captured.out
+    assert "nothing it was asked to run ran: 1 of the 1 cells to run were skipped because their data is missing" in captured.err
+    assert str(tmp_path / "nodata" / "dtd") in captured.err
+
+
 def test_dry_run_of_the_paper_table_lists_168_cells_and_missing_data(tmp_path, capsys):
     assert main(["reproduce", "base2novel", "--dry-run", "--data-root", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out

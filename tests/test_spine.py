@@ -173,7 +173,7 @@ def test_a_failed_run_leaves_no_run_folder(fake_data_root, tmp_path, monkeypatch
     import benchmark.results as results
 
     config = tiny_config(fake_data_root, tmp_path, method="zeroshot")
-    monkeypatch.setattr(results, "environment", lambda: 1 / 0)
+    monkeypatch.setattr(results, "environment", lambda *args: 1 / 0)
     with pytest.raises(ZeroDivisionError):
         run_experiment(config, progress=False)
     runs = tmp_path / "runs"

@@ -4,6 +4,7 @@ the cached toy CLIP loading through load_backbone, and zero-shot above chance.""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -220,3 +221,32 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
     metrics = pd.read_csv(tuned.run_dir / "metrics.csv")
     loss = metrics[metrics.metric == "train_loss"].groupby("round")["value"].mean()
     assert loss.iloc[-1] < loss.iloc[0]
+
+
+def test_concurrent_processes_build_the_toy_clip_once(tmp_path):
+    """Two processes that need the same uncached checkpoint: one pretrains, the other waits."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from data.toy.pretrain import Recipe, ensure_checkpoint\n"
+        "print(ensure_checkpoint(Recipe(steps=2, batch_size=8, warmup=1), progress=False), flush=True)\n"
+    )
+    env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path)}
+    lock_path = tmp_path / f"{checkpoint_path(Recipe(steps=2, batch_size=8, warmup=1)).name}.lock"
+    with open(lock_path, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a build "in progress": both processes must wait for it
+        processes = [
+            subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        first_lines = [p.stdout.readline() for p in processes]
+        fcntl.flock(held, fcntl.LOCK_UN)
+    outputs = [line + p.communicate(timeout=600)[0] for line, p in zip(first_lines, processes)]
+    assert all(p.returncode == 0 for p in processes)
+    assert all("waiting for it" in line for line in first_lines)
+    assert sum(out.count("pretraining the toy world's small CLIP") for out in outputs) == 1
+    paths = {out.strip().splitlines()[-1] for out in outputs}
+    assert len(paths) == 1 and Path(paths.pop()).is_file()

@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from data.base import DatasetError
-from data.catalog import DATASETS, _import_builtin_loaders, default_data_root, load_dataset
-from data.transforms import clip_transforms
+# Dataset modules import torch: loaded when a command runs, never for `fedbench --help`.
 
 _MESSAGE_WIDTH = 110
 
@@ -32,12 +30,23 @@ def add_parser(subparsers) -> None:
         "Office-Caltech10 releases, the DomainBed datasets). `attributes` fetches the FedMVP authors' class attribute "
         "files (MIT licence) into <data root>/attributes/, or prints the manual step.",
     )
-    download.add_argument("name", choices=_dataset_names() + ["attributes"], help="dataset name, or 'attributes'")
+    download.add_argument(
+        "name", type=_downloadable, help="dataset name (one `fedbench datasets` lists, not generated), or 'attributes'"
+    )
     download.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     download.set_defaults(func=run_download)
 
 
+def _downloadable(name: str) -> str:
+    # Checked when parsed, not when the parser is built: the catalog imports torch.
+    if name not in _dataset_names() + ["attributes"]:
+        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {', '.join(_dataset_names())}, attributes)")
+    return name
+
+
 def _dataset_names() -> list[str]:
+    from data.catalog import DATASETS, _import_builtin_loaders
+
     _import_builtin_loaders()
     return [name for name, info in DATASETS.items() if not info.generated]
 
@@ -54,6 +63,10 @@ def _shorten(text: str, width: int = _MESSAGE_WIDTH) -> str:
 
 def dataset_status(name: str, root: Path) -> dict:
     """One row of the table: status found / missing / incomplete / generated, with counts."""
+    from data.base import DatasetError
+    from data.catalog import DATASETS, load_dataset
+    from data.transforms import clip_transforms
+
     info = DATASETS[name]
     row = {"dataset": name, "protocol": info.protocol, "status": "", "classes": "", "train": "", "test": "",
            "domains": "", "folder / note": str(info.path(root))}
@@ -85,6 +98,8 @@ def dataset_status(name: str, root: Path) -> dict:
 def run_datasets(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from data.catalog import DATASETS, _import_builtin_loaders, default_data_root
+
     _import_builtin_loaders()
     root = Path(args.data_root or default_data_root()).expanduser()
     rows = [dataset_status(name, root) for name in DATASETS]
@@ -98,10 +113,11 @@ def run_datasets(args: argparse.Namespace) -> int:
 
 def run_download(args: argparse.Namespace) -> int:
     """0 when the dataset loads afterwards; 1 when manual steps remain (printed) or the download failed."""
+    from data.catalog import default_data_root
     from data.download import TORCHVISION, manual_steps, torchvision_download
 
-    root = Path(args.data_root or default_data_root()).expanduser()
     name = args.name
+    root = Path(args.data_root or default_data_root()).expanduser()
     if name == "attributes":
         return download_attributes(root)
     status = dataset_status(name, root)

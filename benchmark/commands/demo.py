@@ -23,7 +23,7 @@ def run(args) -> int:
     methods = [m for m in available_methods() if not m.startswith("test_")]
     return reproduce.run(
         argparse.Namespace(
-            table="toy", seeds=None, datasets=None, methods=methods, dry_run=False, out=None, results=None,
+            table="toy", seeds=None, datasets=None, methods=methods, dry_run=False, force=False, out=None, results=None,
             data_root=None, device=None, wandb=args.wandb, set=[], tuned=False,
         )
     )

@@ -70,7 +70,11 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         "",
         "hyperparameters (flag = default):",
     ]
-    lines += [f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}" for h in hyperparameters(cls)]
+    for h in hyperparameters(cls):
+        lines.append(f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}"
+                     + (f"  (one of {' | '.join(map(str, h.choices))})" if h.choices else ""))
+        if h.help:
+            lines.append(f"      {h.help}")
     method = build_method(name, load_backbone(backbone_name, None), method_args)
     state = method.client_state()
     uploaded = sorted(k for k in state if method.is_uploaded(k))

@@ -29,20 +29,78 @@ def add_parser(subparsers) -> None:
         "see docs/writing-a-method.md.",
     )
     p.add_argument("name", help="the method's name, a Python identifier (used as --method NAME and the file name)")
-    p.add_argument("--out", default="methods", help="folder to write NAME.py into (default: methods)")
+    p.add_argument(
+        "--out", default=None,
+        help="folder to write NAME.py into (default: methods/ inside a fedbench checkout; elsewhere a standalone "
+        "package fedbench-NAME/ with an entry point is written)",
+    )
     p.set_defaults(func=run)
 
 
+def in_fedbench_checkout(folder: Path) -> bool:
+    """Whether `folder` is the root of a fedbench source tree (where methods/ is the plugin folder)."""
+    return (folder / "methods" / "__init__.py").is_file() and (folder / "benchmark" / "registry.py").is_file()
+
+
 def run(args) -> int:
-    path = write_skeleton(args.name, Path(args.out))
+    name = args.name
+    if args.out is None and not in_fedbench_checkout(Path.cwd()):
+        package = write_package(name, Path.cwd())
+        module = package / f"fedbench_{name}" / "method.py"
+        print(f"wrote the package {package} (entry point {name!r} in the group 'fedbench.methods')")
+        print(f"next: edit {module}, then either `pip install -e {package}` and "
+              f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
+              f"`fedbench run --method {module}:{class_name(name)} ...`")
+        return 0
+    path = write_skeleton(name, Path(args.out or "methods"))
     print(f"wrote {path}")
-    print(f"next: edit it, then `fedbench methods --describe {args.name} --backbone fedbench-tiny-vit`")
+    print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-tiny-vit`")
     return 0
 
 
-def write_skeleton(name: str, out: Path) -> Path:
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "fedbench-{name}"
+version = "0.1.0"
+description = "The {name} method for fedbench"
+dependencies = ["fedbench"]
+
+[project.entry-points."fedbench.methods"]
+{name} = "fedbench_{name}.method"
+
+[tool.setuptools]
+packages = ["fedbench_{name}"]
+"""
+
+
+def write_package(name: str, parent: Path) -> Path:
+    """fedbench-NAME/: pyproject.toml with the entry point and fedbench_NAME/method.py."""
+    check_name(name)
+    package = parent / f"fedbench-{name}"
+    if package.exists():
+        raise _error(f"{package} already exists; not overwriting it (choose another name or folder)")
+    (package / f"fedbench_{name}").mkdir(parents=True)
+    (package / "pyproject.toml").write_text(PYPROJECT.format(name=name))
+    (package / f"fedbench_{name}" / "__init__.py").write_text(f'"""The {name} fedbench method (see method.py)."""\n')
+    (package / f"fedbench_{name}" / "method.py").write_text(render(name))
+    return package
+
+
+def check_name(name: str) -> None:
     if not name.isidentifier() or keyword.iskeyword(name):
         raise _error(f"method name {name!r} must be a Python identifier, e.g. 'my_prompt'")
+    from benchmark.registry import available_methods, method_origin
+
+    if name in available_methods():
+        raise _error(f"method name {name!r} is taken (registered by {method_origin(name)}); choose another name")
+
+
+def write_skeleton(name: str, out: Path) -> Path:
+    check_name(name)
     path = out / f"{name}.py"
     if path.exists():
         raise _error(f"{path} already exists; not overwriting it (choose another name or --out)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 
@@ -21,6 +22,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--datasets", nargs="+", help="only these datasets")
     p.add_argument("--methods", nargs="+", help="only these methods (a registered method not in the preset is added)")
     p.add_argument("--dry-run", action="store_true", help="list every cell, which are done, and the missing data with how to get it")
+    p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument("--results", help="folder of the rendered table (default: results/TABLE)")
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
@@ -32,6 +34,19 @@ def add_parser(subparsers) -> None:
         help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
     )
     p.set_defaults(func=run)
+
+
+def run_tags(preset: str, args) -> tuple[str, ...]:
+    """W&B tags telling runs of one group apart: the preset, the filters, the overrides
+    (a smoke run with `--set rounds=2` is tagged so, never mistaken for the full table)."""
+    tags = [f"preset:{preset}"]
+    for key in ("seeds", "datasets", "methods"):
+        if getattr(args, key):
+            tags.append(f"{key}:{','.join(map(str, getattr(args, key)))}"[:64])
+    tags += [f"set:{item}"[:64] for item in args.set]
+    if args.force:
+        tags.append("forced")
+    return tuple(tags)
 
 
 def parse_set(items: list[str]) -> dict[str, str]:
@@ -48,8 +63,9 @@ def parse_set(items: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
+    from benchmark.config import ConfigError
     from benchmark.presets import load_preset
-    from benchmark.sweep import plan_sweep, run_sweep
+    from benchmark.sweep import needed_datasets, plan_sweep, run_sweep
     from benchmark.tuning import TUNED_YAML, load_tuned
 
     preset = load_preset(args.table)
@@ -62,11 +78,14 @@ def run(args) -> int:
             overrides[key] = getattr(args, key)
     overrides.update(parse_set(args.set))
     cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
-    plan = plan_sweep(preset, cells)
+    filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
+    plan = plan_sweep(preset, cells, force=args.force, shown=preset.cells(overrides) if filtered else None)
     print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
-    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None)
+    if plan.invalid:  # checked before any cell runs or any model is built
+        raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
+    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args))
     print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
           f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")
     if report.busy or report.done_elsewhere:
@@ -77,4 +96,19 @@ def run(args) -> int:
     if report.files.get("md"):
         print(report.files["md"].read_text())
         print("wrote " + ", ".join(str(p) for p in report.files.values()))
-    return 1 if report.failed else 0
+    # A cell that was asked for and did not run is never a silent success.
+    problems = []
+    if report.skipped:
+        problems.append(
+            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing ("
+            + "; ".join(f"{d}: {plan.missing_datasets[d]}" for d in needed_datasets(
+                [c.dataset for c in report.skipped], report.skipped) if d in plan.missing_datasets)
+            + ")"
+        )
+    if report.failed:
+        problems.append(f"{len(report.failed)} cells failed (see FAILED above)")
+    if problems:
+        verdict = "nothing it was asked to run ran" if not report.ran else "the table is incomplete"
+        print(f"fedbench reproduce: {verdict}: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    return 0

@@ -25,13 +25,21 @@ def run(args) -> int:
     from benchmark.results import check_output_location
     from benchmark.runner import run_experiment
     from benchmark.tracking import Tracker
+    from benchmark.validation import validate_run
 
     config = config_from_args(args)
     if args.method_help:
         method_parser(config.method).print_help()
         return 0
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
+        return 0
+    for note in validate_run(config):  # before W&B starts or a backbone is built
+        print(f"note: {note}")
     check_output_location(Path(config.out))
-    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config) as tracker:
+    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=("fedbench run",)) as tracker:
         result = run_experiment(config, tracker=tracker)
     print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")

@@ -17,6 +17,7 @@ The novel classes' attribute combinations of `toy`, `toy_shapes` and `toy_patter
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -106,20 +107,45 @@ def checkpoint_path(recipe: Recipe = DEFAULT_RECIPE) -> Path:
 
 
 def ensure_checkpoint(recipe: Recipe = DEFAULT_RECIPE, progress: bool = True) -> Path:
-    """The checkpoint of `recipe`, pretraining it first if it is not cached yet."""
+    """The checkpoint of `recipe`, pretraining it first if it is not cached yet.
+
+    Concurrent processes (a sweep split over terminals, parallel test runs) take a file
+    lock beside the checkpoint: the first builds it, the others wait and then load it."""
     path = checkpoint_path(recipe)
-    if not path.is_file():
-        build_checkpoint(recipe, path, progress=progress)
+    if path.is_file():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
+        if not _try_lock(lock):
+            print(f"fedbench: another process is pretraining the toy CLIP ({path.name}); waiting for it", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not path.is_file():  # built by the process we waited for
+                build_checkpoint(recipe, path, progress=progress)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return path
 
 
-@register_pretrained("fedbench-toy")
+def _try_lock(handle) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+
+
+def _cached(recipe: Recipe):
+    return lambda: checkpoint_path(recipe) if checkpoint_path(recipe).is_file() else None
+
+
+@register_pretrained("fedbench-toy", identity=lambda: DEFAULT_RECIPE.hash, cached=_cached(DEFAULT_RECIPE))
 def toy_clip_checkpoint() -> Path:
     """Provider for `--pretrained fedbench-toy` (backbone fedbench-toy-vit)."""
     return ensure_checkpoint(DEFAULT_RECIPE)
 
 
-@register_pretrained("fedbench-toy-test")
+@register_pretrained("fedbench-toy-test", identity=lambda: TEST_RECIPE.hash, cached=_cached(TEST_RECIPE))
 def toy_clip_test_checkpoint() -> Path:
     """Provider for the test suite's briefly pretrained model (backbone fedbench-toy-vit)."""
     return ensure_checkpoint(TEST_RECIPE)

@@ -1,0 +1,128 @@
+"""A cell's identity: a changed default, method source or setting is a new cell; --force reruns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from benchmark.cli import main
+from conftest import tiny_config
+
+
+def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl")) -> Path:
+    preset = folder / "ident.yaml"
+    preset.write_text(
+        "title: Identity\n"
+        "run: {protocol: base2novel, shots: 2, rounds: 1, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: fedbench-tiny-vit, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\n"
+        f"methods: [{', '.join(methods)}]\n"
+        "seeds: [1]\n"
+    )
+    return preset
+
+
+def reproduce(tmp: Path, preset: Path, *extra: str) -> int:
+    return main(["reproduce", str(preset), "--out", str(tmp / "runs"), "--results", str(tmp / "results"), *extra])
+
+
+def test_a_changed_default_hyperparameter_makes_the_cell_missing(tmp_path, fake_data_root, capsys, monkeypatch):
+    from methods.promptfl import PromptFL
+
+    preset = write_preset(tmp_path, fake_data_root)
+    assert reproduce(tmp_path, preset) == 0
+    capsys.readouterr()
+    assert reproduce(tmp_path, preset, "--dry-run") == 0
+    assert "2 cells: 2 done, 0 to run" in capsys.readouterr().out
+
+    # The same source file, only the default lr differs (as if the author edited it).
+    defaults = PromptFL.__init__.__defaults__
+    names = list(PromptFL.__init__.__code__.co_varnames[2 : 2 + len(defaults)])
+    changed = tuple(0.5 if name == "lr" else value for name, value in zip(names, defaults))
+    monkeypatch.setattr(PromptFL.__init__, "__defaults__", changed)
+    assert reproduce(tmp_path, preset, "--dry-run") == 0
+    assert "2 cells: 1 done, 1 to run" in capsys.readouterr().out  # zeroshot still done, promptfl not
+
+
+def test_force_reruns_finished_cells(tmp_path, fake_data_root, capsys):
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot",))
+    assert reproduce(tmp_path, preset) == 0
+    (run,) = (tmp_path / "runs").glob("zeroshot_*")
+    before = (run / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert reproduce(tmp_path, preset) == 0
+    assert "ran 0 runs, 1 were already done" in capsys.readouterr().out
+    assert reproduce(tmp_path, preset, "--force") == 0
+    assert "ran 1 runs, 0 were already done" in capsys.readouterr().out
+    assert (run / "summary.json").stat().st_mtime_ns != before
+    assert [p.name for p in (tmp_path / "runs").glob("zeroshot_*")] == [run.name]  # replaced, not duplicated
+
+
+def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(tmp_path, fake_data_root, fedbench):
+    from benchmark.registry import get_method, hyperparameters
+
+    out = tmp_path / "runs"
+    done = fedbench("run", "--method", "promptfl", "--dataset", "dtd", "--backbone", "fedbench-tiny-vit",
+                    "--pretrained", "none", "--data-root", fake_data_root, "--out", out, "--shots", "2",
+                    "--rounds", "1", "--clients", "3", "--local-epochs", "1", "--wandb", "disabled", "--lr", "0.01")
+    assert done.returncode == 0, done.stderr
+    (run,) = out.glob("promptfl_*")
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    expected = {h.name: h.default for h in hyperparameters(get_method("promptfl"))} | {"lr": 0.01}
+    assert saved["method_args"] == expected
+    identity = saved["identity"]
+    assert identity["method"]["class"] == "methods.promptfl.PromptFL" and len(identity["method"]["source_sha256"]) == 16
+    assert identity["weights"] == "fedbench-tiny-vit@random(seed 0)"
+    assert [d["dataset"] for d in identity["data"]] == ["dtd"] and identity["hash"] == run.name.rsplit("_", 1)[1]
+    environment = json.loads((run / "environment.json").read_text())
+    assert environment["method_package"].startswith("fedbench==") and isinstance(environment["plugin_packages"], dict)
+
+    # The file is a valid --config: the same cell, so the run lands in the same folder.
+    again = fedbench("run", "--config", run / "config.yaml", "--data-root", fake_data_root, "--out", out)
+    assert again.returncode == 0, again.stderr
+    assert [p.name for p in out.glob("promptfl_*")] == [run.name]
+
+
+def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
+    from benchmark.registry import _METHODS, _ORIGINS
+
+    source = tmp_path / "edited_method.py"
+    source.write_text(
+        "from benchmark.method import FederatedMethod\n"
+        "from benchmark.registry import register_method\n\n"
+        "@register_method('edited_method')\n"
+        "class Edited(FederatedMethod):\n"
+        "    '''Frozen CLIP.'''\n"
+        "    frozen_image_features = True\n"
+    )
+    spec = importlib.util.spec_from_file_location("edited_method", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["edited_method"] = module
+    try:
+        spec.loader.exec_module(module)
+        config = tiny_config(fake_data_root, tmp_path, method="edited_method")
+        before = config.hash()
+        source.write_text(source.read_text() + "    # logits now computed differently\n")
+        assert config.hash() != before
+        assert tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2).hash() != config.hash()
+    finally:
+        _METHODS.pop("edited_method", None), _ORIGINS.pop("edited_method", None)
+        sys.modules.pop("edited_method", None)
+
+
+def test_weights_and_data_are_part_of_the_identity(tmp_path, fake_data_root):
+    checkpoint = tmp_path / "weights.pt"
+    checkpoint.write_bytes(b"first")
+    first = tiny_config(fake_data_root, tmp_path, pretrained=str(checkpoint))
+    h1 = first.hash()
+    checkpoint.write_bytes(b"second weights")
+    assert first.hash() != h1  # same path, other weights
+    toy = tiny_config(fake_data_root, tmp_path, backbone="fedbench-toy-vit", pretrained="fedbench-toy")
+    from data.toy.pretrain import DEFAULT_RECIPE
+
+    assert DEFAULT_RECIPE.hash in toy.identity()["weights"]  # known without building the toy CLIP
+    assert toy.identity()["data"] != tiny_config(fake_data_root, tmp_path, dataset="toy").identity()["data"]

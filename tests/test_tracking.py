@@ -1,0 +1,110 @@
+"""W&B as its users expect, checked on real offline runs decoded from their .wandb files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import TINY
+from wandb_records import read_offline_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fedbench_process(*args, env=None) -> subprocess.CompletedProcess:
+    """The CLI in its own process: W&B's core has flushed the run when the process exits."""
+    return subprocess.run(
+        [sys.executable, "-m", "benchmark.cli", *map(str, args)], capture_output=True, text=True, timeout=900,
+        env={**os.environ, "WANDB_MODE": "offline", **(env or {})}, cwd=ROOT,
+    )
+
+
+def offline_runs(folder: Path) -> list[Path]:
+    return sorted(folder.glob("wandb/offline-run-*"))
+
+
+@pytest.fixture(scope="module")
+def tracked_run(tmp_path_factory, fake_data_root):
+    tmp = tmp_path_factory.mktemp("tracked")
+    wandb_dir = tmp / "wandb_home"
+    done = fedbench_process(
+        "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
+        "--data-root", fake_data_root, "--out", tmp / "runs", "--shots", "2", "--rounds", "3", "--clients", "3",
+        "--local-epochs", "1", "--wandb", "offline", "--eval-every", "1", "--n-ctx", "4",
+        env={"WANDB_DIR": str(wandb_dir)},
+    )
+    assert done.returncode == 0, done.stderr
+    (folder,) = offline_runs(wandb_dir)  # WANDB_DIR is honoured
+    (run_dir,) = (tmp / "runs").glob("promptfl_*")
+    return done, read_offline_run(folder), run_dir, folder
+
+
+def test_offline_run_holds_resolved_hyperparameters_and_the_real_device(tracked_run):
+    _, run, run_dir, _ = tracked_run
+    from benchmark.registry import get_method, hyperparameters
+
+    defaults = {h.name: h.default for h in hyperparameters(get_method("promptfl"))}
+    assert run.config["method_args"] == {**defaults, "n_ctx": 4} and len(defaults) >= 5
+    assert run.config["device"] == "cpu" and run.config["precision"] == "32-true"
+    assert run.config["config_hash"] == run_dir.name.rsplit("_", 1)[1]
+    assert not {"out", "data_root", "wandb"} & set(run.config)  # no local paths
+    assert run.tags == ["fedbench run"] and run.exit_code == 0
+
+
+def test_offline_run_has_the_round_axis_and_accuracy_per_round(tracked_run):
+    _, run, run_dir, _ = tracked_run
+    assert ("round", "") in run.metric_definitions and ("*", "round") in run.metric_definitions
+    evaluated = [row for row in run.history if "HM" in row]
+    assert [row["round"] for row in evaluated] == [1, 2, 3]
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    over_clients = metrics[metrics.client == -1]
+    for row in evaluated:
+        for metric in ("Local", "Base", "Novel", "HM"):
+            expected = over_clients[(over_clients["round"] == row["round"]) & (over_clients.metric == metric)]["value"]
+            assert row[metric] == pytest.approx(expected.item())
+    keys = {key for row in run.history for key in row}
+    assert not [k for k in keys if "client_" in k]  # per-client numbers live in the per_client table
+    assert not [k for k in keys | set(run.summary) if k.startswith("final/")]
+    assert run.summary["HM"] == pytest.approx(evaluated[-1]["HM"])
+
+
+def test_offline_run_logs_its_folder_and_prints_how_to_sync(tracked_run):
+    done, run, run_dir, folder = tracked_run
+    assert (run_dir.name, "run-folder") in run.artifacts
+    assert f"W&B: offline run saved in {folder}; upload it with: wandb sync {folder}" in done.stderr
+
+
+def test_a_failed_run_is_recorded_with_a_non_zero_exit_code(tmp_path, fake_data_root):
+    damaged = tmp_path / "damaged.pt"
+    damaged.write_bytes(b"not a checkpoint")  # exists, so it fails only once the run has started
+    done = fedbench_process(
+        "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", damaged,
+        "--data-root", fake_data_root, "--out", tmp_path / "runs", "--shots", "2", "--rounds", "1",
+        "--clients", "3", "--local-epochs", "1", "--wandb", "offline",
+    )
+    assert done.returncode == 2 and f"could not load checkpoint {damaged}" in done.stderr
+    (folder,) = offline_runs(tmp_path / "runs")
+    assert read_offline_run(folder).exit_code == 1
+
+
+def test_reproduce_tags_runs_with_preset_filters_and_overrides(tmp_path, fake_data_root):
+    preset = tmp_path / "tagged.yaml"
+    preset.write_text(
+        "title: Tagged\nrun: {protocol: base2novel, shots: 2, rounds: 3, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}}}\n"
+        "datasets: [dtd]\nmethods: [zeroshot, promptfl]\nseeds: [1]\n"
+    )
+    done = fedbench_process("reproduce", preset, "--out", tmp_path / "runs", "--results", tmp_path / "results",
+                            "--methods", "zeroshot", "--set", "rounds=2", "--wandb", "offline")
+    assert done.returncode == 0, done.stderr
+    runs = {read_offline_run(f).name: read_offline_run(f) for f in offline_runs(tmp_path / "runs")}
+    table = runs.pop("table-tagged")
+    assert table.config["preset"] == "tagged" and "method_args" not in table.config
+    assert "table" in table.tags
+    (cell,) = runs.values()
+    assert cell.tags == ["preset:tagged", "methods:zeroshot", "set:rounds=2"]

@@ -1,0 +1,118 @@
+"""Validate before load: what cannot work is reported before any backbone is built or pretrained."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import TINY
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FEDBENCH_CACHE", str(cache))
+    return cache
+
+
+def nothing_built(cache) -> bool:
+    return not cache.exists() or not list(cache.iterdir())
+
+
+def test_unknown_method_is_reported_before_the_toy_clip_is_pretrained(fedbench, empty_cache, tmp_path):
+    done = fedbench("run", "--method", "nosuch", "--out", tmp_path / "runs", "--wandb", "disabled")
+    assert done.returncode == 2 and "unknown method 'nosuch'" in done.stderr
+    assert "pretraining" not in done.stdout + done.stderr and nothing_built(empty_cache)
+
+
+def test_bad_hyperparameter_in_yaml_is_reported_before_loading(fedbench, empty_cache, tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("method: promptfl\nmethod_args: {n_ctx: many}\n")
+    done = fedbench("run", "--config", config, "--out", tmp_path / "runs", "--wandb", "disabled")
+    assert done.returncode == 2 and "hyperparameter 'n_ctx' expects int, got 'many'" in done.stderr
+    assert nothing_built(empty_cache)
+
+
+def test_missing_data_and_missing_checkpoint_are_reported_before_loading(fedbench, empty_cache, tmp_path):
+    done = fedbench("run", "--method", "zeroshot", "--dataset", "dtd", "--data-root", tmp_path / "nodata",
+                    "--out", tmp_path / "runs", "--wandb", "disabled")
+    assert done.returncode == 2 and f"looked for the folder {tmp_path / 'nodata' / 'dtd'}" in done.stderr
+    assert nothing_built(empty_cache)
+    done = fedbench("run", "--method", "zeroshot", "--backbone", TINY, "--pretrained", tmp_path / "nope.pt",
+                    "--out", tmp_path / "runs", "--wandb", "disabled")
+    assert done.returncode == 2 and f"checkpoint file {tmp_path / 'nope.pt'}" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_dry_run_reports_weights_that_are_not_built_yet(fedbench, empty_cache, tmp_path):
+    done = fedbench("reproduce", "toy", "--dry-run", "--out", tmp_path / "runs")
+    assert done.returncode == 0, done.stderr
+    assert "missing weights: weights 'fedbench-toy' are not built yet" in done.stdout
+    assert nothing_built(empty_cache)
+
+
+def test_dry_run_reports_an_open_clip_tag_missing_from_the_cache(fedbench, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty Hugging Face cache
+    monkeypatch.setenv("HOME", str(tmp_path))
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    done = fedbench("reproduce", "base2novel", "--dry-run", "--out", tmp_path / "runs", "--data-root", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "missing weights: weights 'openai' of 'ViT-B-16-quickgelu' are not in the Hugging Face cache" in done.stdout
+
+
+def test_random_weights_load_without_open_clips_warning(caplog):
+    import logging
+
+    from benchmark.backbone import _load_backbone_cached
+
+    with caplog.at_level(logging.WARNING):
+        _load_backbone_cached.__wrapped__(TINY, None, "cpu")  # past the per-process cache
+    assert not [r for r in caplog.records if "No pretrained weights loaded" in r.getMessage()]
+
+
+def test_print_config_shows_the_resolved_config_and_presets_lists_the_tables(fedbench, tmp_path):
+    import yaml
+
+    done = fedbench("run", "--method", "promptfl", "--n-ctx", "4", "--rounds", "3", "--print-config")
+    assert done.returncode == 0, done.stderr
+    printed = yaml.safe_load(done.stdout)
+    assert printed["rounds"] == 3 and printed["method_args"]["n_ctx"] == 4 and printed["method_args"]["lr"] == 0.002
+    (tmp_path / "c.yaml").write_text(done.stdout)
+    again = fedbench("run", "--config", tmp_path / "c.yaml", "--print-config")
+    assert yaml.safe_load(again.stdout) == printed  # round-trips as a --config file
+
+    listing = fedbench("presets")
+    assert listing.returncode == 0
+    assert any(line.split()[:3] == ["base2novel", "168", "cells"] for line in listing.stdout.splitlines())
+
+
+def test_fedbench_help_imports_neither_torch_nor_open_clip():
+    """`fedbench --help` stays fast (README: measured) because no command loads torch to build its parser."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom benchmark.cli import main\n"
+        "for argv in (['--help'], ['run', '--help'], ['reproduce', '--help'], ['data', 'download', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+        "print(sorted(m for m in ('torch', 'open_clip', 'lightning', 'wandb', 'pandas') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_method_help_and_describe_show_docs_types_and_choices(fedbench, tmp_path):
+    helped = fedbench("run", "--method", "pfedmma", "--method-help")
+    assert helped.returncode == 0
+    text = " ".join(helped.stdout.split())
+    assert "--federate STR str, one of shared | all | none; default 'shared'. what a client uploads" in text
+    assert "--alpha FLOAT float; default 0.001. scale of the adapter's output" in text
+    described = fedbench("methods", "--describe", "promptfl", "--backbone", TINY)
+    assert "  --n-ctx int = 16\n      number of learned context vectors before the class name (CoOp: 16)." in described.stdout
+    config = tmp_path / "c.yaml"
+    config.write_text("method: pfedmma\nmethod_args: {federate: everything}\n")
+    done = fedbench("run", "--config", config, "--print-config")
+    assert done.returncode == 2
+    assert "hyperparameter 'federate' must be one of 'shared', 'all', 'none', got 'everything'" in done.stderr
