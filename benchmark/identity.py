@@ -55,10 +55,10 @@ def identity_hash(identity: dict[str, Any]) -> str:
 
 def resolved_method_args(method: str, method_args: dict[str, Any]) -> dict[str, Any]:
     """Every hyperparameter of `method`: its defaults, overridden by `method_args` (validated)."""
-    from benchmark.registry import get_method, hyperparameters, validated_method_args
+    from benchmark.registry import check_method_args, get_method, hyperparameters
 
     defaults = {h.name: _plain(h.default) for h in hyperparameters(get_method(method))}
-    return {**defaults, **{k: _plain(v) for k, v in validated_method_args(method, method_args).items()}}
+    return {**defaults, **{k: _plain(v) for k, v in check_method_args(method, method_args).items()}}
 
 
 def method_version(name: str) -> dict[str, Any]:

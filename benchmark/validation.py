@@ -19,11 +19,11 @@ def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:
     that are not on this machine yet (built or downloaded by the run)."""
     from benchmark.backbone import check_backbone
     from benchmark.protocols import get_protocol
-    from benchmark.registry import validated_method_args
+    from benchmark.registry import check_method_args
     from data.catalog import dataset_info, require_dataset
 
     get_protocol(config.protocol)
-    validated_method_args(config.method, config.method_args)  # unknown method, names, types
+    check_method_args(config.method, config.method_args)  # unknown method, names, types
     for name in config.datasets + config.test_datasets:
         dataset_info(name)
         if check_data:
