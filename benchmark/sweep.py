@@ -37,6 +37,7 @@ class SweepPlan:
     shown: list[Cell] = field(default_factory=list)
     weights_notes: list[str] = field(default_factory=list)  # weights to build or download first
     invalid: dict[str, str] = field(default_factory=dict)  # method label -> why its cells cannot run
+    force: bool = False  # rerun the cells even where a finished folder exists (`reproduce --force`)
 
     def describe(self, every_cell: bool = False) -> str:
         failed_before = len(failed_cells(self.todo))
@@ -131,7 +132,7 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
                 weights_notes.append(note)
     names = {c.config.run_name() for c in shown or []}
     shown = list(shown or []) + [c for c in cells if c.config.run_name() not in names]
-    return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid)
+    return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid, force)
 
 
 @dataclass
@@ -162,7 +163,7 @@ def run_sweep(
         bar.set_postfix_str(f"{cell.label} / {cell.dataset} / seed {cell.config.seed}")
         try:
             with cell_lock(run_dir(cell)):
-                if is_complete(run_dir(cell)):  # another sweep on this folder finished it meanwhile
+                if not plan.force and is_complete(run_dir(cell)):  # another sweep finished it meanwhile
                     report.done_elsewhere.append(cell)
                     continue
                 with Tracker.for_run(cell.config, job_type=cell.label, tags=tags) as tracker:
