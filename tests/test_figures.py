@@ -8,8 +8,8 @@ from benchmark.tables import latex_table, paper_comparison
 
 
 def stats_rows(label, grid, values, n=2):
-    return [dict(label=label, method=label, dataset="Average", grid=grid, metric=m, mean=v, std=0.5, n=n)
-            for m, v in values.items()]
+    return [dict(label=label, hyperparameters="paper", method=label, dataset="Average", grid=grid, metric=m,
+                 mean=v, std=0.5, n=n) for m, v in values.items()]
 
 
 def test_latex_table_is_paste_ready():
