@@ -101,3 +101,21 @@ def deep_prompt(prompt: Tensor, first: int) -> BlockWrapper:
         return block(torch.cat([x[:, :start], p, x[:, start + n :]], dim=1), attn_mask=attn_mask)
 
     return wrapper
+
+
+class FixedClassTexts:
+    """Normalized features of a fixed template ("a photo of a {}.") per class list, for
+    methods that train nothing on the text side. The text tower is frozen, so each
+    (class list, device) is encoded once; a cache, never client state."""
+
+    def __init__(self, backbone: Backbone, template: str) -> None:
+        self.backbone = backbone
+        self.template = template
+        self._features: dict[tuple, Tensor] = {}
+
+    def __call__(self, class_names: Sequence[str], device: torch.device) -> Tensor:
+        key = (tuple(class_names), str(device))
+        if key not in self._features:
+            text = self.backbone.zero_shot_text_features(class_names, self.template)
+            self._features[key] = torch.nn.functional.normalize(text, dim=-1)
+        return self._features[key]

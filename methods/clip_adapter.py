@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
+from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
 
 
@@ -77,14 +78,10 @@ class CLIPAdapter(FederatedMethod):
             nn.Linear(dim // reduction, dim, bias=False),
             nn.ReLU(),
         )
-        self._text: dict[tuple, Tensor] = {}  # frozen class features: a cache, not client state
+        self._text = FixedClassTexts(backbone, template)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        key = (tuple(class_names), str(self.device))
-        if key not in self._text:
-            text = self.backbone.zero_shot_text_features(class_names, self.hparams.template)
-            self._text[key] = F.normalize(text, dim=-1)
-        return self._text[key]
+        return self._text(class_names, self.device)
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         blended = F.normalize(residual_blend(image_features, self.adapter, self.hparams.ratio), dim=-1)

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from benchmark.backbone import Backbone, full_precision
 from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
+from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
 
 
@@ -52,17 +53,13 @@ class FedCLIP(FederatedMethod):
         self.save_hyperparameters(ignore=["backbone"])
         dim = backbone.embed_dim
         self.adapter = nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), nn.Linear(dim, dim), nn.Softmax(dim=-1))
-        self._text: dict[tuple, Tensor] = {}  # frozen class features: a cache, not client state
+        self._text = FixedClassTexts(backbone, template)
 
     def encode_images(self, images: Tensor) -> Tensor:
         return self.backbone.encode_image(images)  # raw: the adapter needs the feature's scale
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        key = (tuple(class_names), str(self.device))
-        if key not in self._text:
-            text = self.backbone.zero_shot_text_features(class_names, self.hparams.template)
-            self._text[key] = F.normalize(text, dim=-1)
-        return self._text[key]
+        return self._text(class_names, self.device)
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         with full_precision(image_features.device.type):  # the head and the logits in fp32

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
-from benchmark.prompts import deep_prompt
+from benchmark.prompts import FixedClassTexts, deep_prompt
 from benchmark.registry import register_method
 
 
@@ -66,7 +66,7 @@ class FedVPT(FederatedMethod):
         depth = depth or blocks
         # prompts[0] enters with the patches; prompts[i] replaces them at the input of block i.
         self.prompts = nn.Parameter(torch.randn(depth, n_ctx, backbone.vision.width) * init_std)
-        self._text: dict[tuple, Tensor] = {}  # frozen class features: a cache, not client state
+        self._text = FixedClassTexts(backbone, template)
 
     def block_wrappers(self) -> BlockWrappers:
         return {i: deep_prompt(self.prompts[i], -self.prompts.shape[1]) for i in range(1, self.prompts.shape[0])}
@@ -76,11 +76,7 @@ class FedVPT(FederatedMethod):
         return F.normalize(features, dim=-1)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        key = (tuple(class_names), str(self.device))
-        if key not in self._text:
-            text = self.backbone.zero_shot_text_features(class_names, self.hparams.template)
-            self._text[key] = F.normalize(text, dim=-1)
-        return self._text[key]
+        return self._text(class_names, self.device)
 
     def configure_optimizers(self):
         hp = self.hparams
