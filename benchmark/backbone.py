@@ -21,6 +21,15 @@ projections run in fp32 too. Without this, open_clip's image tower carries a bf1
 to it, and its LayerNorm returns the input dtype), and a small term added into the stream
 -- pFedMMA's alpha * adapter, alpha = 0.001 -- is rounded away: bf16 resolves 1 part in
 256 of a stream of RMS ~1. `tests/test_precision.py` measures what is preserved.
+
+Exact shortcuts (`benchmark.shortcuts`, on unless a run sets `shortcuts: false`). The
+text tower runs only up to the batch's longest prompt (its attention is causal: nothing
+after a prompt's end-of-text token reaches the feature read there), so a block wrapper on
+the text tower sees [B, L', W] with L' <= the context length, and must not count token
+positions from the end. The text tower's frozen prefix on fixed tokens (the blocks
+before the first wrapped one) is computed once per token batch and kept in a small cache.
+The image tower can start from an `ImagePrefix` (its frozen first blocks, computed once
+per image by the evaluator).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import contextlib
 import functools
 import logging
 import os
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -37,6 +47,8 @@ import open_clip
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from benchmark import shortcuts
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
@@ -82,6 +94,23 @@ class TowerShape:
     blocks: int
 
 
+@dataclass(frozen=True)
+class ImagePrefix:
+    """The image tower's residual stream [B, 1 + M, W] at the input of block `blocks`
+    (0-based), computed by the frozen backbone alone (`Backbone.image_prefix`). The image
+    entry points accept it in place of images and run only the blocks from `blocks` on;
+    a block wrapper or visual prompt that would act inside the prefix is an error."""
+
+    tokens: Tensor
+    blocks: int
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def to(self, device) -> "ImagePrefix":
+        return ImagePrefix(self.tokens.to(device), self.blocks)
+
+
 class Backbone(nn.Module):
     """A frozen open_clip CLIP with the encoder entry points the methods need.
 
@@ -108,6 +137,8 @@ class Backbone(nn.Module):
         self.vision = TowerShape(visual.transformer.width, len(visual.transformer.resblocks))
         self.embed_dim = int(model.text_projection.shape[1])
         self.context_length = int(model.context_length)
+        self._causal_text = _is_causal(model.attn_mask, self.context_length)
+        self._text_prefixes = _BoundedCache(TEXT_PREFIX_CACHE_BYTES)
 
     @property
     def key(self) -> str:
@@ -137,30 +168,73 @@ class Backbone(nn.Module):
     ) -> Tensor:
         """Text features [B, D] of `tokens`, or of `embeddings` [B, L, W] that replace the
         token embeddings (learned context); `tokens` still marks where each prompt ends
-        (the EOT token has the highest id)."""
+        (the EOT token has the highest id). `embeddings` may stop after `text_length(tokens)`
+        positions (the rest is never read)."""
         model = self.model
-        x = self.token_embedding(tokens) if embeddings is None else embeddings
-        x = x.float() + model.positional_embedding.float()
-        x = _run_blocks(model.transformer, x, model.attn_mask, block_wrappers, "text")
+        wrappers = block_wrappers or {}
+        length = self.text_length(tokens)
+        mask = None if model.attn_mask is None else model.attn_mask[:length, :length]
+        # Fixed tokens through unwrapped blocks: that prefix depends on the tokens alone.
+        start = min(wrappers, default=self.text.blocks) if embeddings is None and shortcuts.active() else 0
+        if start > 0:
+            x = self._text_prefix(tokens[:, :length], start, mask)
+        else:
+            x = self.token_embedding(tokens) if embeddings is None else embeddings
+            if x.shape[1] < length:
+                raise ValueError(f"text embeddings of {x.shape[1]} positions; the prompts need {length}")
+            x = x[:, :length].float() + model.positional_embedding[:length].float()
+        x = _run_blocks(model.transformer, x, mask, wrappers, "text", start)
         x = model.ln_final(x)
         x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
         return project(x, model.text_projection)
 
+    def text_length(self, tokens: Tensor) -> int:
+        """How many positions of `tokens` the text tower runs: up to the longest prompt's
+        end-of-text token when the tower is causal and shortcuts are on, else all of them."""
+        if not (self._causal_text and shortcuts.active()) or tokens.numel() == 0:
+            return tokens.shape[-1]
+        return int(tokens.argmax(dim=-1).max()) + 1
+
+    def _text_prefix(self, tokens: Tensor, blocks: int, mask: Tensor | None) -> Tensor:
+        """The residual stream after the frozen text blocks 0 .. blocks-1 on `tokens`
+        (already truncated), computed once per (tokens, blocks, device, precision)."""
+        key = (tokens.shape, tokens.cpu().numpy().tobytes(), blocks, str(tokens.device), _autocast_key(tokens.device))
+        cached = self._text_prefixes.get(key)
+        if cached is None:
+            # Frozen and parameter-free upstream: no graph is needed; a normal tensor even
+            # when first asked for under inference mode, so training can reuse it.
+            with torch.inference_mode(False), torch.no_grad():
+                x = self.token_embedding(tokens).float() + self.model.positional_embedding[: tokens.shape[1]].float()
+                x = _run_blocks(self.model.transformer, x, mask, None, "text", 0, stop=blocks)
+            cached = self._text_prefixes.put(key, x)
+        return cached
+
     # -- image ------------------------------------------------------------------------
     def image_tokens(
-        self, images: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
+        self,
+        images: "Tensor | ImagePrefix",
+        block_wrappers: BlockWrappers | None = None,
+        prompts: Tensor | None = None,
     ) -> Tensor:
         """All output tokens of the image tower after `ln_post`, unprojected: [B, 1 + M (+ P), W].
 
         `prompts` ([P, W] shared by the batch, or [B, P, W]) are appended after the class and
         patch tokens once those have their positional embeddings, before `ln_pre`, so the
         prompts carry no position (VPT, MaPLe). A block wrapper may replace them deeper in.
+        `images` may be an `ImagePrefix`: the tower then runs from its block on.
         """
+        if isinstance(images, ImagePrefix):
+            return self._image_tower_from(images, block_wrappers, prompts)
         return self.image_tower(self.image_embeddings(images), block_wrappers, prompts)
 
     def image_embeddings(self, images: Tensor) -> Tensor:
         """The image tower's input sequence [B, 1 + M, W]: class and patch tokens with their
         positional embeddings, before `ln_pre` (FedMVP builds its prompts from it)."""
+        if isinstance(images, ImagePrefix):
+            raise BackboneError(
+                "image_embeddings got an ImagePrefix (images already run through frozen blocks): a method "
+                "that needs the embeddings must declare frozen_image_blocks = 0"
+            )
         visual = self.model.visual
         with full_precision(images.device.type):  # the stream starts fp32 (module docstring)
             x = visual.conv1(images.to(visual.conv1.weight.dtype))  # [B, W, grid, grid]
@@ -173,6 +247,11 @@ class Backbone(nn.Module):
         self, embeddings: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
     ) -> Tensor:
         """`image_tokens` from `image_embeddings`: append `prompts`, ln_pre, the blocks, ln_post."""
+        x = self._image_input(embeddings, prompts)
+        x = _run_blocks(self.model.visual.transformer, x, None, block_wrappers, "vision")
+        return self.model.visual.ln_post(x)
+
+    def _image_input(self, embeddings: Tensor, prompts: Tensor | None) -> Tensor:
         visual = self.model.visual
         with full_precision(embeddings.device.type):
             x = embeddings
@@ -180,18 +259,43 @@ class Backbone(nn.Module):
                 if prompts.dim() == 2:
                     prompts = prompts.unsqueeze(0).expand(x.shape[0], -1, -1)
                 x = torch.cat([x, prompts.to(x.dtype)], dim=1)
-            x = visual.ln_pre(x)
-        x = _run_blocks(visual.transformer, x, None, block_wrappers, "vision")
-        return visual.ln_post(x)
+            return visual.ln_pre(x)
+
+    def image_prefix(self, images: Tensor, blocks: int) -> ImagePrefix:
+        """The frozen image tower's first `blocks` blocks on `images` (no prompts, no
+        wrappers): what `image_tokens` of an unwrapped prefix computes, kept for reuse."""
+        if not 0 <= blocks <= self.vision.blocks:
+            raise ValueError(f"an image prefix of {blocks} blocks does not fit a tower of {self.vision.blocks}")
+        with torch.no_grad():
+            x = self._image_input(self.image_embeddings(images), None)
+            x = _run_blocks(self.model.visual.transformer, x, None, None, "vision", 0, stop=blocks)
+        return ImagePrefix(x, blocks)
+
+    def _image_tower_from(
+        self, prefix: ImagePrefix, block_wrappers: BlockWrappers | None, prompts: Tensor | None
+    ) -> Tensor:
+        inside = sorted(i for i in (block_wrappers or {}) if i < prefix.blocks)
+        if prompts is not None or inside:
+            what = "visual prompts" if prompts is not None else f"a wrapper on image block {inside[0] + 1}"
+            raise BackboneError(
+                f"the image tower was given its first {prefix.blocks} frozen blocks precomputed (the method's "
+                f"frozen_image_blocks = {prefix.blocks}), but the method adds {what} inside them. Set "
+                f"frozen_image_blocks to the number of image blocks before the first one it changes (0 with prompts)."
+            )
+        x = _run_blocks(self.model.visual.transformer, prefix.tokens, None, block_wrappers, "vision", prefix.blocks)
+        return self.model.visual.ln_post(x)
 
     def encode_image(
-        self, images: Tensor, block_wrappers: BlockWrappers | None = None, prompts: Tensor | None = None
+        self,
+        images: "Tensor | ImagePrefix",
+        block_wrappers: BlockWrappers | None = None,
+        prompts: Tensor | None = None,
     ) -> Tensor:
         """Image features [B, D] (the class token, projected); `prompts` as in `image_tokens`."""
         return project(self.image_tokens(images, block_wrappers, prompts)[:, 0], self.model.visual.proj)
 
     def encode_image_patches(
-        self, images: Tensor, block_wrappers: BlockWrappers | None = None
+        self, images: "Tensor | ImagePrefix", block_wrappers: BlockWrappers | None = None
     ) -> tuple[Tensor, Tensor]:
         """(image features [B, D], projected patch features [B, M, D]); the class token is
         dropped from the patches (FedOTP matches prompts to the M patches)."""
@@ -229,13 +333,17 @@ def _run_blocks(
     attn_mask: Tensor | None,
     block_wrappers: BlockWrappers | None,
     tower: str,
+    start: int = 0,
+    stop: int | None = None,
 ) -> Tensor:
+    """Blocks start .. stop-1 (0-based; all by default) on the residual stream `x`."""
     if not transformer.batch_first:  # open_clip < 2.24 keeps [L, B, W]
         raise BackboneError("open_clip_torch with batch_first transformers (>= 2.24) is required")
     wrappers = block_wrappers or {}
     x = x.float()  # the residual stream is fp32 under any precision (module docstring)
-    for index, block in enumerate(transformer.resblocks):
-        wrapper = wrappers.get(index)
+    blocks = transformer.resblocks
+    for index in range(start, len(blocks) if stop is None else stop):
+        block, wrapper = blocks[index], wrappers.get(index)
         x = block(x, attn_mask=attn_mask) if wrapper is None else wrapper(block, x, attn_mask)
         if x.dtype != torch.float32:
             raise BackboneError(
@@ -244,6 +352,52 @@ def _run_blocks(
                 "to it are rounded away. Add the block's branch to its float32 input (x + branch(x))."
             )
     return x
+
+
+def _is_causal(mask: Tensor | None, length: int) -> bool:
+    """Whether `mask` is the additive causal mask (-inf above the diagonal, 0 elsewhere):
+    only then can the text tower stop at the last prompt's end."""
+    if mask is None or tuple(mask.shape) != (length, length):
+        return False
+    causal = torch.full((length, length), float("-inf"), device=mask.device).triu(1)
+    return torch.equal(mask.float(), causal)
+
+
+def _autocast_key(device: torch.device) -> str:
+    """What autocast computes in on `device` now: cached activations are kept apart by it."""
+    kind = device.type
+    return str(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else "fp32"
+
+
+# Bytes of frozen text prefixes kept per backbone (one entry: classes x prompt length x
+# width fp32, e.g. 1000 x 20 x 512 x 4 B = 41 MB); the least recently used go first.
+TEXT_PREFIX_CACHE_BYTES = 1 << 30
+
+
+class _BoundedCache:
+    """A least-recently-used map of tensors holding at most `max_bytes`."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key) -> Tensor | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key, value: Tensor) -> Tensor:
+        size = value.numel() * value.element_size()
+        if size > self.max_bytes:
+            return value  # too large to keep: used once
+        self._entries[key] = value
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, dropped = self._entries.popitem(last=False)
+            self._bytes -= dropped.numel() * dropped.element_size()
+        return value
 
 
 # -- loading ---------------------------------------------------------------------------

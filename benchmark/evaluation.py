@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Subset
 
+from benchmark import shortcuts
 from benchmark.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
@@ -46,7 +47,7 @@ class Evaluator:
     ) -> None:
         self.method = method
         self.test = test
-        self.cache = cache if method.frozen_image_features else None
+        self.cache = cache
         self.batch_size = batch_size
         self.num_workers = num_workers
         self._memo: dict[tuple, float] = {}
@@ -76,7 +77,10 @@ def accuracy(
     num_workers: int = 0,
 ) -> float:
     """Top-1 accuracy (%) of `method` on images `indices` of `split`, classifying over
-    `class_ids` only (the images' labels must be among them)."""
+    `class_ids` only (the images' labels must be among them). With a `cache`, frozen work
+    on the images is done once per image for every client: all of it for
+    `frozen_image_features` methods, the first `frozen_image_blocks` image blocks for
+    others (under shortcuts)."""
     indices = list(indices)
     if not indices:
         return float("nan")
@@ -89,17 +93,26 @@ def accuracy(
     class_features = method.encode_classes([split.class_names[c] for c in class_ids])
     targets = torch.tensor([to_local[split.labels[i]] for i in indices])
     correct = 0
-    if cache is not None:
+
+    def score(inputs, start: int) -> int:
+        logits = method.classify(method.image_features(inputs), class_features)
+        return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
+
+    prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0
+    if cache is not None and method.frozen_image_features:
         features = cache.features(method, split, indices)[indices]
         for start in range(0, len(indices), batch_size):
-            logits = method.classify(features[start : start + batch_size].to(device), class_features)
-            correct += (logits.argmax(-1).cpu() == targets[start : start + batch_size]).sum().item()
+            correct += score(features[start : start + batch_size].to(device), start)
+    elif cache is not None and prefix_blocks > 0:
+        # The frozen first blocks of the image tower: once per test image, for every client.
+        for start in range(0, len(indices), batch_size):
+            batch = indices[start : start + batch_size]
+            correct += score(cache.image_prefix(method.backbone, split, batch, prefix_blocks, device), start)
     else:
         loader = DataLoader(Subset(split, indices), batch_size=batch_size, num_workers=num_workers)
         start = 0
         for images, _ in loader:
-            logits = method.classify(method.encode_images(images.to(device)), class_features)
-            correct += (logits.argmax(-1).cpu() == targets[start : start + len(images)]).sum().item()
+            correct += score(images.to(device), start)
             start += len(images)
     return 100.0 * correct / len(indices)
 

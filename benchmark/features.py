@@ -3,23 +3,40 @@
 Exact: used only for methods whose `encode_images` depends on the frozen backbone alone
 (`FederatedMethod.frozen_image_features`) and for splits under a deterministic transform.
 Computed under the caller's autocast (the run's precision), and keyed by it.
+
+Image prefixes: for a method whose image tower changes only from block k on
+(`FederatedMethod.frozen_image_blocks` = k), the residual stream after the frozen blocks
+1..k of each test image ([1 + M, W] fp32: ViT-B/16 605 KB per image), kept up to
+`prefix_bytes` in all; images beyond it are recomputed when asked for (still exact).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
+from benchmark.backbone import Backbone, ImagePrefix
 from data.base import LabeledImages
+
+# Host memory for image prefixes (all splits together): DTD's 1,692 test images on
+# ViT-B/16 take 1.0 GB; a larger test set is kept in part.
+PREFIX_CACHE_BYTES = 8 << 30
 
 
 class FeatureCache:
-    def __init__(self, batch_size: int = 256, num_workers: int = 0, progress: bool = True) -> None:
+    def __init__(
+        self, batch_size: int = 256, num_workers: int = 0, progress: bool = True, prefix_bytes: int = PREFIX_CACHE_BYTES
+    ) -> None:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.progress = progress
+        self.prefix_bytes = prefix_bytes
         self._store: dict[tuple[str, ...], tuple[Tensor, Tensor]] = {}  # key -> (features, done mask)
+        self._prefixes: dict[tuple, dict[int, Tensor]] = {}  # key -> image index -> prefix [1 + M, W]
+        self._prefix_used = 0
 
     @torch.no_grad()
     def features(self, method, split: LabeledImages, indices: list[int] | None = None) -> Tensor:
@@ -39,6 +56,32 @@ class FeatureCache:
             done[todo] = True
             self._store[key] = (feats, done)
         return feats
+
+    @torch.no_grad()
+    def image_prefix(
+        self, backbone: Backbone, split: LabeledImages, indices: Sequence[int], blocks: int, device: torch.device
+    ) -> ImagePrefix:
+        """The image tower's state after its first `blocks` frozen blocks for images
+        `indices` of `split`, in that order, on `device` (one batch: stacked)."""
+        key = (backbone.key, blocks, split.cache_key, _autocast_key(device.type))
+        rows = self._prefixes.setdefault(key, {})
+        todo = [i for i in dict.fromkeys(indices) if i not in rows]
+        fresh: dict[int, Tensor] = {}
+        if todo:
+            loader = DataLoader(Subset(split, todo), batch_size=self.batch_size, num_workers=self.num_workers)
+            done = 0
+            for images, _ in loader:
+                states = backbone.image_prefix(images.to(device), blocks).tokens.cpu()
+                for index, row in zip(todo[done : done + len(states)], states):
+                    size = row.numel() * row.element_size()
+                    if self._prefix_used + size <= self.prefix_bytes:
+                        rows[index] = row.clone()  # its own storage, not a view of the batch
+                        self._prefix_used += size
+                    else:
+                        fresh[index] = row
+                done += len(states)
+        tokens = torch.stack([rows[i] if i in rows else fresh[i] for i in indices])
+        return ImagePrefix(tokens.to(device), blocks)
 
     def _encode(self, method, split: LabeledImages, indices: list[int]) -> Tensor:
         from tqdm.auto import tqdm

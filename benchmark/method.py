@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.backbone import Backbone, full_precision
+from benchmark.backbone import Backbone, ImagePrefix, full_precision
 
 if TYPE_CHECKING:
     from data.attributes import ClassAttributes
@@ -152,6 +152,13 @@ class FederatedMethod(L.LightningModule):
         normalized CLIP image feature]; the feature cache is keyed by it, so methods that
         return other frozen features (FedOTP: patch features [M, D]) never share entries
         with the others.
+      - `frozen_image_blocks`: how many leading blocks of the image tower `encode_images`
+        runs exactly as the frozen backbone's -- no block wrapper, no visual prompt, on the
+        images as given -- when `frozen_image_features` is False [0]. Evaluation then
+        computes those blocks once per test image for all clients and passes their output
+        (`benchmark.backbone.ImagePrefix`) in place of the images; the backbone's image
+        entry points take it and refuse a wrapper or prompt inside it. pFedMMA: the blocks
+        before its first adapted one. May be set per instance in `__init__`.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
       - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
@@ -171,6 +178,7 @@ class FederatedMethod(L.LightningModule):
     upload_keys: ClassVar[tuple[str, ...]] = ()
     frozen_image_features: ClassVar[bool] = False
     image_feature_kind: ClassVar[str] = "clip"
+    frozen_image_blocks: int = 0
     evaluate_after_download: ClassVar[bool] = True
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
@@ -220,13 +228,14 @@ class FederatedMethod(L.LightningModule):
         path training and every metric take. Override the three parts instead."""
         return self.classify(self.image_features(images), self.encode_classes(class_names))
 
-    def image_features(self, inputs: Tensor) -> Tensor:
-        """`encode_images` of a batch of images [B, 3, H, W]; a batch of precomputed features
-        ([B, D], or [B, M, D] for patch features; frozen-feature cache, only for
-        `frozen_image_features` methods) passes through."""
-        if inputs.dim() != 4:
-            return inputs
-        return self.encode_images(inputs)
+    def image_features(self, inputs: "Tensor | ImagePrefix") -> Tensor:
+        """`encode_images` of a batch of images [B, 3, H, W] or of their frozen image prefix
+        (`frozen_image_blocks`); a batch of precomputed features ([B, D], or [B, M, D] for
+        patch features; frozen-feature cache, only for `frozen_image_features` methods)
+        passes through."""
+        if isinstance(inputs, ImagePrefix) or inputs.dim() == 4:
+            return self.encode_images(inputs)
+        return inputs
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         """Runs on each batch of the current client's local training (Lightning). `batch` is

@@ -78,8 +78,10 @@ class ContextPrompts:
         per_image = ctx.dim() == 4
         rows = ctx.shape[0] if per_image else 1
         ctx = ctx.reshape(rows * num_classes, *ctx.shape[-2:])
-        prefix, suffix = layout.prefix.to(ctx.device), layout.suffix.to(ctx.device)
         tokens = layout.tokens.to(ctx.device)
+        # Only the positions the text tower runs (up to the longest prompt, `text_length`).
+        keep = self.backbone.text_length(tokens) - 1 - self.n_ctx
+        prefix, suffix = layout.prefix.to(ctx.device), layout.suffix[:, :keep].to(ctx.device)
         if per_image:
             prefix, suffix, tokens = (t.repeat(rows, *([1] * (t.dim() - 1))) for t in (prefix, suffix, tokens))
         embeddings = torch.cat([prefix, ctx.to(prefix.dtype), suffix], dim=1)

@@ -38,7 +38,8 @@ HOOKS = (
     "aggregate", "download", "set_class_attributes",
 )
 CLASS_ATTRIBUTES = (
-    "upload_keys", "frozen_image_features", "image_feature_kind", "evaluate_after_download", "gpu_precision",
+    "upload_keys", "frozen_image_features", "image_feature_kind", "frozen_image_blocks", "evaluate_after_download",
+    "gpu_precision",
     "uses_class_attributes",
     "tunable",
 )

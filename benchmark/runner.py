@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from benchmark import shortcuts
 from benchmark.backbone import Backbone, load_backbone
 from benchmark.checkpoints import Checkpointer, RunCheckpoint
 from benchmark.config import ConfigError, RunConfig
@@ -103,11 +104,12 @@ def run_experiment(
 ) -> RunResult:
     """Run `config` end to end; write its run folder under `config.out` when `write`,
     holding the cell's lock throughout (another process on the same cell: CellBusy)."""
-    if not write:
-        return _run_experiment(config, False, progress, tracker)
-    check_output_location(Path(config.out))  # before any model is built: never lose a run to it
-    with cell_lock(Path(config.out) / config.run_name()):
-        return _run_experiment(config, True, progress, tracker)
+    with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
+        if not write:
+            return _run_experiment(config, False, progress, tracker)
+        check_output_location(Path(config.out))  # before any model is built: never lose a run to it
+        with cell_lock(Path(config.out) / config.run_name()):
+            return _run_experiment(config, True, progress, tracker)
 
 
 def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> RunResult:

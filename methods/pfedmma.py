@@ -128,6 +128,9 @@ class PFedMMA(FederatedMethod):
         self.upload_keys = FEDERATE[federate]
         self.alpha = float(alpha)
         self.block_numbers = adapted_blocks(backbone, first_block, last_block)
+        # The image blocks before the first adapted one are the frozen backbone's: evaluation
+        # computes them once per test image for every client.
+        self.frozen_image_blocks = self.block_numbers[0] - 1
         widths = {"text": backbone.text.width, "vision": backbone.vision.width}
         # Keys: "<tower>_down.<block>", "<tower>_up.<block>", "shared.<block>" (1-based blocks).
         blocks = [str(b) for b in self.block_numbers]

@@ -62,6 +62,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from benchmark import shortcuts
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, LogUniform, State
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
@@ -184,8 +185,11 @@ class PFedMoAP(FederatedMethod):
     def expert_features(self, class_names: Sequence[str]) -> Tensor:
         """Pooled normalized text features [n, C, d] of the valid experts. Memoized per class
         list while the experts are unchanged (they are fixed during a client-round, so the
-        text tower runs n times per class list, not n times per step)."""
+        text tower runs n times per class list, not n times per step); without shortcuts
+        (`benchmark.shortcuts`) encoded at every call, the plain path."""
         experts = self.experts[: int(self.expert_count)]
+        if not shortcuts.active():
+            return self._encode_experts(experts, class_names)
         source = self._expert_cache_source
         unchanged = source is not None and source.shape == experts.shape and source.device == experts.device
         if not (unchanged and torch.equal(source, experts)):
@@ -193,10 +197,11 @@ class PFedMoAP(FederatedMethod):
             self._expert_cache_source = experts.clone()
         key = tuple(class_names)
         if key not in self._expert_cache:
-            self._expert_cache[key] = torch.stack(
-                [self.pool(F.normalize(self.prompts.encode(e, class_names), dim=-1)) for e in experts]
-            )
+            self._expert_cache[key] = self._encode_experts(experts, class_names)
         return self._expert_cache[key]
+
+    def _encode_experts(self, experts: Tensor, class_names: Sequence[str]) -> Tensor:
+        return torch.stack([self.pool(F.normalize(self.prompts.encode(e, class_names), dim=-1)) for e in experts])
 
     # -- federation ---------------------------------------------------------------------
     def download(self, client_id: int, aggregate: State, bank: Mapping[int, State]) -> State:

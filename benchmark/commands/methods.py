@@ -90,7 +90,8 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",
         "",
-        "class attributes: " + ", ".join(f"{a} = {getattr(cls, a)!r}" for a in CLASS_ATTRIBUTES),
+        # Read from the instance: some are set from hyperparameters (pFedMMA's upload_keys).
+        "class attributes: " + ", ".join(f"{a} = {getattr(method, a)!r}" for a in CLASS_ATTRIBUTES),
         "hooks (`help(benchmark.method.FederatedMethod.<hook>)` says when each runs and what it returns):",
     ]
     lines += hook_lines(cls)
