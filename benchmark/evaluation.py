@@ -4,7 +4,7 @@ Local, Base, Novel and every protocol's metric go through."""
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils.data import DataLoader, Subset
@@ -34,7 +34,9 @@ class Evaluator:
     """Evaluates the method's *current* state on a test split.
 
     Results are memoized by (state fingerprint, indices, classes): global methods, whose
-    clients share one state, pay for Base and Novel once instead of once per client.
+    clients share one state, pay for Base and Novel once instead of once per client. The
+    loaded state's class features are kept per class set, so two metrics over the same
+    classes (Local and Base both classify over all base classes) encode them once.
     """
 
     def __init__(
@@ -51,19 +53,32 @@ class Evaluator:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self._memo: dict[tuple, float] = {}
+        self._classes: dict[tuple, Any] = {}  # (fingerprint, class ids) -> class features, loaded state only
 
     def load(self, state: State) -> AccuracyFn:
         self.method.load_client_state(state)
         fingerprint = _fingerprint(state)
+        self._classes = {k: v for k, v in self._classes.items() if k[0] == fingerprint}
         return lambda indices, class_ids: self._accuracy(fingerprint, indices, class_ids)
 
     def _accuracy(self, fingerprint: str, indices: Sequence[int], class_ids: Sequence[int]) -> float:
         key = (fingerprint, tuple(indices), tuple(class_ids))
         if key not in self._memo:
+            classes = (fingerprint, tuple(class_ids))
+            if classes not in self._classes:
+                self._classes[classes] = class_features(self.method, self.test, class_ids)
             self._memo[key] = accuracy(
-                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers
+                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
+                self._classes[classes],
             )
         return self._memo[key]
+
+
+@torch.no_grad()
+def class_features(method: FederatedMethod, split: LabeledImages, class_ids: Sequence[int]) -> Any:
+    """`encode_classes` of classes `class_ids` of `split`, in evaluation mode."""
+    method.eval()
+    return method.encode_classes([split.class_names[c] for c in class_ids])
 
 
 @torch.no_grad()
@@ -75,12 +90,14 @@ def accuracy(
     cache: FeatureCache | None = None,
     batch_size: int = 256,
     num_workers: int = 0,
+    classes: Any = None,
 ) -> float:
     """Top-1 accuracy (%) of `method` on images `indices` of `split`, classifying over
     `class_ids` only (the images' labels must be among them). With a `cache`, frozen work
     on the images is done once per image for every client: all of it for
     `frozen_image_features` methods, the first `frozen_image_blocks` image blocks for
-    others (under shortcuts)."""
+    others (under shortcuts). `classes`: `class_features(method, split, class_ids)`
+    when the caller has them already."""
     indices = list(indices)
     if not indices:
         return float("nan")
@@ -90,12 +107,13 @@ def accuracy(
         raise ValueError(f"image {stray} of {split.name} has label {split.labels[stray]}, not among the classes scored")
     method.eval()
     device = method.device
-    class_features = method.encode_classes([split.class_names[c] for c in class_ids])
+    if classes is None:
+        classes = class_features(method, split, class_ids)
     targets = torch.tensor([to_local[split.labels[i]] for i in indices])
     correct = 0
 
     def score(inputs, start: int) -> int:
-        logits = method.classify(method.image_features(inputs), class_features)
+        logits = method.classify(method.image_features(inputs), classes)
         return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
 
     prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0

@@ -60,8 +60,9 @@ def toy_batch(toy_splits):
 
 
 # -- 1. the text tower stops at the batch's longest prompt ------------------------------------
-def test_text_tower_runs_only_up_to_the_longest_prompt(toy_test_backbone):
-    backbone = toy_test_backbone
+@pytest.mark.parametrize("which", ["toy_test_backbone", "tiny_backbone"])
+def test_text_tower_runs_only_up_to_the_longest_prompt(which, request):
+    backbone = request.getfixturevalue(which)
     prompts = ["a photo of a red circle.", "a photo of a large striped blue square on a plain background."]
     tokens = backbone.tokenize(prompts)
     longest = int(tokens.argmax(-1).max()) + 1
@@ -319,3 +320,24 @@ def test_a_short_toy_run_scores_the_same_with_and_without_shortcuts(method, tmp_
         for key, value in state.items():
             if value.is_floating_point() and value.abs().max() > 0:
                 assert relative_difference(fast.federation.client_states[cid][key], value) <= 1e-4, (cid, key)
+
+
+def test_evaluation_encodes_each_class_set_once_per_state(toy_test_backbone, toy_splits):
+    """Local and Base both classify over all base classes: one encode_classes for both."""
+    from benchmark.evaluation import Evaluator, accuracy
+
+    split = toy_splits.test
+    method = build_method("promptfl", toy_test_backbone)
+    calls = []
+    original = method.encode_classes
+    method.encode_classes = lambda names: calls.append(tuple(names)) or original(names)
+    base = list(range((len(split.class_names) + 1) // 2))
+    novel = list(range(len(base), len(split.class_names)))
+    own = [i for i in range(len(split)) if split.labels[i] in base[:2]][:20]
+    every_base = [i for i in range(len(split)) if split.labels[i] in base][:40]
+    every_novel = [i for i in range(len(split)) if split.labels[i] in novel][:40]
+    score = Evaluator(method, split, None, batch_size=16).load(method.client_state())
+    scores = [score(own, base), score(every_base, base), score(every_novel, novel)]
+    assert len(calls) == 2  # base once, novel once
+    plain = [accuracy(method, split, i, c, batch_size=16) for i, c in ((own, base), (every_base, base), (every_novel, novel))]
+    assert scores == plain
