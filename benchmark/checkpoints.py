@@ -16,8 +16,10 @@ import json
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
 
@@ -28,6 +30,29 @@ FORMAT = 1
 # last save (or the start), so short runs never pay for checkpoints and long ones lose
 # at most a few minutes.
 AUTO_INTERVAL_SECONDS = 300.0
+
+
+# What each run in progress in this process does to keep its last completed round now
+# (`save_before_preemption`).
+_KEEP_NOW: list[Callable[[], None]] = []
+
+
+@contextmanager
+def kept_on_preemption(keep: Callable[[], None]) -> Iterator[None]:
+    """While in this block, `save_before_preemption()` calls `keep`."""
+    _KEEP_NOW.append(keep)
+    try:
+        yield
+    finally:
+        _KEEP_NOW.remove(keep)
+
+
+def save_before_preemption() -> None:
+    """Save the last completed round of every run in progress in this process, for a
+    scheduler that stops the process right after (submitit's checkpoint hook on Slurm
+    preemption or timeout): the requeued job resumes there, losing only the round in progress."""
+    for keep in list(_KEEP_NOW):
+        keep()
 
 
 def checkpoint_path(run_dir: Path) -> Path:
@@ -66,6 +91,7 @@ class Checkpointer:
         self.partition_hash = partition_hash
         self.last_save = time.monotonic()
         self.saved_round = 0
+        self._saving = False  # a save asked for from a signal handler while one is being written
 
     def saved(self, completed_rounds: int) -> bool:
         return self.saved_round >= completed_rounds
@@ -78,6 +104,15 @@ class Checkpointer:
         return False
 
     def save(self, checkpoint: RunCheckpoint) -> None:
+        if self._saving:  # called again from a signal handler: the save under way is the same round
+            return
+        self._saving = True
+        try:
+            self._save(checkpoint)
+        finally:
+            self._saving = False
+
+    def _save(self, checkpoint: RunCheckpoint) -> None:
         payload = {
             "format": FORMAT,
             "partition_hash": checkpoint.partition_hash,

@@ -126,6 +126,12 @@ def is_method_file(spec: str) -> bool:
 _FILES: dict[tuple[str, str], str] = {}  # (resolved path, class) -> registered name
 
 
+def loaded_method_files() -> list[str]:
+    """Every method file this process loaded, as `path[:Class]` specs (absolute paths): a
+    sweep's workers load the same files before they run a cell of one of their methods."""
+    return [f"{path}:{cls}" if cls else path for path, cls in _FILES]
+
+
 def load_method_file(spec: str) -> str:
     """Import `path/to/file.py[:Class]` and return the registered name of its method: the
     name its @register_method gives, or, for an undecorated class, the class name in

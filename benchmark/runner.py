@@ -14,7 +14,7 @@ import torch
 
 from benchmark import shortcuts
 from benchmark.backbone import Backbone, load_backbone
-from benchmark.checkpoints import Checkpointer, RunCheckpoint
+from benchmark.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
 from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation import Evaluator
@@ -210,13 +210,18 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         schedule, config.seed, settings, on_round_end, progress, on_snapshot if write else None,
         eval_rounds=evaluation_rounds(config.rounds, config.eval_every), on_evaluate=evaluate_round,
     )
-    try:
-        federation = simulator.run(resume.federation if resume is not None else None)
-    except RunInterrupted:
+
+    def keep_last_round() -> None:
         # Stopped (preemption, a time limit): keep the last completed round if checkpoints are
         # on, so the rerun loses only the round in progress.
         if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
             checkpointer.save(last_round[0])
+
+    try:
+        with kept_on_preemption(keep_last_round):
+            federation = simulator.run(resume.federation if resume is not None else None)
+    except RunInterrupted:
+        keep_last_round()
         raise
     final_round = config.rounds
     per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)

@@ -1,11 +1,12 @@
 """`fedbench reproduce`: expand a preset, run the cells that have no finished run folder,
 render the table. Each run folder appears atomically when its run ends, so a sweep that
-is killed and restarted redoes only the cell that was running. Each cell is run under its
-lock (benchmark.locks), so sweeps sharing a folder split the cells and never run one twice."""
+is killed and restarted redoes only the cells that were running. Each cell is run under its
+lock (benchmark.locks), so sweeps sharing a folder split the cells and never run one twice.
+The cells run here, one after another, or on Ray or Slurm (benchmark.executors)."""
 
 from __future__ import annotations
 
-import traceback
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,9 +15,8 @@ from benchmark.federation import describe_sampling
 from benchmark.paper import reference_numbers
 from benchmark.plots import method_colours, radar, round_curves
 from benchmark.presets import Cell, Preset
-from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
-from benchmark.locks import cell_lock
-from benchmark.results import is_complete, record_failure
+from benchmark.errors import RunInterrupted
+from benchmark.results import is_complete
 from benchmark.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
 from benchmark.validation import validate_run
 from data.catalog import dataset_info
@@ -142,53 +142,72 @@ class SweepReport:
     skipped: list[Cell] = field(default_factory=list)  # data missing
     busy: dict[str, str] = field(default_factory=dict)  # run name -> who is running it now
     done_elsewhere: list[Cell] = field(default_factory=list)  # finished by another sweep meanwhile
+    submitted: list[Cell] = field(default_factory=list)  # handed to a scheduler that is not waited for
     files: dict[str, Path] = field(default_factory=dict)
+
+    def record(self, cell: Cell, outcome) -> None:
+        """What an executor reported for one cell (benchmark.executors.Outcome)."""
+        name = cell.config.run_name()
+        if outcome.status == "ran":
+            self.ran.append(cell)
+        elif outcome.status == "done_elsewhere":
+            self.done_elsewhere.append(cell)
+        elif outcome.status == "busy":
+            self.busy[name] = outcome.detail
+        else:
+            self.failed[name] = outcome.detail
+
+    @property
+    def finished(self) -> int:
+        return len(self.ran) + len(self.failed) + len(self.busy) + len(self.done_elsewhere)
 
 
 def run_sweep(
-    plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None, tags: tuple[str, ...] = ()
+    plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None, tags: tuple[str, ...] = (),
+    executor=None, threads: int | None = None,
 ) -> SweepReport:
-    """Run the missing cells (a failing cell is reported, the others go on), then render."""
+    """Run the missing cells on `executor` (default: here, one after another; see
+    benchmark.executors), a failing cell reported while the others go on, then render the
+    table -- unless the executor only submitted them. `threads`: each cell's torch threads
+    (default: this process's)."""
     from tqdm.auto import tqdm
 
-    from benchmark.runner import run_experiment
-    from benchmark.tracking import Tracker
+    from benchmark.executors import CellJob, LocalExecutor
 
-    report = SweepReport()
-    bar = tqdm(plan.todo, desc=f"reproduce {plan.preset.name}", unit="run", disable=not progress, dynamic_ncols=True)
-    for cell in bar:
-        if not plan.can_run(cell):
-            report.skipped.append(cell)
-            continue
-        bar.set_postfix_str(f"{cell.label} / {cell.dataset} / seed {cell.config.seed}")
-        try:
-            with cell_lock(run_dir(cell)):
-                if not plan.force and is_complete(run_dir(cell)):  # another sweep finished it meanwhile
-                    report.done_elsewhere.append(cell)
-                    continue
-                with Tracker.for_run(cell.config, job_type=cell.label, tags=tags) as tracker:
-                    run_experiment(cell.config, tracker=tracker, progress=False)
-            report.ran.append(cell)
-        except CellBusy as busy:  # another sweep is running it now: never twice
-            report.busy[cell.config.run_name()] = str(busy)
-        except RunInterrupted:
-            bar.close()
-            _report_interrupted(plan, report, cell)
-            raise
-        except Exception as exc:  # one broken cell must not lose the rest of the sweep
-            report.failed[cell.config.run_name()] = f"{exc.__class__.__name__}: {exc}"
-            record_failure(run_dir(cell), report.failed[cell.config.run_name()])
-            if progress and not isinstance(exc, (DivergenceError, *USER_ERRORS)):
-                traceback.print_exc()
+    executor = executor or LocalExecutor()
+    report = SweepReport(skipped=[c for c in plan.todo if not plan.can_run(c)])
+    jobs = [CellJob.prepare(c, plan.force, tags, threads) for c in plan.todo if plan.can_run(c)]
+    # A bar of the table's cells: those done before count from the start, the ETA follows
+    # the cells finished in this call.
+    bar = tqdm(total=len(plan.done) + len(jobs), initial=len(plan.done), desc=f"reproduce {plan.preset.name}",
+               unit="cell", disable=not progress or not jobs, dynamic_ncols=True)
+
+    def started(job) -> None:
+        bar.set_postfix_str(f"{job.cell.label} / {job.cell.dataset} / seed {job.cell.config.seed}")
+
+    try:
+        for job, outcome in executor.run(jobs, started) if jobs else ():
+            report.record(job.cell, outcome)
+            if outcome.traceback and progress:
+                print(outcome.traceback, file=sys.stderr)
+            bar.update()
+    except RunInterrupted:
+        bar.close()
+        _report_interrupted(plan, report, jobs)
+        raise
+    bar.close()
+    if not executor.waits:
+        report.submitted = [job.cell for job in jobs]
+        return report
     report.files = render_tables(plan, results_dir, wandb_mode, tags)
     return report
 
 
-def _report_interrupted(plan: SweepPlan, report: SweepReport, current: Cell) -> None:
-    """What a stopped sweep leaves: which cells are finished, which one was cut short."""
-    print(f"reproduce {plan.preset.name} stopped during {current.config.run_name()}; finished in this call: "
-          f"{len(report.ran)}, finished before: {len(plan.done)}, failed: {len(report.failed)}, "
-          f"not started: {len(plan.todo) - len(report.ran) - len(report.failed) - len(report.skipped) - len(report.busy) - len(report.done_elsewhere) - 1}")
+def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> None:
+    """What a stopped sweep leaves: which cells are finished, which were cut short."""
+    print(f"reproduce {plan.preset.name} stopped; finished in this call: {len(report.ran)}, "
+          f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
+          f"not finished: {len(jobs) - report.finished}")
     for cell in report.ran:
         print(f"finished {cell.config.run_name()}")
     print("run the same command again to do the rest")

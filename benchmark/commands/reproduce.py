@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
+
+
+EXECUTORS = ("local", "ray", "slurm")  # benchmark.executors.EXECUTORS (not imported: `--help` stays fast)
 
 
 def add_parser(subparsers) -> None:
@@ -33,7 +37,97 @@ def add_parser(subparsers) -> None:
         "--tuned", action="store_true",
         help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
     )
+    scale = p.add_argument_group(
+        "where the cells run",
+        "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
+        "do not depend on the executor or the number of workers. Ray and Slurm are extras: "
+        "pip install 'fedbench[ray]' / 'fedbench[slurm]'.",
+    )
+    scale.add_argument(
+        "--executor", choices=EXECUTORS, default="local",
+        help="local: one cell after another in this process (default); ray: each cell a Ray task, with one GPU "
+        "where the cluster has GPUs, else with as many CPUs as it has threads; slurm: a Slurm job array through "
+        "submitit, one task per cell, requeued and resumed from its round checkpoint when preempted",
+    )
+    scale.add_argument(
+        "--cpus-per-cell", type=positive_int, metavar="N",
+        help="torch CPU threads each cell computes with, and the CPUs Ray or Slurm reserve for it (default: this "
+        "process's torch thread count, the one --executor local computes with, as CPU arithmetic may depend on it; "
+        "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
+    )
+    scale.add_argument(
+        "--ray-address", metavar="ADDR",
+        help="join this Ray cluster (ray.init(address=ADDR), e.g. auto or HOST:6379; default: $RAY_ADDRESS, "
+        "else start a local Ray instance over this machine's CPUs and GPUs)",
+    )
+    scale.add_argument("--slurm-partition", metavar="P", help="Slurm partition (default: the cluster's default)")
+    scale.add_argument("--slurm-gpus-per-task", type=natural_int, metavar="N", help="GPUs per cell (default: 1; 0 on a CPU partition)")
+    scale.add_argument(
+        "--slurm-time", metavar="T",
+        help="time limit per task, minutes or [DAYS-]HOURS:MINUTES:SECONDS (default: 4:00:00); 90 s before it "
+        "a task saves its last round and is requeued to resume there (at most 3 times; preemptions: always)",
+    )
+    scale.add_argument("--slurm-mem-gb", type=positive_float, metavar="G", help="memory per task in GB (default: the partition's)")
+    scale.add_argument("--slurm-account", metavar="A", help="Slurm account to charge")
+    scale.add_argument("--slurm-qos", metavar="Q", help="Slurm quality of service")
+    scale.add_argument("--slurm-max-running", type=positive_int, metavar="N", help="at most N tasks of the array at once")
+    scale.add_argument(
+        "--no-wait", action="store_true", default=None,  # None: not given (a flag of the slurm executor only)
+        help="slurm: submit and return; run the same command again once the tasks are done to render the table",
+    )
     p.set_defaults(func=run)
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1)
+
+
+def natural_int(text: str) -> int:
+    return _number(text, int, 0)
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float, 0)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _number(text: str, kind: type, least: int):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < least or value != value:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} >= {least}, got {text!r}")
+    return value
+
+
+SLURM_FLAGS = ("slurm_partition", "slurm_gpus_per_task", "slurm_time", "slurm_mem_gb", "slurm_account", "slurm_qos",
+               "slurm_max_running", "no_wait")
+
+
+def make_executor(args):
+    """The executor the flags ask for; flags of another executor are an error (exit 2)."""
+    from benchmark.config import ConfigError
+    from benchmark.executors import LocalExecutor, RayExecutor, SlurmExecutor, engine, slurm_minutes
+
+    given = {"slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None], "ray": ["ray_address"] if args.ray_address else []}
+    for owner, flags in given.items():
+        if flags and args.executor != owner:
+            raise ConfigError(f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
+                              f"(this is --executor {args.executor})")
+    if args.executor == "local":
+        return LocalExecutor()
+    if not args.dry_run:
+        engine(args.executor)  # a missing extra is said before anything is planned
+    if args.executor == "ray":
+        return RayExecutor(args.ray_address, args.cpus_per_cell)
+    gpus = 1 if args.slurm_gpus_per_task is None else args.slurm_gpus_per_task
+    return SlurmExecutor(
+        args.slurm_partition, gpus, slurm_minutes(args.slurm_time or "4:00:00"), args.slurm_mem_gb,
+        args.slurm_account, args.slurm_qos, args.slurm_max_running, wait=not args.no_wait,
+    )
 
 
 def run_tags(preset: str, args) -> tuple[str, ...]:
@@ -68,6 +162,7 @@ def run(args) -> int:
     from benchmark.sweep import needed_datasets, plan_sweep, run_sweep
     from benchmark.tuning import TUNED_YAML, load_tuned
 
+    executor = make_executor(args)
     preset = load_preset(args.table)
     results = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
@@ -85,7 +180,17 @@ def run(args) -> int:
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
-    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args))
+    pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
+    if pinned and executor.name != "local":
+        raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
+                          "gets a GPU of its own: use --device auto (or cuda)")
+    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args),
+                       executor=executor, threads=args.cpus_per_cell)
+    if report.submitted:
+        print(f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
+              f"{len(report.skipped)} skipped for missing data; run the same command again once the tasks are done "
+              "to render the table")
+        return 0
     print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
           f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")
     if report.busy or report.done_elsewhere:

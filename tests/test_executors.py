@@ -1,0 +1,230 @@
+"""`fedbench reproduce --executor local|ray|slurm`: the same table whichever engine runs the
+cells (a real local Ray instance; submitit's local executor standing in for Slurm), the
+sbatch script the Slurm executor submits, requeue after preemption, and clean errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmark.cli import main
+
+TOY_SWEEP = (
+    "title: Toy sweep\n"
+    "run: {dataset: toy, protocol: base2novel, shots: 4, rounds: 2, local_epochs: 1, clients: 4, batch_size: 8,"
+    " backbone: fedbench-toy-vit, pretrained: fedbench-toy-test, wandb: disabled}\n"
+    "datasets: [toy]\n"
+    "methods: [zeroshot, promptfl]\n"
+    "seeds: [1, 2]\n"
+)
+
+
+def write_sweep(folder: Path, text: str = TOY_SWEEP) -> Path:
+    preset = folder / "toysweep.yaml"
+    preset.write_text(text)
+    return preset
+
+
+def reproduce(folder: Path, preset: Path, *extra: str) -> int:
+    return main(["reproduce", str(preset), "--out", str(folder / "runs"), "--results", str(folder / "results"), *extra])
+
+
+def run_files(folder: Path) -> dict[str, tuple[str, str]]:
+    """Each run folder's metrics.csv and summary.json: every number a cell wrote."""
+    return {p.name: ((p / "metrics.csv").read_text(), (p / "summary.json").read_text())
+            for p in sorted((folder / "runs").glob("*_seed*")) if p.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory, toy_test_checkpoint):
+    """The toy sweep (2 methods x 2 seeds) run by the default executor: the reference."""
+    folder = tmp_path_factory.mktemp("local")
+    assert reproduce(folder, write_sweep(folder)) == 0
+    assert len(run_files(folder)) == 4
+    return folder
+
+
+@pytest.mark.slow
+def test_ray_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch, capsys):
+    import ray
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False)  # two CPU workers on this machine
+    try:
+        assert reproduce(tmp_path, write_sweep(tmp_path), "--executor", "ray") == 0
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    assert "ran 4 runs, 0 were already done" in out
+    assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
+    assert run_files(tmp_path) == run_files(local_sweep)  # every loss and accuracy, not only the table
+
+
+@pytest.mark.slow
+def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch, capsys):
+    from benchmark.executors import SlurmExecutor
+
+    # No Slurm here: submitit's local cluster runs each task as a process of this machine,
+    # through the same pickling, submission and result protocol.
+    monkeypatch.setattr(SlurmExecutor, "cluster", "local")
+    monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
+    assert reproduce(tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--slurm-gpus-per-task", "0",
+                     "--slurm-time", "20") == 0
+    out = capsys.readouterr().out
+    assert "ran 4 runs, 0 were already done" in out
+    assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
+    assert run_files(tmp_path) == run_files(local_sweep)
+    logs = list((tmp_path / "runs" / "slurm-logs").glob("*/*_log.out"))
+    assert len(logs) == 4, logs  # one log per task, beside the run folders
+
+
+@pytest.mark.slow
+def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, monkeypatch, toy_test_checkpoint):
+    """SIGUSR2 (what Slurm sends a task it preempts) mid-run: submitit calls the job's
+    checkpoint hook, the run keeps its last round, the task is requeued and resumes there."""
+    from benchmark.executors import SlurmExecutor
+    from benchmark.locks import lock_path
+
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
+    sweep = sweep.replace("seeds: [1, 2]", "seeds: [1]")
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    assert reproduce(reference, write_sweep(reference, sweep)) == 0
+
+    monkeypatch.setattr(SlurmExecutor, "cluster", "local")
+    monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
+    preempted = tmp_path / "preempted"
+    preempted.mkdir()
+    runs = preempted / "runs"
+    (name,) = run_files(reference)
+
+    def preempt_after_round_one() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline and not (runs / f".{name}.checkpoint.json").is_file():
+            time.sleep(0.05)
+        holder = json.loads(lock_path(runs / name).read_text())
+        os.kill(holder["pid"], signal.SIGUSR2)
+
+    import threading
+
+    thread = threading.Thread(target=preempt_after_round_one)
+    thread.start()
+    try:
+        code = reproduce(preempted, write_sweep(preempted, sweep), "--executor", "slurm", "--slurm-gpus-per-task", "0")
+    finally:
+        thread.join()
+    assert code == 0
+    log = next((runs / "slurm-logs").glob("*/*_log.out")).read_text()
+    assert "this job is preempted" in log and "Requeued job" in log, log
+    timing = json.loads((runs / name / "timing.json").read_text())
+    assert timing["resumed_after_round"] >= 1  # resumed from the round checkpoint, not from round 1
+    assert run_files(preempted) == run_files(reference)
+
+
+def fake_slurm(bin_dir: Path, script_copy: Path) -> None:
+    """`srun` and `sbatch` stand-ins: sbatch keeps the script it is given and answers as Slurm does."""
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {script_copy}\necho 'Submitted batch job 4242'\n")
+    for tool in ("srun", "sbatch"):
+        (bin_dir / tool).chmod((bin_dir / tool).stat().st_mode | stat.S_IEXEC)
+
+
+def test_slurm_executor_submits_one_array_with_the_settings(tmp_path, monkeypatch, capsys):
+    script = tmp_path / "submitted.sh"
+    fake_slurm(tmp_path / "bin", script)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    code = reproduce(
+        tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--no-wait", "--slurm-partition", "gpu",
+        "--slurm-gpus-per-task", "1", "--slurm-time", "2:30:00", "--slurm-account", "lab", "--slurm-max-running", "3",
+        "--cpus-per-cell", "4", "--slurm-mem-gb", "16",
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "submitted 4 cells" in out and "run the same command again" in out
+    lines = script.read_text().splitlines()
+    for flag in ("--partition=gpu", "--gpus-per-task=1", "--time=150", "--array=0-3%3", "--cpus-per-task=4",
+                 "--account=lab", "--mem=16GB", "--signal=USR2@90", "--job-name=fedbench"):
+        assert f"#SBATCH {flag}" in lines, (flag, lines)
+    logs = tmp_path / "runs" / "slurm-logs"
+    assert f"#SBATCH --output={logs}/%A_%a/%A_%a_0_log.out" in lines
+    assert not [p for p in (tmp_path / "runs").glob("*_seed*")]  # nothing ran here
+    assert not (tmp_path / "results" / "table.csv").exists()  # rendered once the cells are there
+
+
+@pytest.mark.parametrize("executor, module", [("ray", "ray"), ("slurm", "submitit")])
+def test_a_missing_engine_names_its_extra(executor, module, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, module, None)  # `import ray` now fails as if not installed
+    assert reproduce(tmp_path, write_sweep(tmp_path), "--executor", executor) == 2
+    err = capsys.readouterr().err
+    assert f"--executor {executor} needs the {module} package" in err and f"pip install 'fedbench[{executor}]'" in err
+    assert "Traceback" not in err and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--ray-address", "auto"], "--ray-address only apply to --executor ray"),
+    (["--executor", "ray", "--slurm-partition", "gpu"], "--slurm-partition only apply to --executor slurm"),
+    (["--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task only apply to --executor slurm"),
+    (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes"),
+    (["--executor", "ray", "--device", "cuda:1"], "device cuda:1 pins every cell to one GPU"),
+])
+def test_flags_that_do_not_fit_the_executor_are_refused(flags, message, tmp_path, capsys):
+    assert reproduce(tmp_path, write_sweep(tmp_path), *flags) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cpus_per_cell_must_be_positive(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        reproduce(tmp_path, write_sweep(tmp_path), "--executor", "ray", "--cpus-per-cell", "0")
+    assert stop.value.code == 2 and "expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, minutes", [("240", 240), ("30:30", 31), ("4:00:00", 240), ("1-00:00:00", 1440),
+                                           ("2-12", 3600), ("0-1:30", 90)])
+def test_slurm_time_reads_slurms_formats(text, minutes):
+    from benchmark.executors import slurm_minutes
+
+    assert slurm_minutes(text) == minutes
+
+
+def test_a_cell_job_carries_this_process_context_to_its_worker(tmp_path, monkeypatch):
+    """What a worker reads besides the config -- working directory, fedbench's environment,
+    the torch thread count, method files -- is the sweep's, and restored after the cell."""
+    import torch
+
+    from benchmark.executors import CellJob
+    from benchmark.presets import load_preset
+
+    plugin = tmp_path / "half.py"
+    plugin.write_text(
+        "from benchmark.registry import register_method\nfrom methods.promptfl import PromptFL\n\n"
+        "@register_method('test_half_for_jobs')\nclass Half(PromptFL):\n    pass\n"
+    )
+    from benchmark.registry import load_method_file
+
+    load_method_file(str(plugin))
+    monkeypatch.setenv("FEDBENCH_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    (cell, *_) = load_preset(str(write_sweep(tmp_path))).cells()
+    job = CellJob.prepare(cell, threads=3)
+    assert job.cwd == str(tmp_path) and ("FEDBENCH_DATA", str(tmp_path / "data")) in job.env
+    assert str(plugin.resolve()) in job.method_files
+    # A worker elsewhere, with another environment and thread count:
+    monkeypatch.chdir("/")
+    monkeypatch.setenv("FEDBENCH_DATA", "/elsewhere")
+    monkeypatch.setenv("FEDBENCH_CACHE", "/worker-cache")  # set on the worker only: not the sweep's
+    threads = torch.get_num_threads()
+    with job.applied():
+        assert os.getcwd() == str(tmp_path)
+        assert os.environ["FEDBENCH_DATA"] == str(tmp_path / "data") and "FEDBENCH_CACHE" not in os.environ
+        assert torch.get_num_threads() == 3
+    assert os.getcwd() == "/" and os.environ["FEDBENCH_DATA"] == "/elsewhere"
+    assert os.environ["FEDBENCH_CACHE"] == "/worker-cache" and torch.get_num_threads() == threads
