@@ -196,7 +196,7 @@ def run_sweep(
         _report_interrupted(plan, report, jobs)
         raise
     bar.close()
-    if not executor.waits:
+    if jobs and not executor.waits:  # submitted, not waited for: the table is rendered by the next call
         report.submitted = [job.cell for job in jobs]
         return report
     report.files = render_tables(plan, results_dir, wandb_mode, tags)
