@@ -375,29 +375,44 @@ TEXT_PREFIX_CACHE_BYTES = 1 << 30
 
 
 class _BoundedCache:
-    """A least-recently-used map of tensors holding at most `max_bytes`."""
+    """A least-recently-used map of tensors holding at most `max_bytes`. An entry that was
+    changed in place since it was stored (a wrapper writing into its input) is dropped,
+    never served."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict = OrderedDict()
+        self._entries: OrderedDict = OrderedDict()  # key -> (tensor, its version when stored)
         self._bytes = 0
 
     def get(self, key) -> Tensor | None:
-        value = self._entries.get(key)
-        if value is not None:
-            self._entries.move_to_end(key)
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        value, version = entry
+        if value._version != version:
+            self._drop(key)
+            return None
+        self._entries.move_to_end(key)
         return value
 
     def put(self, key, value: Tensor) -> Tensor:
         size = value.numel() * value.element_size()
         if size > self.max_bytes:
             return value  # too large to keep: used once
-        self._entries[key] = value
+        if key in self._entries:
+            self._drop(key)
+        self._entries[key] = (value, value._version)
         self._bytes += size
         while self._bytes > self.max_bytes:
-            _, dropped = self._entries.popitem(last=False)
-            self._bytes -= dropped.numel() * dropped.element_size()
+            self._drop(next(iter(self._entries)))
         return value
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _drop(self, key) -> None:
+        value, _ = self._entries.pop(key)
+        self._bytes -= value.numel() * value.element_size()
 
 
 # -- loading ---------------------------------------------------------------------------

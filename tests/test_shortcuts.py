@@ -22,6 +22,9 @@ from benchmark.registry import build_method
 from conftest import tiny_config
 
 TOLERANCE = 1e-5  # fp32: measured differences are ~1e-7 (README "Performance")
+# FedOTP's transport plan exp(-(1 - sim) / eps), eps = 0.01, magnifies a 1e-7 change of the
+# text features ~50x: its plain path moves by 6e-6 when its prompt is scaled by 1 + 1e-7.
+METHOD_TOLERANCE = {"fedotp": 5e-5}
 # Hyperparameters that fit the toy CLIP's 4 blocks per tower (as the toy preset sets them).
 TOY_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}, "pfedmoap": {"gate_heads": 4}}
 METHODS = (
@@ -34,10 +37,10 @@ def relative_difference(fast: torch.Tensor, plain: torch.Tensor) -> float:
     return float((fast - plain).abs().max() / plain.abs().max())
 
 
-def assert_same(fast: torch.Tensor, plain: torch.Tensor) -> float:
-    """The shortcut's output equals the plain one within TOLERANCE, with the same argmax."""
+def assert_same(fast: torch.Tensor, plain: torch.Tensor, tolerance: float = TOLERANCE) -> float:
+    """The shortcut's output equals the plain one within `tolerance`, with the same argmax."""
     difference = relative_difference(fast, plain)
-    assert difference <= TOLERANCE, difference
+    assert difference <= tolerance, difference
     assert torch.equal(fast.argmax(-1), plain.argmax(-1))
     return difference
 
@@ -102,25 +105,26 @@ def test_learned_context_prompts_are_cut_too(toy_test_backbone, toy_batch):
 @pytest.mark.parametrize("name", METHODS)
 def test_every_method_gives_the_same_logits_and_gradients(name, toy_test_backbone, toy_batch, tmp_path):
     """Each registered method's whole forward (both towers, all shortcuts that apply to it)
-    and the gradients of every trainable parameter, shortcuts on vs off."""
+    and the gradients of every trainable parameter, shortcuts on vs off. One fresh instance
+    per pass: methods keep their own caches of frozen text features, which would otherwise
+    carry the first pass's numbers into the second."""
     images, names = toy_batch
-    torch.manual_seed(0)
-    method = build_method(name, toy_test_backbone, TOY_ARGS.get(name, {}))
-    if method.uses_class_attributes:
-        from data.attributes import load_class_attributes
-
-        method.set_class_attributes(load_class_attributes("toy", names, tmp_path))
-    if name == "pfedmoap":  # downloaded experts, so the gate and the expert path run
-        experts = torch.randn_like(method.experts) * 0.02
-        method.load_client_state({"experts": experts, "expert_count": torch.tensor([len(experts)])})
-    with torch.no_grad():  # move every parameter off its initial value (zero-initialized ups, B = 0 in LoRA)
-        for parameter in method.parameters():
-            parameter.add_(torch.randn_like(parameter) * 0.01)
-    method.eval()  # no dropout: the two passes must see the same function
     labels = torch.arange(len(images)) % len(names)
 
     def forward():
-        method.zero_grad()
+        torch.manual_seed(0)
+        method = build_method(name, toy_test_backbone, TOY_ARGS.get(name, {}))
+        if method.uses_class_attributes:
+            from data.attributes import load_class_attributes
+
+            method.set_class_attributes(load_class_attributes("toy", names, tmp_path))
+        if name == "pfedmoap":  # downloaded experts, so the gate and the expert path run
+            experts = torch.randn_like(method.experts) * 0.02
+            method.load_client_state({"experts": experts, "expert_count": torch.tensor([len(experts)])})
+        with torch.no_grad():  # move every parameter off its initial value (zero-initialized ups, B = 0 in LoRA)
+            for parameter in method.parameters():
+                parameter.add_(torch.randn_like(parameter) * 0.01)
+        method.eval()  # no dropout: the two passes must see the same function
         logits = method.logits(images, names)
         if logits.requires_grad:  # zero-shot trains nothing
             F.cross_entropy(logits, labels).backward()
@@ -128,7 +132,8 @@ def test_every_method_gives_the_same_logits_and_gradients(name, toy_test_backbon
         return logits.detach(), grads
 
     (fast, fast_grads), (plain, plain_grads) = both(forward)
-    assert_same(fast, plain)
+    tolerance = METHOD_TOLERANCE.get(name, TOLERANCE)
+    assert_same(fast, plain, tolerance)
     assert fast_grads.keys() == plain_grads.keys()
     if not plain_grads:
         return
@@ -137,7 +142,7 @@ def test_every_method_gives_the_same_logits_and_gradients(name, toy_test_backbon
     # gate's softmax (scale 10) amplifies 1e-7 input changes ~100x in its own gradient.
     top = max(float(g.abs().max()) for g in plain_grads.values())
     for key, grad in plain_grads.items():
-        assert float((fast_grads[key] - grad).abs().max()) <= TOLERANCE * top, key
+        assert float((fast_grads[key] - grad).abs().max()) <= tolerance * top, key
         if grad.abs().max() > 1e-4 * top:  # every real gradient points the same way
             assert F.cosine_similarity(fast_grads[key].flatten(), grad.flatten(), dim=0) > 1 - 1e-6, key
 
@@ -179,10 +184,28 @@ def test_text_prefix_is_not_taken_for_learned_embeddings(tiny_backbone):
     """With embeddings (learned context) the input is not fixed: nothing is cached."""
     tokens = tiny_backbone.tokenize(["a photo of a cat."])
     embeddings = tiny_backbone.token_embedding(tokens) + 0.1
-    before = len(tiny_backbone._text_prefixes._entries)
+    before = len(tiny_backbone._text_prefixes)
     with shortcuts.use(True):
         tiny_backbone.encode_text(tokens, embeddings, {2: lambda block, x, mask: block(x, attn_mask=mask)})
-    assert len(tiny_backbone._text_prefixes._entries) == before
+    assert len(tiny_backbone._text_prefixes) == before
+
+
+def test_a_cached_text_prefix_changed_in_place_is_never_served(tiny_backbone):
+    """A wrapper that writes into its input (bad manners, legal in the plain path) must not
+    change what the next call starts from."""
+    tokens = tiny_backbone.tokenize(["a photo of a dog."])
+
+    def in_place(block, x, mask):
+        x += 1.0
+        return block(x, attn_mask=mask)
+
+    with shortcuts.use(True):
+        first = tiny_backbone.encode_text(tokens, block_wrappers={2: in_place})
+        second = tiny_backbone.encode_text(tokens, block_wrappers={2: in_place})
+    with shortcuts.use(False):
+        plain = tiny_backbone.encode_text(tokens, block_wrappers={2: in_place})
+    assert_same(first, plain)
+    assert_same(second, plain)
 
 
 # -- 2a. the image prefix in evaluation ---------------------------------------------------------
