@@ -150,6 +150,17 @@ class RoundLog:
 
 
 @dataclass
+class ClientRound:
+    """What one client's local training left: its whole state (kept by the client) and the
+    part of it that is uploaded (the method's `upload_keys`)."""
+
+    state: State
+    upload: State
+    loss: float  # mean training loss of the client-round
+    model_seconds: float
+
+
+@dataclass
 class FederationResult:
     client_states: dict[int, State]  # each client's personalized state for evaluation
     rounds: list[RoundLog] = field(default_factory=list)
@@ -266,20 +277,17 @@ class FederatedSimulator:
             updates: list[ClientUpdate] = []
             log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
             for cid in sampled:
-                method.load_client_state(states[cid])
+                received = None
                 if round_index > 0:
                     received = method.download(cid, aggregate, bank)
-                    method.load_client_state(received)
                     log.bytes_down += state_bytes(received)
-                log.train_loss[cid], compute = self._train_client(cid, round_index)
+                trained = self.client_round(cid, round_index, states[cid], received)
+                states[cid] = trained.state
+                log.train_loss[cid] = trained.loss
                 result.rounds_trained[cid] += 1
-                log.model_seconds += compute
-                states[cid] = method.client_state()
-                self._check_finite(states[cid], f"the state of client {cid} after its local training", round_index, cid)
-                upload = method.uploaded_state()
-                log.bytes_up += state_bytes(upload)
-                n_i = self.clients[cid].num_samples
-                updates.append(ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0))
+                log.model_seconds += trained.model_seconds
+                log.bytes_up += state_bytes(trained.upload)
+                updates.append(self.client_update(cid, trained.upload))
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
             self._check_finite(aggregate, "the server's aggregate", round_index, None)
             bank.update({u.client_id: u.state for u in updates})
@@ -301,6 +309,25 @@ class FederatedSimulator:
         bar.close()
         result.client_states, result.final_download_bytes = self._evaluation_states(states, aggregate, bank, result)
         return result
+
+    def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> "ClientRound":
+        """One client's part of a round, wherever it runs (this simulator, or a Flower
+        ClientApp on the client's own node): its `state`, then the server's download
+        `received` (None in round 1) loaded into the resident module, local training, and
+        the state and upload it leaves."""
+        method = self.method
+        method.load_client_state(state)
+        if received is not None:
+            method.load_client_state(received)
+        loss, compute = self._train_client(cid, round_index)
+        trained = method.client_state()
+        self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
+        return ClientRound(trained, method.uploaded_state(), loss, compute)
+
+    def client_update(self, cid: int, upload: State) -> ClientUpdate:
+        """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""
+        n_i = self.clients[cid].num_samples
+        return ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0)
 
     def _evaluation_states(self, states: dict[int, State], aggregate: State, bank: dict[int, State], result):
         """Every client's model as evaluated now: with the server's download applied when the

@@ -309,7 +309,9 @@ class FederatedMethod(L.LightningModule):
         """Runs for each client at the start of a round it takes part in, and once more after
         the last round before evaluation. `bank` maps client id -> its latest upload. Returns
         the (partial) state loaded into the client; keys not returned stay personal.
-        Default: the aggregate."""
+        It runs on the server (the Flower strategy calls it there), so it may read its
+        arguments and the method's hyperparameters, never the module's current parameter
+        values, which belong to whichever client was loaded last. Default: the aggregate."""
         return dict(aggregate)
 
 

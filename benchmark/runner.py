@@ -8,7 +8,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Protocol as Interface
 
 import torch
 
@@ -100,20 +100,72 @@ def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMetho
 
 
 def run_experiment(
-    config: RunConfig, write: bool = True, progress: bool = True, tracker=None
+    config: RunConfig, write: bool = True, progress: bool = True, tracker=None, engine: "Engine | None" = None
 ) -> RunResult:
     """Run `config` end to end; write its run folder under `config.out` when `write`,
-    holding the cell's lock throughout (another process on the same cell: CellBusy)."""
+    holding the cell's lock throughout (another process on the same cell: CellBusy).
+    `engine` None: the in-process simulator; otherwise another engine that runs the
+    federation (`benchmark.flower`), everything else (rows, summary, run folder) as here."""
     with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
         if not write:
-            return _run_experiment(config, False, progress, tracker)
+            return _run_experiment(config, False, progress, tracker, engine)
         check_output_location(Path(config.out))  # before any model is built: never lose a run to it
         with cell_lock(Path(config.out) / config.run_name()):
-            return _run_experiment(config, True, progress, tracker)
+            return _run_experiment(config, True, progress, tracker, engine)
 
 
-def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> RunResult:
-    started = time.perf_counter()
+PerClient = dict[int, dict[str, float]]
+
+
+class Engine(Interface):
+    """Runs a prepared federation elsewhere (Flower): the rounds of `run.schedule`, calling
+    `on_round_end(RoundLog)` after each and `on_evaluate(round, per_client metrics)` after
+    each round of `eval_rounds` but the last, where the clients' states live. Returns the
+    federation (its `client_states` may be empty: they stay with the clients) and every
+    client's metrics after the last round. No round checkpoints: it runs from round 1."""
+
+    def __call__(
+        self, run: "PreparedRun", on_round_end: Callable, on_evaluate: Callable[[int, PerClient], Any],
+        eval_rounds: frozenset[int],
+    ) -> tuple[FederationResult, PerClient]: ...
+
+
+@dataclass
+class PreparedRun:
+    """Everything a run builds from its config before the first round: the seeded method,
+    the data, the partition and the schedule. `fedbench run` and the Flower apps (server
+    and every client) build it with the same function, so both engines start equal."""
+
+    config: RunConfig
+    protocol: Any
+    device: str
+    precision: str
+    method: FederatedMethod
+    dataset: DatasetSplits
+    validation: dict[str, Any] | None  # the validation split's manifest (eval_split = val)
+    partition: Partition
+    schedule: list[list[int]]
+    train_inputs: Any  # the training split, or its cached frozen features
+    cache_train: bool
+    settings: TrainerSettings
+    attributes: Any
+
+    def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
+        return FederatedSimulator(
+            self.method, self.train_inputs, self.dataset.train.labels, self.dataset.class_names,
+            self.partition.clients, self.schedule, self.config.seed, self.settings, progress=progress, **hooks,
+        )
+
+    def evaluator(self) -> Evaluator:
+        """One evaluator for every evaluated round: it memoizes by state, so a client whose
+        state did not change (or a global method's shared state) is scored once."""
+        return Evaluator(self.method, self.dataset.test, _FEATURES, self.config.eval_batch_size, self.config.num_workers)
+
+
+def prepare_run(config: RunConfig, progress: bool = True, train_features: bool = True) -> PreparedRun:
+    """Build `config`'s method, data, partition and schedule (under `shortcuts.use(config.shortcuts)`,
+    as the caller runs everything); `train_features` False skips caching the training
+    images' frozen features (a Flower server trains nothing)."""
     _FEATURES.progress = progress
     validate_run(config)  # before any backbone is built or pretrained
     protocol = get_protocol(config.protocol)
@@ -144,7 +196,7 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
     # methods train on cached features: exact, and the image tower runs once per image.
     cache_train = method.frozen_image_features and not config.augment
     train_inputs = dataset.train
-    if cache_train:
+    if cache_train and train_features:
         needed = sorted({i for c in partition.clients for i in c.train_indices})
         with autocast_context(device, precision):
             train_inputs = _FEATURES.features(method, dataset.train, needed)
@@ -159,10 +211,21 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
             config.dataset, dataset.class_names, config.resolved_data_root(), config.attributes
         )
         method.set_class_attributes(attributes)
+    return PreparedRun(
+        config, protocol, device, precision, method, dataset, validation, partition, schedule, train_inputs,
+        cache_train, settings, attributes,
+    )
+
+
+def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None) -> RunResult:
+    started = time.perf_counter()
+    run = prepare_run(config, progress, train_features=engine is None)
+    protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
+    dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
     rows: list[MetricRow] = []
 
     run_dir = Path(config.out) / config.run_name()
-    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write else 0, partition.hash)
+    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write and engine is None else 0, partition.hash)
     resume = checkpointer.load() if write else None
     if resume is not None:
         rows.extend(resume.rows)
@@ -188,15 +251,15 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         if tracker is not None:
             tracker.log_round(log)
 
-    # One evaluator for every evaluated round: it memoizes by state, so a client whose
-    # state did not change (or a global method's shared state) is scored once.
-    evaluator = Evaluator(method, dataset.test, _FEATURES, config.eval_batch_size, config.num_workers)
+    evaluator = run.evaluator()
 
     def evaluate_round(round_number: int, client_states):
         with autocast_context(device, precision):  # evaluation under the training step's autocast
-            per_client, summary_metrics = evaluate_clients(
-                evaluator, protocol, dataset, partition, client_states, progress
-            )
+            per_client, _ = evaluate_clients(evaluator, protocol, dataset, partition, client_states, progress)
+        return record_evaluation(round_number, per_client)
+
+    def record_evaluation(round_number: int, per_client: PerClient):
+        summary_metrics = protocol.summarize(per_client, partition)
         details = protocol.details(per_client, partition)
         for cid, metrics in per_client.items():
             rows.extend(MetricRow(round_number, cid, m, v) for m, v in metrics.items())
@@ -205,26 +268,29 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
             tracker.log_evaluation(round_number, summary_metrics)
         return per_client, summary_metrics, details
 
-    simulator = FederatedSimulator(
-        method, train_inputs, dataset.train.labels, dataset.class_names, partition.clients,
-        schedule, config.seed, settings, on_round_end, progress, on_snapshot if write else None,
-        eval_rounds=evaluation_rounds(config.rounds, config.eval_every), on_evaluate=evaluate_round,
-    )
-
     def keep_last_round() -> None:
         # Stopped (preemption, a time limit): keep the last completed round if checkpoints are
         # on, so the rerun loses only the round in progress.
         if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
             checkpointer.save(last_round[0])
 
-    try:
-        with kept_on_preemption(keep_last_round):
-            federation = simulator.run(resume.federation if resume is not None else None)
-    except RunInterrupted:
-        keep_last_round()
-        raise
+    eval_rounds = evaluation_rounds(config.rounds, config.eval_every)
     final_round = config.rounds
-    per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)
+    if engine is not None:
+        federation, final_scores = engine(run, on_round_end, record_evaluation, eval_rounds)
+        per_client, summary_metrics, details = record_evaluation(final_round, final_scores)
+    else:
+        simulator = run.simulator(
+            progress, on_round_end=on_round_end, on_snapshot=on_snapshot if write else None,
+            eval_rounds=eval_rounds, on_evaluate=evaluate_round,
+        )
+        try:
+            with kept_on_preemption(keep_last_round):
+                federation = simulator.run(resume.federation if resume is not None else None)
+        except RunInterrupted:
+            keep_last_round()
+            raise
+        per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)
     # 0 flags a client that never trained: evaluated with the final download alone.
     rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
     if federation.never_trained:
@@ -257,7 +323,7 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker) -> 
         "bytes_up_total": sum(r.bytes_up for r in rounds),
         "bytes_down_total": sum(r.bytes_down for r in rounds) + federation.final_download_bytes,
         "partition_hash": partition.hash,
-        "train_features_cached": cache_train,
+        "train_features_cached": run.cache_train,
         **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
         "precision": precision,
@@ -298,6 +364,13 @@ def evaluate_clients(
 
     per_client: dict[int, dict[str, float]] = {}
     for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
-        accuracy = evaluator.load(client_states[client.client_id])
-        per_client[client.client_id] = protocol.client_metrics(accuracy, client, partition, dataset)
+        per_client[client.client_id] = evaluate_client(
+            evaluator, protocol, dataset, partition, client, client_states[client.client_id]
+        )
     return per_client, protocol.summarize(per_client, partition)
+
+
+def evaluate_client(evaluator: Evaluator, protocol, dataset: DatasetSplits, partition: Partition, client, state):
+    """One client's personalized model (`state`) under the protocol's client metrics (a
+    Flower ClientApp calls this on the client's own node)."""
+    return protocol.client_metrics(evaluator.load(state), client, partition, dataset)

@@ -1,0 +1,67 @@
+"""`fedbench flower`: one experiment as a Flower app on Flower's simulation runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.cliargs import add_run_arguments
+
+    p = subparsers.add_parser(
+        "flower",
+        help="run one federated experiment on Flower's simulation runtime (the [flower] extra)",
+        description="Run one experiment like `fedbench run` (the same flags, the same numbers and run folder), "
+        "with the method as a Flower app: one virtual SuperNode per client on Flower's simulation runtime "
+        "(a local Ray instance). Each node keeps its client's state and sends only the method's upload_keys; "
+        "the server applies the method's aggregate and download. Round checkpoints are not written. "
+        "For a real federation of SuperNodes use `flwr run` (README, Scaling out). Needs the extra: "
+        "pip install -c constraints.txt -e '.[flower]' in the checkout.",
+    )
+    add_run_arguments(p)
+    p.add_argument("--parallel", type=int, default=1, metavar="N",
+                   help="ClientApps that train at once, each in its own Ray worker process (default: 1)")
+    p.add_argument("--client-cpus", type=int, default=1, metavar="N",
+                   help="CPUs Ray reserves per ClientApp (default: 1)")
+    p.add_argument("--client-gpus", type=float, default=0.0, metavar="F",
+                   help="GPUs (a fraction shares one) Ray reserves per ClientApp; set it with --device cuda "
+                   "(default: 0)")
+    p.set_defaults(func=run, takes_method_flags=True)
+
+
+def run(args) -> int:
+    from benchmark.cliargs import config_from_args, method_parser
+    from benchmark.config import ConfigError
+
+    config = config_from_args(args)
+    if args.method_help:
+        method_parser(config.method).print_help()
+        return 0
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
+        return 0
+    if args.parallel < 1 or args.client_cpus < 1 or args.client_gpus < 0:
+        raise ConfigError(
+            f"--parallel {args.parallel}, --client-cpus {args.client_cpus}, --client-gpus {args.client_gpus}: "
+            "expected --parallel >= 1, --client-cpus >= 1 and --client-gpus >= 0"
+        )
+
+    from benchmark.flower import simulate  # the [flower] extra: a clear error when missing
+    from benchmark.locks import cell_lock
+    from benchmark.reporting import format_summary
+    from benchmark.results import check_output_location
+    from benchmark.runner import run_experiment
+    from benchmark.tracking import Tracker
+    from benchmark.validation import validate_run
+
+    for note in validate_run(config):
+        print(f"note: {note}")
+    check_output_location(Path(config.out))
+    engine = simulate(args.parallel, args.client_cpus, args.client_gpus)
+    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=("fedbench flower",)) as tracker:
+        result = run_experiment(config, tracker=tracker, engine=engine)
+    print(format_summary(result.summary, result.timing))
+    print(f"run folder: {result.run_dir}")
+    return 0
