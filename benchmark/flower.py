@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -216,13 +217,12 @@ def _replies(replies: Iterable[Message], what: str, expected: int) -> dict[int, 
     by_client: dict[int, RecordDict] = {}
     for reply in replies:
         if reply.has_error():
-            reason = reply.error.reason
-            if "DivergenceError" in reason:
-                raise DivergenceError(reason.split(":<'", 1)[-1].rstrip("'>"))
+            reason = reply.error.reason  # the node's traceback, as Flower reports it
+            for error in (DivergenceError, ConfigError):  # the node's own message, as `fedbench run` gives it
+                if found := re.search(rf"\b{error.__name__}: (.+)", reason):
+                    raise error(found.group(1).strip())
             raise RuntimeError(f"a Flower client failed during {what}: {reason}")
-        records = reply.content.metric_records
-        record = records["client"] if "client" in records else records["metrics"]
-        by_client[int(record["client-id"])] = reply.content
+        by_client[int(reply.content["metrics"]["client-id"])] = reply.content
     if len(by_client) != expected:
         raise RuntimeError(
             f"{what}: {len(by_client)} of {expected} clients replied; a node stopped or timed out "

@@ -104,3 +104,22 @@ def test_flower_simulation_equals_fedbench_run(toy_test_checkpoint, tmp_path):
         assert flower.per_client == plain.per_client, method
         assert (flower.run_dir / "metrics.csv").read_text() == (plain.run_dir / "metrics.csv").read_text(), method
     assert len({m["Base"] for m in plain.per_client.values()}) > 1  # pFedMMA's clients differ: personal state
+
+
+@pytest.mark.slow
+def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(toy_test_checkpoint, tmp_path):
+    from benchmark.errors import DivergenceError
+    from benchmark.flower import simulate
+    from benchmark.runner import run_experiment
+
+    config = toy_config(tmp_path, "pfedmma", first_block=2, lr=1e6)
+    with pytest.raises(DivergenceError, match=r"^method 'pfedmma' diverged at round \d, client \d, step \d+ with lr 1e\+06: .* no run folder"):
+        run_experiment(config, progress=False, engine=simulate())
+    assert not (tmp_path / "runs").exists() or not [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+
+
+def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, toy_test_checkpoint, tmp_path):
+    done = fedbench("flower", "--method", "zeroshot", "--dataset", "toy", "--pretrained", "fedbench-toy-test",
+                    "--clients", "4", "--wandb", "disabled", "--out", tmp_path / "runs")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "'zeroshot' trains nothing" in done.stderr and "fedbench run" in done.stderr
