@@ -203,6 +203,9 @@ class RayExecutor:
         address = self.address or os.environ.get("RAY_ADDRESS")
         started_here = not ray.is_initialized()
         if started_here:
+            from tqdm.auto import tqdm
+
+            tqdm.write(f"joining the Ray cluster at {address}" if address else "starting a local Ray instance")
             try:
                 ray.init(address=address) if address else ray.init(include_dashboard=False)
             except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -297,14 +300,25 @@ class SlurmExecutor:
                 try:
                     outcome = handle.result()
                 except Exception as exc:  # the task died, or was not requeued (timed out too often)
-                    lines = str(exc).strip().splitlines() or [exc.__class__.__name__]
-                    outcome = lost(job, f"Slurm task {handle.job_id} ended without a result: {lines[-1]}")
+                    outcome = lost(job, f"Slurm task {handle.job_id} ended without a result: {_reason(exc)} "
+                                        f"(log: {handle.paths.stdout})")
                 yield job, outcome
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
                 tqdm.write(f"the submitted tasks keep running (scancel {array} stops them); "
                            "run the same command again to follow them and render the table")
             raise
+
+
+def _reason(exc: Exception) -> str:
+    """The line of a submitit error that says why: the state of a task that wrote no result
+    (killed, out of memory, not requeued), or the last line of the trace of one that raised."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    state = [line for line in lines if "has not produced any output" in line]
+    rules = [i for i, line in enumerate(lines) if set(line.strip()) == {"-"}]
+    if state:
+        return state[0]
+    return lines[rules[1] - 1] if len(rules) > 1 else (lines[-1] if lines else exc.__class__.__name__)
 
 
 def slurm_minutes(text: str) -> int:

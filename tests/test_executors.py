@@ -128,6 +128,44 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, 
     assert run_files(preempted) == run_files(reference)
 
 
+DIES = """
+import os
+
+from benchmark.registry import register_method
+from methods.promptfl import PromptFL
+
+
+@register_method("test_dies_in_training")
+class DiesInTraining(PromptFL):
+    \"\"\"Test-only: its process ends in training without a word, as one the OOM killer takes.\"\"\"
+
+    def training_step(self, batch, batch_idx):
+        os._exit(9)
+"""
+
+
+@pytest.mark.slow
+def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tmp_path, monkeypatch, capsys,
+                                                                               toy_test_checkpoint):
+    from benchmark.executors import SlurmExecutor
+    from benchmark.results import read_failure
+
+    monkeypatch.setattr(SlurmExecutor, "cluster", "local")
+    monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
+    (tmp_path / "dies.py").write_text(DIES)
+    code = reproduce(tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--slurm-gpus-per-task", "0",
+                     "--seeds", "1", "--methods", "zeroshot", str(tmp_path / "dies.py"))
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "ran 1 runs, 0 were already done, 0 skipped for missing data, 1 failed" in out
+    (failed,) = [line for line in out.splitlines() if line.startswith("FAILED ")]
+    assert "test_dies_in_training_toy" in failed and "ended without a result" in failed
+    (record,) = (tmp_path / "runs").glob("test_dies_in_training_*.failed.json")  # written by the sweep, not the task
+    assert "ended without a result" in read_failure(record.with_name(record.name[:-len(".failed.json")]))
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert any(line.startswith("| test_dies_in_training |") and "failed" in line for line in table.splitlines())
+
+
 def fake_slurm(bin_dir: Path, script_copy: Path) -> None:
     """`srun` and `sbatch` stand-ins: sbatch keeps the script it is given and answers as Slurm does."""
     bin_dir.mkdir()
