@@ -5,8 +5,10 @@ sends only the method's upload_keys."""
 
 from __future__ import annotations
 
+import re
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -87,35 +89,41 @@ def test_without_flwr_the_command_names_the_extra(fedbench, monkeypatch, tmp_pat
 
 
 @pytest.mark.slow
-def test_flower_simulation_equals_fedbench_run(toy_test_checkpoint, tmp_path):
+def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tmp_path):
     """PromptFL (one global prompt) and pFedMMA (personal adapters stay on the nodes), 2
-    rounds, 4 clients, through Flower's run_simulation (pFedMMA with 2 ClientApps at once):
-    the summary, every per-client metric and metrics.csv (losses, round-1 scores) equal
-    `fedbench run`'s to the last digit."""
-    from benchmark.flower import simulate
-    from benchmark.runner import run_experiment
+    rounds, 4 clients: `fedbench flower` (Flower's run_simulation; pFedMMA with 2 ClientApps
+    at once) writes the run folder `fedbench run` writes with the same flags: summary.json,
+    and metrics.csv with every client's Local/Base/Novel, losses and round-1 scores, equal
+    to the last digit."""
+    import json
 
-    for method, args, parallel in (("promptfl", {}, 1), ("pfedmma", PFEDMMA, 2)):
-        plain = run_experiment(toy_config(tmp_path / "plain", method, **args), progress=False)
-        flower = run_experiment(toy_config(tmp_path / "flower", method, **args), progress=False,
-                                engine=simulate(parallel=parallel))
-        assert flower.summary["metrics"] == plain.summary["metrics"], method
-        assert flower.summary == plain.summary, method  # bytes up/down, never-trained clients, counts
-        assert flower.per_client == plain.per_client, method
-        assert (flower.run_dir / "metrics.csv").read_text() == (plain.run_dir / "metrics.csv").read_text(), method
-    assert len({m["Base"] for m in plain.per_client.values()}) > 1  # pFedMMA's clients differ: personal state
+    toy = ["--dataset", "toy", "--pretrained", "fedbench-toy-test", "--clients", "4", "--shots", "4",
+           "--rounds", "2", "--local-epochs", "1", "--batch-size", "8", "--seed", "3", "--wandb", "disabled"]
+    for method, args, parallel in (("promptfl", [], "1"), ("pfedmma", ["--first-block", "2", "--lr", "0.1"], "2")):
+        folders = {}
+        for engine, extra in (("run", []), ("flower", ["--parallel", parallel])):
+            done = fedbench(engine, "--method", method, *args, *toy, "--out", tmp_path / engine, *extra)
+            assert done.returncode == 0, done.stderr
+            (folders[engine],) = (tmp_path / engine).glob(f"{method}_toy_*")
+        summaries = {e: json.loads((f / "summary.json").read_text()) for e, f in folders.items()}
+        assert summaries["flower"] == summaries["run"], method  # metrics, bytes, never-trained clients, counts
+        metrics = {e: (f / "metrics.csv").read_text() for e, f in folders.items()}
+        assert metrics["flower"] == metrics["run"], method
+    per_client = pd.read_csv(folders["run"] / "metrics.csv").query("metric == 'Base' and client >= 0 and round == 2")
+    assert per_client["value"].nunique() > 1  # pFedMMA's clients differ: their personal state counts
 
 
 @pytest.mark.slow
-def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(toy_test_checkpoint, tmp_path):
-    from benchmark.errors import DivergenceError
-    from benchmark.flower import simulate
-    from benchmark.runner import run_experiment
-
-    config = toy_config(tmp_path, "pfedmma", first_block=2, lr=1e6)
-    with pytest.raises(DivergenceError, match=r"^method 'pfedmma' diverged at round \d, client \d, step \d+ with lr 1e\+06: .* no run folder"):
-        run_experiment(config, progress=False, engine=simulate())
-    assert not (tmp_path / "runs").exists() or not [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(fedbench, toy_test_checkpoint, tmp_path):
+    """The node's DivergenceError reaches the command as `fedbench run` reports it (exit 1)."""
+    done = fedbench("flower", "--method", "pfedmma", "--first-block", "2", "--lr", "1e9", "--dataset", "toy",
+                    "--pretrained", "fedbench-toy-test", "--clients", "4", "--shots", "4", "--rounds", "1",
+                    "--local-epochs", "1", "--batch-size", "8", "--seed", "3", "--wandb", "disabled",
+                    "--out", tmp_path / "runs")
+    assert done.returncode == 1
+    assert re.search(r"fedbench flower: error: method 'pfedmma' diverged at round 1, client \d, step \d+ with lr "
+                     r"1e\+09: the training loss is nan\. The run is stopped and no run folder is written", done.stderr)
+    assert not [p for p in (tmp_path / "runs").glob("pfedmma_*") if p.is_dir()]
 
 
 def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, toy_test_checkpoint, tmp_path):
