@@ -9,7 +9,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from benchmark import shortcuts
+from benchmark import flops, shortcuts
 from benchmark.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
@@ -65,12 +65,13 @@ class Evaluator:
         key = (fingerprint, tuple(indices), tuple(class_ids))
         if key not in self._memo:
             classes = (fingerprint, tuple(class_ids))
-            if classes not in self._classes:
-                self._classes[classes] = class_features(self.method, self.test, class_ids)
-            self._memo[key] = accuracy(
-                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
-                self._classes[classes],
-            )
+            with flops.charge("evaluation"):
+                if classes not in self._classes:
+                    self._classes[classes] = class_features(self.method, self.test, class_ids)
+                self._memo[key] = accuracy(
+                    self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
+                    self._classes[classes],
+                )
         return self._memo[key]
 
 

@@ -19,6 +19,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
 from benchmark.backbone import Backbone, ImagePrefix
+from benchmark import flops
 from data.base import LabeledImages
 
 # Host memory for image prefixes (all splits together): DTD's 1,692 test images on
@@ -49,7 +50,8 @@ class FeatureCache:
         feats, done = self._store[key]
         todo = [i for i in wanted if not done[i]]
         if todo:
-            computed = self._encode(method, split, todo)
+            with flops.charge("features"):
+                computed = self._encode(method, split, todo)
             if feats.numel() == 0:
                 feats = torch.zeros(len(split), *computed.shape[1:], dtype=computed.dtype)
             feats[todo] = computed
@@ -71,7 +73,8 @@ class FeatureCache:
             loader = DataLoader(Subset(split, todo), batch_size=self.batch_size, num_workers=self.num_workers)
             done = 0
             for images, _ in loader:
-                states = backbone.image_prefix(images.to(device), blocks).tokens.cpu()
+                with flops.charge("features"):  # shared by every client, like the frozen features
+                    states = backbone.image_prefix(images.to(device), blocks).tokens.cpu()
                 for index, row in zip(todo[done : done + len(states)], states):
                     size = row.numel() * row.element_size()
                     if self._prefix_used + size <= self.prefix_bytes:

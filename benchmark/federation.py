@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from benchmark import flops
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
@@ -147,6 +148,7 @@ class RoundLog:
     bytes_down: int
     model_seconds: float  # forward + backward + optimizer step, summed over batches
     total_seconds: float  # the whole round: state swaps, Trainer setup, data loading, aggregation
+    train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
 
 
 @dataclass
@@ -281,7 +283,10 @@ class FederatedSimulator:
                 if round_index > 0:
                     received = method.download(cid, aggregate, bank)
                     log.bytes_down += state_bytes(received)
+                account = flops.current()
+                before = account.totals.get("train", 0) if account else 0
                 trained = self.client_round(cid, round_index, states[cid], received)
+                log.train_flops += (account.totals.get("train", 0) - before) if account else 0
                 states[cid] = trained.state
                 log.train_loss[cid] = trained.loss
                 result.rounds_trained[cid] += 1
@@ -383,7 +388,9 @@ class FederatedSimulator:
                 enable_model_summary=False,
                 num_sanity_val_steps=0,
                 log_every_n_steps=1,
-                callbacks=[timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid)],
+                callbacks=[
+                    timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid), flops.StepFlops(cid),
+                ],
             )
             trainer.fit(self.method, train_dataloaders=loader)
         self.method.set_client(None)

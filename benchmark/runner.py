@@ -12,7 +12,7 @@ from typing import Any, Callable, Protocol as Interface
 
 import torch
 
-from benchmark import shortcuts
+from benchmark import flops, shortcuts
 from benchmark.backbone import Backbone, load_backbone
 from benchmark.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
 from benchmark.config import ConfigError, RunConfig
@@ -218,6 +218,13 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
 
 
 def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None) -> RunResult:
+    with flops.ledger() as account:  # the FLOPs this process executes for the run (timing.json)
+        return _run_counted(config, write, progress, tracker, engine, account)
+
+
+def _run_counted(
+    config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None, account: flops.FlopLedger
+) -> RunResult:
     started = time.perf_counter()
     run = prepare_run(config, progress, train_features=engine is None)
     protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
@@ -328,10 +335,14 @@ def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker, eng
         "device": device,
         "precision": precision,
     }
-    # Apart from summary.json (which a resumed run reproduces byte for byte): how long it took.
+    # Apart from summary.json (which a resumed run reproduces byte for byte, and another engine
+    # equals): how long it took and the FLOPs this process executed for it -- they depend on
+    # what it had cached before (shared features, memoized scores), on the rounds a resumed
+    # run redid, and on the engine (Flower's clients train elsewhere: nothing counted here).
     timing = {
         "wall_seconds": round(time.perf_counter() - started, 3),
         "resumed_after_round": resume.federation.next_round if resume is not None else None,
+        "flops": {**account.summary(), "train_steps": account.steps, "train_steps_counted": account.steps_counted},
     }
     if write:
         manifest = {"hash": partition.hash, **partition.manifest(), **({"validation": validation} if validation else {})}

@@ -49,4 +49,16 @@ def format_profile(result) -> str:
     if rest:  # the first round includes one-off warm-up (allocations, first Trainer)
         steady = sum(r.total_seconds - r.model_seconds for r in rest) / sum(len(r.clients) for r in rest)
         lines.append(f"  framework after round 1: {1000 * steady:.1f} ms per client-round")
+    counted = result.timing.get("flops")
+    if counted:
+        lines.append(
+            f"executed FLOPs: training {_giga(counted['train'])} ({_giga(counted['train'] / client_rounds)} per "
+            f"client-round; {counted['train_steps_counted']} of {counted['train_steps']} steps counted, the rest "
+            f"charged at the count of their kind), evaluation {_giga(counted['evaluation'])}, "
+            f"frozen features {_giga(counted['features'])}"
+        )
     return "\n".join(lines)
+
+
+def _giga(flops: float) -> str:
+    return f"{flops / 1e9:,.3f} GFLOP"

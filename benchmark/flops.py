@@ -1,0 +1,245 @@
+"""Executed FLOPs: what a run's forward and backward passes cost, counted by torch.
+
+Counting uses torch's own FLOP formulas (`torch.utils.flop_counter`: matrix products,
+convolutions, attention kernels; 2 FLOPs per multiply-add; elementwise work is not
+counted) in a lean dispatch mode, plus formulas for three kernels torch's table lacks and
+that CLIP runs: CPU flash attention (forward and backward) and the fused
+`_native_multi_head_attention` that `nn.MultiheadAttention` takes in a frozen tower
+without gradients. Without them a frozen image tower's attention would count as zero.
+
+Counting costs Python time per operation, not per FLOP (a toy-CLIP training step takes
+~3x longer counted), so a run counts a sample of its training steps and reuses it:
+a step's cost is a function of its *kind* -- (client, batch size, first step of a
+client-round or not, the method's discrete state such as pFedMoAP's expert count) --
+so each kind is counted the first time it runs and charged at that count afterwards.
+A first step includes once-per-client-round work (pFedMoAP's experts) and the filling of
+a method's caches that outlive the client-round (frozen template texts), so those are
+charged at every client-round's first step: at most one text encoding of the client's
+classes too much per client-round. Evaluation and frozen-feature passes run large
+batches where counting costs little, so they are counted whole.
+
+`ledger()` opens the account of one run; `charge(part)` counts the code inside into it
+(nothing when no ledger is open), and `StepFlops` is the Lightning callback that samples
+training steps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import lightning as L
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+
+
+def _shape(t) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def _cpu_flash_attention(query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_flop_count(_shape(query), _shape(key), _shape(value))
+
+
+def _cpu_flash_attention_backward(grad_out, query, key, value, *args, out_val=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(_shape(grad_out), _shape(query), _shape(key), _shape(value))
+
+
+def _native_multi_head_attention(query, key, value, embed_dim, num_heads, *args, out_val=None, **kwargs) -> int:
+    """Input projections, QK^T, attention x V and the output projection of one fused call
+    (batch-first [B, L, E]; a 2-D input is one sequence)."""
+    q, k = _shape(query), _shape(key)
+    batch = q[0] if len(q) == 3 else 1
+    lq, lk, e = q[-2], k[-2], int(embed_dim)
+    projections = 2 * batch * e * e * (lq + 2 * lk) + 2 * batch * lq * e * e
+    attention = 2 * 2 * batch * lq * lk * e
+    return projections + attention
+
+
+def _mv(matrix, vector, *args, out_val=None, **kwargs) -> int:
+    m, n = _shape(matrix)
+    return 2 * m * n
+
+
+def _addmv(bias, matrix, vector, *args, out_val=None, **kwargs) -> int:
+    return _mv(matrix, vector)
+
+
+def _dot(a, b, *args, out_val=None, **kwargs) -> int:
+    return 2 * a.numel()
+
+
+# The formulas, by op: torch's (which take shapes) and ours (which take the tensors).
+_FORMULAS: dict[Any, Callable[..., int]] = {
+    **flop_registry,
+    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_attention,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_flash_attention_backward,
+    aten._native_multi_head_attention: _native_multi_head_attention,
+    aten.mv: _mv,
+    aten.addmv: _addmv,
+    aten.dot: _dot,
+}
+
+
+class FlopCounter(TorchDispatchMode):
+    """Counts the FLOPs of every operation run inside it into `totals[part]`, where `part`
+    is the innermost `attribute_to` (so nested counting never counts an operation twice)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.totals: dict[str, int] = {}
+        self.parts: list[str] = ["total"]
+
+    @property
+    def total(self) -> int:
+        return sum(self.totals.values())
+
+    @contextlib.contextmanager
+    def attribute_to(self, part: str) -> Iterator[None]:
+        self.parts.append(part)
+        try:
+            yield
+        finally:
+            self.parts.pop()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = _FORMULAS.get(func._overloadpacket)
+        if formula is not None:
+            part = self.parts[-1]
+            self.totals[part] = self.totals.get(part, 0) + int(formula(*args, **kwargs, out_val=out))
+        return out
+
+
+def count_flops(fn: Callable[..., Any], *args, **kwargs) -> tuple[Any, int]:
+    """(fn(*args, **kwargs), the FLOPs it executed)."""
+    with FlopCounter() as counter:
+        result = fn(*args, **kwargs)
+    return result, counter.total
+
+
+@dataclass
+class FlopLedger:
+    """The executed FLOPs of one run, by part: "train" (local training steps), "evaluation"
+    (scoring clients), "features" (frozen image features and prefixes, computed once and
+    shared)."""
+
+    totals: dict[str, int] = field(default_factory=dict)
+    steps: int = 0  # training steps run
+    steps_counted: int = 0  # of which counted (the rest charged at their kind's count)
+    sample_steps: bool = True  # False: count every training step (to check the sampling)
+    _kinds: dict[tuple, int] = field(default_factory=dict)
+    _counter: FlopCounter | None = None
+
+    def add(self, part: str, flops: int) -> None:
+        self.totals[part] = self.totals.get(part, 0) + int(flops)
+
+    @contextlib.contextmanager
+    def counting(self, part: str) -> Iterator[None]:
+        """Count everything inside into `part` (inside another `counting`: into `part` only)."""
+        if self._counter is not None:
+            with self._counter.attribute_to(part):
+                yield
+            return
+        self._counter = counter = FlopCounter()
+        try:
+            with counter, counter.attribute_to(part):
+                yield
+        finally:
+            self._counter = None
+            for name, flops in counter.totals.items():
+                self.add(name, flops)
+
+    def summary(self) -> dict[str, int]:
+        parts = {name: self.totals.get(name, 0) for name in ("train", "evaluation", "features")}
+        return {**parts, "total": sum(self.totals.values())}
+
+
+_LEDGER: ContextVar[FlopLedger | None] = ContextVar("fedbench_flop_ledger", default=None)
+
+
+@contextlib.contextmanager
+def ledger(sample_steps: bool = True) -> Iterator[FlopLedger]:
+    """Open the FLOP account of a run: `charge` and `StepFlops` inside count into it."""
+    account = FlopLedger(sample_steps=sample_steps)
+    token = _LEDGER.set(account)
+    try:
+        yield account
+    finally:
+        _LEDGER.reset(token)
+
+
+def current() -> FlopLedger | None:
+    return _LEDGER.get()
+
+
+@contextlib.contextmanager
+def charge(part: str) -> Iterator[None]:
+    """Count the code inside into the open ledger's `part`; nothing when none is open."""
+    account = _LEDGER.get()
+    if account is None:
+        yield
+        return
+    with account.counting(part):
+        yield
+
+
+def discrete_state(module: torch.nn.Module) -> tuple:
+    """The values of a method's small integer and boolean state tensors (pFedMoAP's
+    expert count, FedMVP's LoRA switch): what changes the work of a step between rounds."""
+    items = []
+    for name, tensor in module.state_dict().items():
+        if not (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() <= 64:
+            items.append((name, tuple(tensor.reshape(-1).tolist())))
+    return tuple(items)
+
+
+class StepFlops(L.Callback):
+    """Charges each training step of one client-round to the open ledger's "train": counted
+    the first time a step of its kind runs (module docstring), its kind's count afterwards.
+    A training step here is everything between Lightning's batch start and batch end:
+    forward, backward and optimizer step."""
+
+    def __init__(self, client_id: int) -> None:
+        self.client_id = client_id
+        self._account = current()
+        self._kind: tuple | None = None
+        self._counting: contextlib.ExitStack | None = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        account = self._account
+        if account is None:
+            return
+        first = trainer.global_step == 0 and batch_idx == 0 and trainer.current_epoch == 0
+        size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
+        self._kind = (self.client_id, size, first, discrete_state(pl_module))
+        account.steps += 1
+        if account.sample_steps and self._kind in account._kinds:
+            account.add("train", account._kinds[self._kind])
+            self._kind = None
+            return
+        self._before = account.totals.get("train", 0)
+        self._counting = contextlib.ExitStack()
+        self._counting.enter_context(account.counting("train"))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._close()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        if self._counting is None:
+            return
+        account = self._account
+        self._counting.close()
+        self._counting = None
+        account._kinds[self._kind] = account.totals.get("train", 0) - self._before
+        account.steps_counted += 1
+        self._kind = None

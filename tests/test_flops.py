@@ -1,0 +1,103 @@
+"""FLOP accounting: the counter against hand counts, and a run's account."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from benchmark import flops
+from conftest import tiny_config
+
+
+def test_a_linear_layer_costs_2_flops_per_multiply_add_forward_and_twice_that_backward():
+    layer = nn.Linear(24, 40)
+    x = torch.randn(5, 24, requires_grad=True)
+    out, forward = flops.count_flops(layer, x)
+    assert forward == 2 * 5 * 24 * 40
+    _, backward = flops.count_flops(lambda: out.sum().backward())
+    assert backward == 2 * forward  # gradient of the input and of the weight
+
+
+def mha_hand_count(batch: int, length: int, width: int) -> int:
+    projections = 2 * batch * length * width * (3 * width) + 2 * batch * length * width * width
+    attention = 2 * batch * length * length * width + 2 * batch * length * length * width  # QK^T, then AV
+    return projections + attention
+
+
+@pytest.mark.parametrize("frozen", [True, False], ids=["fused-no-grad", "sdpa-with-grad"])
+def test_self_attention_is_counted_on_both_of_torch_paths(frozen):
+    # A frozen tower without gradients takes torch's fused _native_multi_head_attention,
+    # a trained one the scaled-dot-product kernels: both are counted the same.
+    attention = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    attention.requires_grad_(not frozen)
+    x = torch.randn(3, 7, 16)
+    _, counted = flops.count_flops(lambda: attention(x, x, x, need_weights=False))
+    assert counted == mha_hand_count(3, 7, 16)
+
+
+def test_attention_backward_counts_its_matrix_products():
+    q, k, v = (torch.randn(2, 4, 9, 8, requires_grad=True) for _ in range(3))
+    out, forward = flops.count_flops(torch.nn.functional.scaled_dot_product_attention, q, k, v)
+    product = 2 * 2 * 4 * 9 * 9 * 8  # one [9, 8] x [8, 9]-sized product per (batch, head)
+    assert forward == 2 * product  # QK^T and attention x V
+    _, backward = flops.count_flops(lambda: out.sum().backward())
+    assert backward == 5 * product  # QK^T recomputed, then the gradients of the attention, V, Q and K
+
+
+def test_nested_counting_attributes_each_operation_once():
+    layer = nn.Linear(8, 8)
+    with flops.ledger() as account:
+        with flops.charge("evaluation"):
+            layer(torch.randn(2, 8))
+            with flops.charge("features"):
+                layer(torch.randn(3, 8))
+    assert account.totals == {"evaluation": 2 * 2 * 64, "features": 2 * 3 * 64}
+
+
+# pFedMoAP: a step's work changes between rounds (the downloaded experts) and its first
+# step of a client-round encodes the experts, which later steps reuse.
+@pytest.mark.parametrize("method", ["promptfl", "pfedmoap"])
+def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
+    from benchmark import runner
+    from benchmark.features import FeatureCache
+    from benchmark.runner import run_experiment
+
+    monkeypatch.setattr(runner, "_FEATURES", FeatureCache(progress=False))  # features computed by this run
+    config = tiny_config(fake_data_root, tmp_path / "counted", method=method, local_epochs=2, rounds=3)
+    counted = run_experiment(config, progress=False)
+    summary = json.loads((counted.run_dir / "summary.json").read_text())
+    timing = json.loads((counted.run_dir / "timing.json").read_text())
+    assert summary["flops"]["train"] > 0
+    assert timing["flops"]["train"] == summary["flops"]["train"]
+    assert timing["flops"]["evaluation"] > 0 and timing["flops"]["features"] > 0
+    # Steps are sampled: fewer counted than run.
+    assert 0 < timing["flops"]["train_steps_counted"] < timing["flops"]["train_steps"]
+
+    # Count every step: the sampled account is exact for a method whose steps of a kind cost the same.
+    sampled_ledger = flops.ledger
+    monkeypatch.setattr(flops, "ledger", lambda: sampled_ledger(sample_steps=False))
+    every = run_experiment(dataclasses.replace(config, out=str(tmp_path / "every")), progress=False)
+    assert every.timing["flops"]["train_steps_counted"] == every.timing["flops"]["train_steps"]
+    assert every.summary["flops"]["train"] == summary["flops"]["train"]
+    monkeypatch.undo()
+
+    # No ledger open: nothing is counted, and every metric is the same.
+    monkeypatch.setattr(flops, "ledger", lambda: _nothing())
+    plain = run_experiment(dataclasses.replace(config, out=str(tmp_path / "plain")), progress=False)
+    assert plain.summary["flops"]["train"] == 0
+    assert plain.summary["metrics"] == counted.summary["metrics"]
+    assert plain.per_client == counted.per_client
+
+
+def _nothing():
+    import contextlib
+
+    @contextlib.contextmanager
+    def unopened():
+        yield flops.FlopLedger()
+
+    return unopened()
