@@ -162,13 +162,26 @@ class FlopLedger:
 
 
 _LEDGER: ContextVar[FlopLedger | None] = ContextVar("fedbench_flop_ledger", default=None)
+_ENABLED: ContextVar[bool] = ContextVar("fedbench_flop_counting", default=True)
+
+
+@contextlib.contextmanager
+def off() -> Iterator[None]:
+    """Runs inside count nothing (their ledgers stay empty): to time the code without the
+    counting's own cost (`fedbench bench`)."""
+    token = _ENABLED.set(False)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
 
 
 @contextlib.contextmanager
 def ledger(sample_steps: bool = True) -> Iterator[FlopLedger]:
-    """Open the FLOP account of a run: `charge` and `StepFlops` inside count into it."""
+    """Open the FLOP account of a run: `charge` and `StepFlops` inside count into it
+    (nothing under `off()`)."""
     account = FlopLedger(sample_steps=sample_steps)
-    token = _LEDGER.set(account)
+    token = _LEDGER.set(account if _ENABLED.get() else None)
     try:
         yield account
     finally:
