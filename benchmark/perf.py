@@ -174,44 +174,35 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
                 )
                 return counted
 
+            # Cold steps on one image (what they add does not depend on the batch).
             _fresh_download(method, clients, next(counter))
-            cold_all = step(2)
-            steady[(2, classes)] = step(2)
+            cold_all = step(1)
             steady[(1, classes)] = step(1)
+            steady[(2, classes)] = step(2)
             _fresh_download(method, clients, next(counter))
-            cold_round = step(2)
-            round_extra.append(cold_round - steady[(2, classes)])
+            cold_round = step(1)
+            round_extra.append(cold_round - steady[(1, classes)])
             run_extra.append(cold_all - cold_round)
             method.set_client(None)
             method.zero_grad(set_to_none=True)
 
         method.eval()
         text_cold, text_warm, scoring = [], [], {}
-        shared = 0.0
         with torch.no_grad():
+            names = _names(2)
             for classes in (1, 2):
-                names = _names(classes)
-                text_cold.append(flops.count_flops(method.encode_classes, names)[1])
-                text_warm.append(flops.count_flops(method.encode_classes, names)[1])
-                for per_class in (1, 2):
-                    split = _SyntheticImages(f"perf-{next(counter)}", names, per_class, size)
-                    indices = list(range(len(split)))
-                    cache = FeatureCache(progress=False)
-                    cold = flops.count_flops(accuracy, method, split, indices, list(range(classes)), cache)[1]
-                    warm = flops.count_flops(accuracy, method, split, indices, list(range(classes)), cache)[1]
-                    b = per_class * classes
-                    scoring[(b, classes)] = warm - text_warm[-1]
-                    if classes == 1:
-                        shared = (cold - warm) / b
-        # Scoring is per image and per class: fit it at b in {1, 2} for C = 1 and b in {2, 4} for C = 2.
-        v11, v21 = scoring[(1, 1)], scoring[(2, 1)]
-        v22, v42 = scoring[(2, 2)], scoring[(4, 2)]
-        per_image_c1, per_image_c2 = v21 - v11, (v42 - v22) / 2
-        z = per_image_c2 - per_image_c1
-        x = per_image_c1 - z
-        fixed_c1, fixed_c2 = v11 - per_image_c1, v22 - 2 * per_image_c2
-        y = fixed_c2 - fixed_c1
-        a = fixed_c1 - y
+                text_cold.append(flops.count_flops(method.encode_classes, names[:classes])[1])
+                text_warm.append(flops.count_flops(method.encode_classes, names[:classes])[1])
+            # Images 0 and 1 are of class 0; scored over class 0 alone (C = 1) or both (C = 2).
+            split = _SyntheticImages(f"perf-{next(counter)}", names, 2, size)
+            cache = FeatureCache(progress=False)
+            cold = flops.count_flops(accuracy, method, split, [0, 1], [0], cache)[1]  # fills the cache
+            for classes in (1, 2):
+                for b in (1, 2):
+                    warm = flops.count_flops(accuracy, method, split, list(range(b)), list(range(classes)), cache)[1]
+                    scoring[(b, classes)] = warm - text_warm[classes - 1]
+            shared = (cold - scoring[(2, 1)] - text_warm[0]) / 2
+    a, x, y, z = _bilinear(scoring[(1, 1)], scoring[(2, 1)], scoring[(1, 2)], scoring[(2, 2)])
     shared_state = (not trains) or (
         method.evaluate_after_download and all(method.is_uploaded(k) for k in method.state_dict())
     )

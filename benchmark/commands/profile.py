@@ -8,10 +8,12 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser(
         "profile",
-        help="time per client-round: model compute vs framework overhead",
+        help="time per client-round (model vs framework) and FLOPs executed vs the exact minimum",
         description="Runs the configured experiment without writing results and prints, per client-round, "
         "the time in the model (forward, backward, optimizer step) and the framework's overhead "
-        "(state swaps, Trainer setup, data loading, upload and aggregation). Takes the flags of `run`.",
+        "(state swaps, Trainer setup, data loading, upload and aggregation), the run's executed FLOPs, and "
+        "the FLOPs of the paper's Table 1 schedule for the method on the run's backbone architecture: "
+        "executed against the exact minimum (counted on random weights). Takes the flags of `run`.",
     )
     add_run_arguments(p)
     p.set_defaults(func=run, takes_method_flags=True)
@@ -24,7 +26,23 @@ def run(args) -> int:
     config = config_from_args(args)
     result = run_experiment(config, write=False, progress=True)
     print(format_profile(result))
+    print(format_minimum(config))
     return 0
+
+
+def format_minimum(config) -> str:
+    """Executed vs the exact minimum of the paper's Table 1 schedule for this method on this
+    run's backbone architecture (`benchmark/perf.py`; random weights, counted on the real code)."""
+    from benchmark import perf
+
+    schedule = perf.Schedule()
+    (report,) = perf.table_costs([(config.method, {"method_args": config.method_args})], config.backbone, schedule)
+    e, m, p = report.executed.total, report.minimum.total, report.plain.total
+    return (
+        f"Table 1 schedule ({schedule.describe()}) on {config.backbone}, {config.method}: executed "
+        f"{e / 1e15:,.2f} PFLOP, exact minimum {m / 1e15:,.2f} PFLOP ({perf._ratio(e, m)}), plain path "
+        f"{p / 1e15:,.2f} PFLOP ({perf._ratio(p, m)}); per source: `fedbench bench`"
+    )
 
 
 def format_profile(result) -> str:

@@ -1,0 +1,55 @@
+"""`fedbench bench` and the per-unit FLOP model behind results/perf.md."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from benchmark import flops, perf, shortcuts
+from benchmark.method import ClientContext
+from benchmark.registry import build_method
+from conftest import TINY
+
+
+@pytest.mark.parametrize("method", ["promptfl", "fedotp", "pfedmoap"])
+def test_the_bilinear_step_model_predicts_a_counted_step_it_was_not_fitted_on(tiny_backbone, method):
+    model = build_method(method, tiny_backbone, {})
+    with shortcuts.use(True):
+        units = perf.measure(model, clients=4)
+        names = perf._names(3)
+        model.train()
+        model.set_client(ClientContext(0, 2, tuple(names), 48, 50))
+        perf._fresh_download(model, 4, 12345)
+        images = torch.rand(3, 3, tiny_backbone.image_size, tiny_backbone.image_size)
+        labels = torch.tensor([0, 1, 2])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.training_step((images, labels), 0).backward()  # the client-round's first step
+            _, counted = flops.count_flops(lambda: model.training_step((images, labels), 0).backward())
+    assert counted > 0
+    assert perf._at(units.step, 3, 3) == pytest.approx(counted, rel=1e-9)
+
+
+def test_the_schedule_charges_every_client_round(tiny_backbone):
+    model = build_method("promptfl", tiny_backbone, {})
+    units = perf.measure(model, clients=10)
+    one = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=10), minimum=False)
+    two = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=2, rounds=10), minimum=False)
+    assert two.total == pytest.approx(2 * one.total)
+    longer = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=20), minimum=False)
+    assert longer.parts["train_image"] == pytest.approx(2 * one.parts["train_image"])
+    minimum = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=10), minimum=True)
+    assert minimum.total <= one.total
+
+
+@pytest.mark.slow
+def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbench, tmp_path):
+    out = tmp_path / "perf.md"
+    done = fedbench("bench", "--quick", "--out", out, "--methods", "promptfl", "pfedmoap")
+    report = out.read_text()
+    for section in ("FLOPs of the Table 1 schedule on " + TINY, "By source", "Framework share", "shortcuts on and off"):
+        assert section in report
+    assert "| promptfl |" in report and "| pfedmoap |" in report
+    assert done.returncode == (1 if "NOT met" in report else 0)
