@@ -13,13 +13,14 @@ The schedule then multiplies them out as the code runs it (`executed`): every cl
 trains every round (participation 1), each step classifies over all base classes (the
 authors' protocol), once-per-client-round work (a download's frozen inputs) is paid per
 client-round and caches keyed by the class list once per run; evaluation at the rounds
-`evaluation_rounds` picks, scoring Local, Base and Novel as three memoized calls.
+`evaluation_rounds` picks, each client state encoding its base and novel classes once
+and scoring Local, Base and Novel as three memoized calls.
 
 The exact minimum (`minimum`) is the same per-unit costs with every exact elimination
 applied: the shortcuts on (text to the batch's longest real prompt, frozen prefixes and
 per-round inputs once), clients with equal states scored once, and Local read from the
 Base predictions it is a subset of (same model, same images, same classes), which the
-code recomputes.
+code scores again.
 
 Synthetic class names are one word each ("a photo of a class0007." is 9 tokens), so
 the text of a batch is as short as real prompts are at their shortest; the real
@@ -288,10 +289,9 @@ def schedule_cost(units: UnitCosts, schedule: Schedule, minimum: bool) -> Cost:
                 cost.add("eval_images", seeds * states * (
                     _at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)))
             else:
-                # Base and Novel: once per distinct state; Local: once per client (its own images).
-                cost.add("eval_text", seeds * (states * (tb + tn) + schedule.clients * text_base_warm))
-                if first:
-                    cost.add("eval_text", seeds * (text_base_cold - text_base_warm))
+                # Each state encodes the base and the novel classes once (Local shares Base's);
+                # Base and Novel are scored once per distinct state, Local once per client.
+                cost.add("eval_text", seeds * states * (tb + tn))
                 cost.add("eval_images", seeds * states * (
                     _at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)))
                 for own in dealt:
