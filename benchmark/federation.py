@@ -372,12 +372,11 @@ class FederatedSimulator:
         # (`on_evaluate`) leaves it in eval mode, which would switch off dropout and any
         # training-only branch (LoRA's dropout, FedMVP's LoRA path) for the rounds after it.
         self.method.train()
-        self.method.set_client(
-            ClientContext(
-                cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
-                len(self.schedule),
-            )
+        client = ClientContext(
+            cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
+            len(self.schedule),
         )
+        self.method.set_client(client)
         with _quiet_lightning(), _no_entry_point_scan():
             trainer = L.Trainer(
                 accelerator=s.accelerator,
@@ -391,7 +390,8 @@ class FederatedSimulator:
                 num_sanity_val_steps=0,
                 log_every_n_steps=1,
                 callbacks=[
-                    timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid), flops.StepFlops(cid),
+                    timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid),
+                    flops.StepFlops(client.class_names),
                 ],
             )
             trainer.fit(self.method, train_dataloaders=loader)

@@ -9,8 +9,9 @@ without gradients. Without them a frozen image tower's attention would count as 
 
 Counting costs Python time per operation, not per FLOP (a toy-CLIP training step takes
 ~3x longer counted), so a run counts a sample of its training steps and reuses it:
-a step's cost is a function of its *kind* -- (client, batch size, first step of a
-client-round or not, the method's discrete state such as pFedMoAP's expert count) --
+a step's cost is a function of its *kind* -- (the client's class list, batch size, first
+step of a client-round or not, the method's discrete state such as pFedMoAP's expert
+count); clients that classify over the same classes (base-to-novel: all base classes) share kinds --
 so each kind is counted the first time it runs and charged at that count afterwards.
 A first step includes once-per-client-round work (pFedMoAP's experts) and the filling of
 a method's caches that outlive the client-round (frozen template texts), so those are
@@ -219,8 +220,8 @@ class StepFlops(L.Callback):
     A training step here is everything between Lightning's batch start and batch end:
     forward, backward and optimizer step."""
 
-    def __init__(self, client_id: int) -> None:
-        self.client_id = client_id
+    def __init__(self, class_names: tuple[str, ...]) -> None:
+        self.class_names = tuple(class_names)
         self._account = current()
         self._kind: tuple | None = None
         self._counting: contextlib.ExitStack | None = None
@@ -231,7 +232,7 @@ class StepFlops(L.Callback):
             return
         first = trainer.global_step == 0 and batch_idx == 0 and trainer.current_epoch == 0
         size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
-        self._kind = (self.client_id, size, first, discrete_state(pl_module))
+        self._kind = (self.class_names, size, first, discrete_state(pl_module))
         account.steps += 1
         if account.sample_steps and self._kind in account._kinds:
             account.add("train", account._kinds[self._kind])

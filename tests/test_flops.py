@@ -69,11 +69,12 @@ def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root,
     monkeypatch.setattr(runner, "_FEATURES", FeatureCache(progress=False))  # features computed by this run
     config = tiny_config(fake_data_root, tmp_path / "counted", method=method, local_epochs=2, rounds=3)
     counted = run_experiment(config, progress=False)
-    summary = json.loads((counted.run_dir / "summary.json").read_text())
     timing = json.loads((counted.run_dir / "timing.json").read_text())
-    assert summary["flops"]["train"] > 0
-    assert timing["flops"]["train"] == summary["flops"]["train"]
+    train = timing["flops"]["train"]
+    assert train > 0 and train == sum(r.train_flops for r in counted.federation.rounds)
     assert timing["flops"]["evaluation"] > 0 and timing["flops"]["features"] > 0
+    assert timing["flops"]["total"] == train + timing["flops"]["evaluation"] + timing["flops"]["features"]
+    assert "flops" not in json.loads((counted.run_dir / "summary.json").read_text())  # engine- and resume-free
     # Steps are sampled: fewer counted than run.
     assert 0 < timing["flops"]["train_steps_counted"] < timing["flops"]["train_steps"]
 
@@ -82,13 +83,13 @@ def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root,
     monkeypatch.setattr(flops, "ledger", lambda: sampled_ledger(sample_steps=False))
     every = run_experiment(dataclasses.replace(config, out=str(tmp_path / "every")), progress=False)
     assert every.timing["flops"]["train_steps_counted"] == every.timing["flops"]["train_steps"]
-    assert every.summary["flops"]["train"] == summary["flops"]["train"]
+    assert every.timing["flops"]["train"] == train
     monkeypatch.undo()
 
     # No ledger open: nothing is counted, and every metric is the same.
     monkeypatch.setattr(flops, "ledger", lambda: _nothing())
     plain = run_experiment(dataclasses.replace(config, out=str(tmp_path / "plain")), progress=False)
-    assert plain.summary["flops"]["train"] == 0
+    assert plain.timing["flops"]["total"] == 0
     assert plain.summary["metrics"] == counted.summary["metrics"]
     assert plain.per_client == counted.per_client
 
