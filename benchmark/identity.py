@@ -4,18 +4,25 @@ A finished run folder is reused by `fedbench reproduce` only when its identity i
 one asked for now, so a result can never be stale without the folder name saying so:
   run       the RunConfig fields that change results, with the method's hyperparameters
             *resolved* (every default written out, so a changed default is a new cell);
-  method    the class, the sha256 of the source files it is defined in (the class and its
+  method    the class, the hash of the source files it is defined in (the class and its
             bases up to FederatedMethod) and, for a plugin, its package and version;
-  weights   the backbone and the identity of its weights (the toy CLIP's recipe hash, a
-            checkpoint file's sha256, an open_clip tag);
+  framework the hash of the shared code every cell's numbers pass through (the simulator,
+            backbone, evaluation, optimizer schedules, data pipeline: FRAMEWORK_CODE), so a
+            fix there reruns every cell instead of mixing old and new numbers in one table;
+  weights   the backbone and the identity of its weights (a built checkpoint's sha256 for
+            the suite's own weights such as the toy CLIP, whose float rounding depends on the
+            machine that pretrained it; a checkpoint file's sha256; an open_clip tag);
   data      the dataset's loader code (and the generator for a generated dataset) and the
             partition / few-shot sampling code.
+Source code is hashed by its syntax tree without docstrings: editing a comment, a docstring
+or the layout keeps every cell; any change to the code makes new ones.
 Settings that cannot change a number (paths, device, W&B, evaluation batch size) are
 left out: see `RunConfig.NON_RESULT_FIELDS`.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import hashlib
 import inspect
@@ -29,6 +36,23 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 # The code that turns a dataset into client shards; a change there changes every partition.
 PARTITION_CODE = ("data/partition.py", "data/fewshot.py")
+# The shared code between a config and its numbers (method and dataset code is hashed per cell).
+FRAMEWORK_CODE = (
+    "benchmark/backbone.py",
+    "benchmark/evaluation.py",
+    "benchmark/features.py",
+    "benchmark/federation.py",
+    "benchmark/method.py",
+    "benchmark/optim.py",
+    "benchmark/prompts.py",
+    "benchmark/protocols.py",
+    "benchmark/runner.py",
+    "benchmark/shortcuts.py",
+    "data/base.py",
+    "data/combined.py",
+    "data/transforms.py",
+    "data/validation.py",
+)
 
 
 def cell_identity(config: "RunConfig") -> dict[str, Any]:
@@ -43,6 +67,7 @@ def cell_identity(config: "RunConfig") -> dict[str, Any]:
     return {
         "run": {**config.result_key(), "method_args": method_args},
         "method": method,
+        "framework": _files_sha256([ROOT / f for f in FRAMEWORK_CODE]),
         "weights": weights_identity(config.backbone, config.pretrained),
         "data": [data_identity(name) for name in config.datasets + config.test_datasets],
     }
@@ -80,18 +105,29 @@ def method_version(name: str) -> dict[str, Any]:
 
 def weights_identity(backbone: str, pretrained: str) -> str:
     """A string that changes whenever the weights do, computed without building anything."""
-    from benchmark.backbone import PRETRAINED_IDENTITIES
+    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES
 
     _register_suite_weights()
     if pretrained in ("", "none", None):
         return f"{backbone}@random(seed 0)"
     if pretrained in PRETRAINED_IDENTITIES:
-        return f"{backbone}@{pretrained}:{PRETRAINED_IDENTITIES[pretrained]()}"
+        named = f"{backbone}@{pretrained}:{PRETRAINED_IDENTITIES[pretrained]()}"
+        if pretrained not in PRETRAINED_CACHED:
+            return named
+        # The suite's own weights are built on the user's machine, and the build's float
+        # rounding depends on it: name the bytes, once they exist (`prepare_weights` builds
+        # them before a run or sweep names its cells).
+        path = PRETRAINED_CACHED[pretrained]()
+        return f"{named} sha256:{_checkpoint_sha256(path)}" if path is not None else f"{named} (not built yet)"
     path = Path(pretrained).expanduser()
     if path.is_file():
-        stat = path.stat()
-        return f"{backbone}@file sha256:{_file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)}"
+        return f"{backbone}@file sha256:{_checkpoint_sha256(path)}"
     return f"{backbone}@{pretrained}"  # an open_clip tag names fixed published weights
+
+
+def _checkpoint_sha256(path: Path) -> str:
+    stat = path.stat()
+    return _file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def data_identity(dataset: str) -> dict[str, Any]:
@@ -108,13 +144,27 @@ def data_identity(dataset: str) -> dict[str, Any]:
     }
 
 
+def prepare_weights(pretrained: str | None) -> bool:
+    """Build the suite's own weights named by `pretrained` (e.g. the toy CLIP) if they are not
+    cached yet, so that the cells about to run are named by the bytes they will load.
+    Returns whether it built them (cell names computed before then are stale)."""
+    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_PROVIDERS
+
+    _register_suite_weights()
+    if pretrained not in PRETRAINED_PROVIDERS:
+        return False
+    missing = pretrained in PRETRAINED_CACHED and PRETRAINED_CACHED[pretrained]() is None
+    PRETRAINED_PROVIDERS[pretrained]()
+    return missing
+
+
 def _register_suite_weights() -> None:
     import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 
 
 def _source_of(klass: type) -> str:
     try:
-        return _read(Path(inspect.getsourcefile(klass))).decode()
+        return _code(Path(inspect.getsourcefile(klass)))
     except (TypeError, OSError):
         # A class made at run time (no file): its qualified name is all there is to hash.
         return f"<no source file: {klass.__module__}.{klass.__qualname__}>"
@@ -133,19 +183,38 @@ def _files_sha256(files: list[Path]) -> str:
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode())
-        digest.update(_read(path))
+        digest.update(_code(path).encode())
     return digest.hexdigest()[:16]
 
 
-def _read(path: Path) -> bytes:
+def _code(path: Path) -> str:
     # A sweep names hundreds of cells; read each source file once per version of it.
     stat = path.stat()
-    return _read_cached(str(path), stat.st_mtime_ns, stat.st_size)
+    return _code_cached(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=256)
-def _read_cached(path: str, mtime_ns: int, size: int) -> bytes:
-    return Path(path).read_bytes()
+def _code_cached(path: str, mtime_ns: int, size: int) -> str:
+    """The code of a Python file without comments, docstrings and layout (its syntax tree);
+    any other file as it is."""
+    text = Path(path).read_text(errors="replace")
+    if not path.endswith(".py"):
+        return text
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False)
 
 
 def _plain(value: Any) -> Any:

@@ -26,6 +26,7 @@ from benchmark.federation import (
     client_sampling_schedule,
     describe_sampling,
 )
+from benchmark.identity import prepare_weights
 from benchmark.locks import cell_lock
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.protocols import get_protocol
@@ -110,6 +111,8 @@ def run_experiment(
         if not write:
             return _run_experiment(config, False, progress, tracker, engine)
         check_output_location(Path(config.out))  # before any model is built: never lose a run to it
+        validate_run(config)  # a typo fails before minutes of pretraining
+        prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
         with cell_lock(Path(config.out) / config.run_name()):
             return _run_experiment(config, True, progress, tracker, engine)
 

@@ -106,7 +106,10 @@ def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
         spec.loader.exec_module(module)
         config = tiny_config(fake_data_root, tmp_path, method="edited_method")
         before = config.hash()
-        source.write_text(source.read_text() + "    # logits now computed differently\n")
+        source.write_text(source.read_text() + "    # a comment and a docstring edit keep the cell\n")
+        source.write_text(source.read_text().replace("Frozen CLIP.", "Frozen CLIP, plain zero-shot."))
+        assert config.hash() == before
+        source.write_text(source.read_text() + "    uses_class_attributes = False\n")
         assert config.hash() != before
         assert tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2).hash() != config.hash()
     finally:
@@ -124,5 +127,55 @@ def test_weights_and_data_are_part_of_the_identity(tmp_path, fake_data_root):
     toy = tiny_config(fake_data_root, tmp_path, backbone="fedbench-toy-vit", pretrained="fedbench-toy")
     from data.toy.pretrain import DEFAULT_RECIPE
 
-    assert DEFAULT_RECIPE.hash in toy.identity()["weights"]  # known without building the toy CLIP
+    assert DEFAULT_RECIPE.hash in toy.identity()["weights"]  # the recipe, and the bytes once built
     assert toy.identity()["data"] != tiny_config(fake_data_root, tmp_path, dataset="toy").identity()["data"]
+
+
+def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_root):
+    """The toy CLIP's float rounding depends on the machine that pretrained it: two builds
+    of one recipe are different weights, so they must be different cells."""
+    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS, register_pretrained
+    from benchmark.identity import prepare_weights
+
+    checkpoint = tmp_path / "suite-weights.pt"
+
+    def build() -> Path:
+        checkpoint.write_bytes(b"weights of one build")
+        return checkpoint
+
+    register_pretrained(
+        "test-suite-weights", identity=lambda: "recipe-1", cached=lambda: checkpoint if checkpoint.is_file() else None
+    )(build)
+    try:
+        config = tiny_config(fake_data_root, tmp_path, pretrained="test-suite-weights")
+        assert config.identity()["weights"].endswith("recipe-1 (not built yet)")
+        assert prepare_weights("test-suite-weights") is True
+        built = config.hash()
+        assert "sha256:" in config.identity()["weights"]
+        assert prepare_weights("test-suite-weights") is False  # cached: nothing built, same names
+        assert config.hash() == built
+        checkpoint.write_bytes(b"weights of another machine's build")  # same recipe, other bytes
+        assert config.hash() != built
+    finally:
+        for registry in (PRETRAINED_PROVIDERS, PRETRAINED_IDENTITIES, PRETRAINED_CACHED):
+            registry.pop("test-suite-weights", None)
+
+
+def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_root, monkeypatch):
+    import benchmark.identity as identity
+
+    shared = tmp_path / "shared_code.py"
+    shared.write_text('def scale(x):\n    """Doubles x."""\n    return 2 * x  # the factor\n')
+    monkeypatch.setattr(identity, "FRAMEWORK_CODE", (str(shared),))  # an absolute path
+    config = tiny_config(fake_data_root, tmp_path)
+    before = config.identity()["framework"]
+    shared.write_text('def scale(x):\n    """Returns twice x."""\n\n    return 2 * x\n')
+    assert config.identity()["framework"] == before  # docstring, comment and layout only
+    shared.write_text("def scale(x):\n    return 3 * x\n")
+    assert config.identity()["framework"] != before
+
+
+def test_the_shared_code_list_names_existing_files():
+    from benchmark.identity import FRAMEWORK_CODE, ROOT
+
+    assert [f for f in FRAMEWORK_CODE if not (ROOT / f).is_file()] == []

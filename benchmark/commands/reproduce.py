@@ -158,6 +158,7 @@ def parse_set(items: list[str]) -> dict[str, str]:
 
 def run(args) -> int:
     from benchmark.config import ConfigError
+    from benchmark.identity import prepare_weights
     from benchmark.presets import load_preset
     from benchmark.sweep import needed_datasets, plan_sweep, run_sweep
     from benchmark.tuning import TUNED_YAML, load_tuned
@@ -180,6 +181,9 @@ def run(args) -> int:
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
+    built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
+    if any(built):  # the cells are named by their weights' bytes, which exist only now
+        plan = plan_sweep(preset, cells, force=args.force, shown=preset.cells(overrides) if filtered else None)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
         raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
