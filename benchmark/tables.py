@@ -257,30 +257,36 @@ def render(
 
 def latex_table(part: pd.DataFrame, caption: str) -> str:
     """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
-    of each column in bold (ties all bold), the caption escaped for LaTeX."""
+    of each column in bold (ties all bold), a failed cell as `failed` (never a number), a
+    column saying paper/tuned when any row is tuned, the caption escaped for LaTeX."""
     metrics = list(dict.fromkeys(part["metric"]))
     has_grid = (part["grid"] != "").any()
-    rows = list(dict.fromkeys(zip(part["label"], part["grid"])))
-    means = part.pivot_table(index=["label", "grid"], columns="metric", values="mean", aggfunc="first")
-    best = {m: means[m].max() for m in metrics}
-    header = ["Method", *(["Setting"] if has_grid else []), *metrics]
+    has_tuned = (part["hyperparameters"] != "paper").any()
+    keys = ["label", "hyperparameters", "grid"]
+    rows = list(dict.fromkeys(zip(*(part[k] for k in keys))))
+    best = {m: part.loc[(part["metric"] == m) & (part["failed"] == 0), "mean"].max() for m in metrics}
+    header = ["Method", *(["Hyperparameters"] if has_tuned else []), *(["Setting"] if has_grid else []), *metrics]
     lines = [
         "\\begin{table}[t]",
         "\\centering",
         f"\\caption{{{latex_escape(caption)}}}",
-        f"\\begin{{tabular}}{{l{'l' if has_grid else ''}{'r' * len(metrics)}}}",
+        f"\\begin{{tabular}}{{l{'l' if has_tuned else ''}{'l' if has_grid else ''}{'r' * len(metrics)}}}",
         "\\toprule",
         " & ".join(latex_escape(h) for h in header) + " \\\\",
         "\\midrule",
     ]
-    for label, grid in rows:
-        cells = [latex_escape(label), *([latex_escape(grid)] if has_grid else [])]
+    for label, hyperparameters, grid in rows:
+        cells = [latex_escape(label), *([hyperparameters] if has_tuned else []), *([latex_escape(grid)] if has_grid else [])]
+        here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
         for metric in metrics:
-            row = part[(part["label"] == label) & (part["grid"] == grid) & (part["metric"] == metric)]
+            row = here[here["metric"] == metric]
             if row.empty:
                 cells.append("--")
                 continue
-            mean, std, n = row[["mean", "std", "n"]].iloc[0]
+            mean, std, n, failed = row[["mean", "std", "n", "failed"]].iloc[0]
+            if failed:
+                cells.append(latex_escape(_fmt(mean, std, n, failed)))
+                continue
             text = f"{mean:.2f}" + (f" $\\pm$ {std:.2f}" if n > 1 else "")
             cells.append(f"\\textbf{{{text}}}" if round(mean, 2) == round(best[metric], 2) else text)
         lines.append(" & ".join(cells) + " \\\\")

@@ -7,9 +7,9 @@ import pandas as pd
 from benchmark.tables import latex_table, paper_comparison
 
 
-def stats_rows(label, grid, values, n=2):
-    return [dict(label=label, hyperparameters="paper", method=label, dataset="Average", grid=grid, metric=m,
-                 mean=v, std=0.5, n=n) for m, v in values.items()]
+def stats_rows(label, grid, values, n=2, hyperparameters="paper", failed=0):
+    return [dict(label=label, hyperparameters=hyperparameters, method=label, dataset="Average", grid=grid, metric=m,
+                 mean=v, std=0.5, n=n, failed=failed) for m, v in values.items()]
 
 
 def test_latex_table_is_paste_ready():
@@ -23,6 +23,15 @@ def test_latex_table_is_paste_ready():
     assert lines[7] == "clip\\_adapter & \\textbf{83.10 $\\pm$ 0.50} & 70.00 $\\pm$ 0.50 \\\\"
     assert lines[8] == "lora & 80.00 & \\textbf{73.46} \\\\"
     assert "\\bottomrule" in lines
+
+
+def test_latex_table_keeps_paper_and_tuned_rows_apart_and_never_prints_a_failed_cell_as_a_number():
+    part = pd.DataFrame(stats_rows("lora", "", {"HM": 70.0}) + stats_rows("lora", "", {"HM": 75.0}, hyperparameters="tuned")
+                        + stats_rows("promptfl", "", {"HM": float("nan")}, n=0, failed=1))
+    lines = latex_table(part, "t").splitlines()
+    assert lines[5] == "Method & Hyperparameters & HM \\\\"
+    assert lines[7:10] == ["lora & paper & 70.00 $\\pm$ 0.50 \\\\", "lora & tuned & \\textbf{75.00 $\\pm$ 0.50} \\\\",
+                           "promptfl & paper & failed \\\\"]
 
 
 def test_paper_comparison_keeps_grid_values_apart():
