@@ -3,6 +3,8 @@ toy CLIP (4 blocks per tower) with the arguments the toy presets give it."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from benchmark.backbone import load_backbone
@@ -18,3 +20,17 @@ def test_every_method_of_the_toy_tables_builds_on_the_toy_clip(preset):
     assert {c.config.method for c in cells} >= ({"fedtpg", "fedcocoop", "fedvpt", "fedmaple", "fedclip"})
     for cell in cells:
         build_method(cell.config.method, backbone, cell.config.method_args)
+
+
+def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
+    """`fedbench demo` calls `reproduce` in-process: its arguments must carry every option
+    reproduce reads (a new reproduce flag once broke the demo with an AttributeError)."""
+    from benchmark.commands import demo, reproduce
+
+    seen = {}
+    monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)
+    assert demo.run(argparse.Namespace(wandb="disabled")) == 0
+    args = seen["args"]
+    assert (args.table, args.wandb, args.dry_run, args.tuned) == ("toy", "disabled", False, False)
+    assert args.executor == "local"
+    reproduce.make_executor(args)  # reads every executor option

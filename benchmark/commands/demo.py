@@ -15,15 +15,20 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from benchmark.commands import reproduce
+
+    return reproduce.run(reproduce_args(args.wandb))
+
+
+def reproduce_args(wandb: str):
+    """`fedbench reproduce toy --methods <every registered method>` parsed by reproduce's own
+    parser, so every option reproduce reads has its default."""
     import argparse
 
     from benchmark.commands import reproduce
     from benchmark.registry import available_methods
 
+    parser = argparse.ArgumentParser(prog="fedbench")
+    reproduce.add_parser(parser.add_subparsers())
     methods = [m for m in available_methods() if not m.startswith("test_")]
-    return reproduce.run(
-        argparse.Namespace(
-            table="toy", seeds=None, datasets=None, methods=methods, dry_run=False, force=False, out=None, results=None,
-            data_root=None, device=None, wandb=args.wandb, set=[], tuned=False,
-        )
-    )
+    return parser.parse_args(["reproduce", "toy", "--methods", *methods, "--wandb", wandb])
