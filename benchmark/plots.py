@@ -98,9 +98,9 @@ def radar(
         ax.tick_params(axis="x", pad=12)
         ax.set_yticklabels([])
         ax.set_ylim(0, 1)
-        ax.set_title(f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10)
+        ax.set_title(f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10, pad=36)  # above the top axis label
         ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
-    fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)")
+    fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.1)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
