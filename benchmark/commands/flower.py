@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def add_parser(subparsers) -> None:
     from benchmark.cliargs import add_run_arguments
@@ -30,38 +28,18 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark.cliargs import config_from_args, method_parser
+    from benchmark.cliargs import config_from_args
+    from benchmark.commands.run import answer_without_running, run_config
     from benchmark.config import ConfigError
 
     config = config_from_args(args)
-    if args.method_help:
-        method_parser(config.method).print_help()
-        return 0
-    if args.print_config:
-        import yaml
-
-        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
+    if answer_without_running(args, config):
         return 0
     if args.parallel < 1 or args.client_cpus < 1 or args.client_gpus < 0:
         raise ConfigError(
             f"--parallel {args.parallel}, --client-cpus {args.client_cpus}, --client-gpus {args.client_gpus}: "
             "expected --parallel >= 1, --client-cpus >= 1 and --client-gpus >= 0"
         )
-
     from benchmark.flower import simulate  # the [flower] extra: a clear error when missing
-    from benchmark.locks import cell_lock
-    from benchmark.reporting import format_summary
-    from benchmark.results import check_output_location
-    from benchmark.runner import run_experiment
-    from benchmark.tracking import Tracker
-    from benchmark.validation import validate_run
 
-    for note in validate_run(config):
-        print(f"note: {note}")
-    check_output_location(Path(config.out))
-    engine = simulate(args.parallel, args.client_cpus, args.client_gpus)
-    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=("fedbench flower",)) as tracker:
-        result = run_experiment(config, tracker=tracker, engine=engine)
-    print(format_summary(result.summary, result.timing))
-    print(f"run folder: {result.run_dir}")
-    return 0
+    return run_config(config, tags=("fedbench flower",), engine=simulate(args.parallel, args.client_cpus, args.client_gpus))

@@ -19,7 +19,33 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark.cliargs import config_from_args, method_parser
+    from benchmark.cliargs import config_from_args
+
+    config = config_from_args(args)
+    if answer_without_running(args, config):
+        return 0
+    return run_config(config, tags=("fedbench run",))
+
+
+def answer_without_running(args, config) -> bool:
+    """`--method-help` and `--print-config` print their answer and run nothing."""
+    from benchmark.cliargs import method_parser
+
+    if args.method_help:
+        method_parser(config.method).print_help()
+        return True
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
+        return True
+    return False
+
+
+def run_config(config, tags: tuple[str, ...], engine=None) -> int:
+    """Run one cell in its run folder under its lock, tracked, and print its table.
+    `engine`: None for the in-process simulator, or another one (`benchmark.flower`)."""
+    from benchmark.identity import prepare_weights
     from benchmark.locks import cell_lock
     from benchmark.reporting import format_summary
     from benchmark.results import check_output_location
@@ -27,20 +53,12 @@ def run(args) -> int:
     from benchmark.tracking import Tracker
     from benchmark.validation import validate_run
 
-    config = config_from_args(args)
-    if args.method_help:
-        method_parser(config.method).print_help()
-        return 0
-    if args.print_config:
-        import yaml
-
-        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
-        return 0
     for note in validate_run(config):  # before W&B starts or a backbone is built
         print(f"note: {note}")
     check_output_location(Path(config.out))
-    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=("fedbench run",)) as tracker:
-        result = run_experiment(config, tracker=tracker)
+    prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
+    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=tags) as tracker:
+        result = run_experiment(config, tracker=tracker, engine=engine)
     print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")
     return 0
