@@ -65,6 +65,23 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
     return build_config(base, {"method_args": method_args})
 
 
+def write_mini_preset(
+    folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1,), rounds=1, paper_table: str | None = None
+) -> Path:
+    """The smallest table a test can reproduce: base2novel on the fake DTD layout, tiny CLIP."""
+    preset = folder / "mini.yaml"
+    preset.write_text(
+        "title: Mini table\n"
+        + (f"paper_table: {paper_table}\n" if paper_table else "")
+        + f"run: {{protocol: base2novel, shots: 2, rounds: {rounds}, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
+        "datasets: [dtd]\n"
+        f"methods: [{', '.join(methods)}]\n"
+        f"seeds: [{', '.join(map(str, seeds))}]\n"
+    )
+    return preset
+
+
 class Done:
     """What a CLI call returned and printed."""
 

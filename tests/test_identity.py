@@ -10,20 +10,7 @@ from pathlib import Path
 import yaml
 
 from benchmark.cli import main
-from conftest import tiny_config
-
-
-def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl")) -> Path:
-    preset = folder / "ident.yaml"
-    preset.write_text(
-        "title: Identity\n"
-        "run: {protocol: base2novel, shots: 2, rounds: 1, local_epochs: 1, clients: 3, batch_size: 8,"
-        f" backbone: fedbench-tiny-vit, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
-        "datasets: [dtd]\n"
-        f"methods: [{', '.join(methods)}]\n"
-        "seeds: [1]\n"
-    )
-    return preset
+from conftest import tiny_config, write_mini_preset as write_preset
 
 
 def reproduce(tmp: Path, preset: Path, *extra: str) -> int:

@@ -14,24 +14,14 @@ import pandas as pd
 import pytest
 
 from benchmark.cli import main
-from conftest import TINY
+from conftest import write_mini_preset
 
 # The packaged copy is the source of truth: a clone has nothing beside the repository.
 REFERENCE = Path(__file__).resolve().parents[1] / "benchmark" / "reference" / "paper_tables.csv"
 
 
 def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1, 2), rounds=1) -> Path:
-    preset = folder / "mini.yaml"
-    preset.write_text(
-        "title: Mini table\n"
-        "paper_table: base2novel\n"
-        f"run: {{protocol: base2novel, shots: 2, rounds: {rounds}, local_epochs: 1, clients: 3, batch_size: 8,"
-        f" backbone: {TINY}, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
-        "datasets: [dtd]\n"
-        f"methods: [{', '.join(methods)}]\n"
-        f"seeds: [{', '.join(map(str, seeds))}]\n"
-    )
-    return preset
+    return write_mini_preset(folder, data_root, methods, seeds, rounds, paper_table="base2novel")
 
 
 def reproduce(tmp_path: Path, preset: Path, *extra: str) -> int:

@@ -14,24 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import TINY, tiny_config, write_split_zhou
+from conftest import TINY, tiny_config, write_mini_preset as write_preset, write_split_zhou
 from fake_layouts import _COOP_FILES as COOP_FILES
 from fake_layouts import DOMAINBED, FAKE_NAMES, make_fake_dataset
 from benchmark.method import Choice, LogUniform, Uniform
 from data.base import FileImages
-
-
-def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1,), rounds=1) -> Path:
-    preset = folder / "mini.yaml"
-    preset.write_text(
-        "title: Mini table\n"
-        f"run: {{protocol: base2novel, shots: 2, rounds: {rounds}, local_epochs: 1, clients: 3, batch_size: 8,"
-        f" backbone: {TINY}, pretrained: none, data_root: {data_root}, wandb: disabled}}\n"
-        "datasets: [dtd]\n"
-        f"methods: [{', '.join(methods)}]\n"
-        f"seeds: [{', '.join(map(str, seeds))}]\n"
-    )
-    return preset
 
 
 def tune_args(tmp: Path, preset: Path, *extra) -> list[str]:
