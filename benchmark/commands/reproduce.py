@@ -175,7 +175,8 @@ def run(args) -> int:
     overrides.update(parse_set(args.set))
     cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
     filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
-    plan = plan_sweep(preset, cells, force=args.force, shown=preset.cells(overrides) if filtered else None)
+    shown = preset.cells(overrides) if filtered else None
+    plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
@@ -183,7 +184,7 @@ def run(args) -> int:
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
     if any(built):  # the cells are named by their weights' bytes, which exist only now
-        plan = plan_sweep(preset, cells, force=args.force, shown=preset.cells(overrides) if filtered else None)
+        plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
         raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
