@@ -47,15 +47,15 @@ def main() -> None:
     x_train, y_train = base_features(backbone, "train", base)
     x_val, y_val = base_features(backbone, "val", base)
     with torch.no_grad():
-        text = backbone.zero_shot_text_features([spec.class_names[c] for c in base], "a photo of a {}.")
+        text = F.normalize(backbone.zero_shot_text_features([spec.class_names[c] for c in base], "a photo of a {}."), dim=-1)
     print(f"{len(y_train)} base-class train images, {len(y_val)} validation images")
     print(f"zero-shot: validation Base {accuracy(x_val, text, y_val):.2f}")
     for decay in (0.0, 1e-4, 1e-3, 1e-2):
-        classes = torch.nn.Parameter(F.normalize(text, dim=-1).clone())
+        classes = torch.nn.Parameter(text.clone())
         optimizer = torch.optim.Adam([classes], lr=0.01)
         for _ in range(1500):
             logits = backbone.logit_scale * x_train @ F.normalize(classes, dim=-1).T
-            loss = F.cross_entropy(logits, y_train) + decay * (classes - F.normalize(text, dim=-1)).pow(2).sum()
+            loss = F.cross_entropy(logits, y_train) + decay * (classes - text).pow(2).sum()
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
