@@ -276,7 +276,7 @@ def latex_table(part: pd.DataFrame, caption: str) -> str:
         "\\midrule",
     ]
     for label, hyperparameters, grid in rows:
-        cells = [latex_escape(label), *([hyperparameters] if has_tuned else []), *([latex_escape(grid)] if has_grid else [])]
+        cells = [latex_escape(label), *([latex_escape(hyperparameters)] if has_tuned else []), *([latex_escape(grid)] if has_grid else [])]
         here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
         for metric in metrics:
             row = here[here["metric"] == metric]
