@@ -1,9 +1,9 @@
 """The federated simulator: rounds x sampled clients x local epochs, one resident module.
 
 Each round: every sampled client gets its own state swapped into the one resident
-method module, receives the server's download, trains with a fresh Lightning Trainer
-(so a fresh optimizer and scheduler: nothing leaks from the previous client), and
-uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
+method module, receives the server's download, trains (`benchmark.client_loop`: the
+module's Lightning hooks with a fresh optimizer and scheduler, so nothing leaks from the
+previous client), and uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
 of each client's latest upload. State is plain name -> tensor dicts throughout.
 
 After the last round every client receives the final download (the method's `download`
@@ -16,21 +16,17 @@ run flags it (`rounds_trained` = 0 in metrics.csv, `clients_never_trained` in su
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import logging
 import random
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
+from benchmark.client_loop import ClientLoop, NonFiniteLoss
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
@@ -86,6 +82,16 @@ def client_seed(seed: int, round_index: int, client_id: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1)[0])
 
 
+def seed_torch(seed: int) -> None:
+    """`torch.manual_seed` for the devices a run uses: the CPU and, once a run has put its
+    model there, CUDA. Cheaper per client-round than torch.manual_seed, which queues a lazy
+    seeding (with a captured stack trace) for every backend not in use, and than
+    `torch.cuda.is_available()`, which retries the driver on a machine without one (~0.4 ms)."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+
+
 class ClientTrainSet(Dataset):
     """A client's training images with labels mapped into its own label space.
 
@@ -113,10 +119,19 @@ class ClientTrainSet(Dataset):
         if isinstance(self.images, torch.Tensor):  # cached features: nothing random
             return self.images[index], self.labels[i]
         sample_seed = int(np.random.SeedSequence([self.seed, epoch, i]).generate_state(1, np.uint64)[0])
-        with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's global RNG
-            torch.manual_seed(sample_seed)
+        with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's CPU RNG
+            torch.default_generator.manual_seed(sample_seed)
             image = self.images.load(index)
         return image, self.labels[i]
+
+    def batch(self, keys: Sequence[tuple[int, int]]):
+        """The items of `keys` collated as a DataLoader collates them; cached features are
+        gathered in one indexing instead of one tensor per item."""
+        if isinstance(self.images, torch.Tensor):
+            positions = [i for _, i in keys]
+            inputs = self.images[[self.indices[i] for i in positions]]
+            return [inputs, torch.tensor([self.labels[i] for i in positions])]
+        return default_collate([self[key] for key in keys])
 
 
 class EpochTaggedSampler(Sampler):
@@ -141,6 +156,35 @@ class EpochTaggedSampler(Sampler):
             yield epoch, position
 
 
+class ClientBatches:
+    """A client-round's training batches, one pass per iteration: the order of
+    `EpochTaggedSampler`, collated as a DataLoader collates. With `num_workers` > 0 a
+    DataLoader's worker processes load them; in this process (0) they are collated
+    directly, without a DataLoader iterator's per-pass setup, which costs more than a whole
+    training step of a tiny model."""
+
+    def __init__(self, dataset: ClientTrainSet, batch_size: int, seed: int, num_workers: int) -> None:
+        self.dataset, self.batch_size = dataset, batch_size
+        self.sampler = EpochTaggedSampler(len(dataset), seed)
+        self.loader = None
+        if num_workers > 0:
+            self.loader = DataLoader(
+                dataset, batch_size=batch_size, sampler=self.sampler, num_workers=num_workers,
+                generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs, which nothing here draws from
+            )
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.batch_size)
+
+    def __iter__(self):
+        if self.loader is not None:
+            yield from self.loader
+            return
+        keys = list(self.sampler)
+        for start in range(0, len(keys), self.batch_size):
+            yield self.dataset.batch(keys[start:start + self.batch_size])
+
+
 @dataclass
 class RoundLog:
     round: int
@@ -149,7 +193,7 @@ class RoundLog:
     bytes_up: int
     bytes_down: int
     model_seconds: float  # forward + backward + optimizer step, summed over batches
-    total_seconds: float  # the whole round: state swaps, Trainer setup, data loading, aggregation
+    total_seconds: float  # the whole round: state swaps, optimizer setup, data loading, aggregation
     train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
 
 
@@ -251,6 +295,7 @@ class FederatedSimulator:
         # the caller's (it evaluates `FederationResult.client_states`).
         self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
         self.on_evaluate = on_evaluate
+        self._loop = ClientLoop(settings.accelerator, settings.precision)
 
     def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
         """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
@@ -329,7 +374,8 @@ class FederatedSimulator:
         loss, compute = self._train_client(cid, round_index)
         trained = method.client_state()
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
-        return ClientRound(trained, method.uploaded_state(), loss, compute)
+        upload = {k: v for k, v in trained.items() if method.is_uploaded(k)}  # what `uploaded_state` holds
+        return ClientRound(trained, upload, loss, compute)
 
     def client_update(self, cid: int, upload: State) -> ClientUpdate:
         """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""
@@ -357,48 +403,23 @@ class FederatedSimulator:
         shard = self.clients[cid]
         s = self.settings
         seed = client_seed(self.seed, round_index, cid)
-        torch.manual_seed(seed)
+        seed_torch(seed)
         dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
-        generator = torch.Generator().manual_seed(seed)
-        loader = DataLoader(
-            dataset,
-            batch_size=min(s.batch_size, max(1, shard.num_samples)),
-            sampler=EpochTaggedSampler(len(dataset), seed),
-            generator=generator,  # seeds the workers' RNGs, which nothing here draws from
-            num_workers=s.num_workers,
-            persistent_workers=False,
-        )
-        # Lightning trains the module in the mode it finds it in; an evaluation between rounds
-        # (`on_evaluate`) leaves it in eval mode, which would switch off dropout and any
-        # training-only branch (LoRA's dropout, FedMVP's LoRA path) for the rounds after it.
-        self.method.train()
+        batches = ClientBatches(dataset, min(s.batch_size, max(1, shard.num_samples)), seed, s.num_workers)
         client = ClientContext(
             cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
             len(self.schedule),
         )
         self.method.set_client(client)
-        with _quiet_lightning(), _no_entry_point_scan():
-            trainer = L.Trainer(
-                accelerator=s.accelerator,
-                devices=1,
-                precision=s.precision,
-                max_epochs=s.local_epochs,
-                logger=False,
-                enable_checkpointing=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                num_sanity_val_steps=0,
-                log_every_n_steps=1,
-                callbacks=[
-                    timer := _BatchTimer(), _FiniteLoss(self._divergence, round_index, cid),
-                    flops.StepFlops(client.class_names),
-                ],
-            )
-            trainer.fit(self.method, train_dataloaders=loader)
-        self.method.set_client(None)
-        loss = trainer.callback_metrics.get("train_loss")
-        return (float(loss) if loss is not None else float("nan")), timer.seconds
-
+        try:
+            trained = self._loop.fit(self.method, batches, s.local_epochs, client.class_names)
+        except NonFiniteLoss as bad:
+            # Past a non-finite loss every later number of the run is meaningless (NaN losses,
+            # metrics at chance) yet would look like a result.
+            raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
+        finally:
+            self.method.set_client(None)
+        return trained.loss, trained.model_seconds
 
     def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
                     lr: float | None = None) -> DivergenceError:
@@ -415,86 +436,6 @@ class FederatedSimulator:
         if bad:
             more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
             raise self._divergence(f"{what} holds non-finite values in {', '.join(bad[:3])}{more}", round_index, cid)
-
-
-class _FiniteLoss(L.Callback):
-    """Stops local training at the first non-finite loss: past it, every later number of
-    the run is meaningless (NaN losses, metrics at chance) yet would look like a result."""
-
-    def __init__(self, divergence: Callable[..., DivergenceError], round_index: int, cid: int) -> None:
-        self.divergence, self.round_index, self.cid = divergence, round_index, cid
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if isinstance(loss, torch.Tensor) and not torch.isfinite(loss.detach()).all():
-            optimizers = trainer.optimizers
-            lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
-            raise self.divergence(
-                f"the training loss is {float(loss.detach().float().mean())}", self.round_index, self.cid,
-                trainer.global_step, lr,
-            )
-
-
-class _BatchTimer(L.Callback):
-    """Time spent in the model itself (a batch's forward, backward and step), so that
-    `fedbench profile` can separate it from the framework's per-client overhead."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._start = 0.0
-
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.seconds += time.perf_counter() - self._start
-
-
-@functools.cache
-def _has_entry_points(group: str) -> bool:
-    from importlib.metadata import entry_points
-
-    return bool(entry_points(group=group))
-
-
-@contextlib.contextmanager
-def _no_entry_point_scan():
-    """Every Trainer Lightning builds scans all installed packages' entry points for
-    external callbacks (~35 ms, a quarter of a tiny-CLIP client-round). The installed
-    packages do not change during a run: look once per process, and call Lightning's own
-    loader only when the group has entries, so the Trainer gets the same callbacks."""
-    from lightning.pytorch.trainer.connectors import callback_connector
-
-    original = getattr(callback_connector, "_load_external_callbacks", None)
-    if original is None:  # another Lightning version: nothing to spare
-        yield
-        return
-    callback_connector._load_external_callbacks = lambda group: original(group) if _has_entry_points(group) else []
-    try:
-        yield
-    finally:
-        callback_connector._load_external_callbacks = original
-
-
-class _quiet_lightning:
-    """Lightning prints device banners and tips on every fit; one per client-round is noise."""
-
-    LOGGERS = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
-
-    def __enter__(self):
-        self._levels = [(n, logging.getLogger(n).level) for n in self.LOGGERS]
-        for name in self.LOGGERS:
-            logging.getLogger(name).setLevel(logging.ERROR)
-        self._warnings = warnings.catch_warnings()
-        self._warnings.__enter__()
-        warnings.filterwarnings("ignore", module="lightning")
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        return self
-
-    def __exit__(self, *exc):
-        self._warnings.__exit__(*exc)
-        for name, level in self._levels:
-            logging.getLogger(name).setLevel(level)
 
 
 def _progress(total: int, unit: str, enabled: bool):

@@ -20,8 +20,8 @@ classes too much per client-round. Evaluation and frozen-feature passes run larg
 batches where counting costs little, so they are counted whole.
 
 `ledger()` opens the account of one run; `charge(part)` counts the code inside into it
-(nothing when no ledger is open), and `StepFlops` is the Lightning callback that samples
-training steps.
+(nothing when no ledger is open), and `TrainSteps` samples the training steps of a
+client-round.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-import lightning as L
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
@@ -179,7 +178,7 @@ def off() -> Iterator[None]:
 
 @contextlib.contextmanager
 def ledger(sample_steps: bool = True) -> Iterator[FlopLedger]:
-    """Open the FLOP account of a run: `charge` and `StepFlops` inside count into it
+    """Open the FLOP account of a run: `charge` and `TrainSteps` inside count into it
     (nothing under `off()`)."""
     account = FlopLedger(sample_steps=sample_steps)
     token = _LEDGER.set(account if _ENABLED.get() else None)
@@ -214,46 +213,30 @@ def discrete_state(module: torch.nn.Module) -> tuple:
     return tuple(items)
 
 
-class StepFlops(L.Callback):
+class TrainSteps:
     """Charges each training step of one client-round to the open ledger's "train": counted
     the first time a step of its kind runs (module docstring), its kind's count afterwards.
-    A training step here is everything between Lightning's batch start and batch end:
-    forward, backward and optimizer step."""
+    A training step is forward, backward and optimizer step (`benchmark.client_loop`)."""
 
     def __init__(self, class_names: tuple[str, ...]) -> None:
         self.class_names = tuple(class_names)
         self._account = current()
-        self._kind: tuple | None = None
-        self._counting: contextlib.ExitStack | None = None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    @contextlib.contextmanager
+    def step(self, module: torch.nn.Module, batch, first: bool) -> Iterator[None]:
         account = self._account
         if account is None:
+            yield
             return
-        first = trainer.global_step == 0 and batch_idx == 0 and trainer.current_epoch == 0
         size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
-        self._kind = (self.class_names, size, first, discrete_state(pl_module))
+        kind = (self.class_names, size, first, discrete_state(module))
         account.steps += 1
-        if account.sample_steps and self._kind in account._kinds:
-            account.add("train", account._kinds[self._kind])
-            self._kind = None
+        if account.sample_steps and kind in account._kinds:
+            account.add("train", account._kinds[kind])
+            yield
             return
-        self._before = account.totals.get("train", 0)
-        self._counting = contextlib.ExitStack()
-        self._counting.enter_context(account.counting("train"))
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._close()
-
-    def on_exception(self, trainer, pl_module, exception) -> None:
-        self._close()
-
-    def _close(self) -> None:
-        if self._counting is None:
-            return
-        account = self._account
-        self._counting.close()
-        self._counting = None
-        account._kinds[self._kind] = account.totals.get("train", 0) - self._before
+        before = account.totals.get("train", 0)
+        with account.counting("train"):
+            yield
+        account._kinds[kind] = account.totals.get("train", 0) - before
         account.steps_counted += 1
-        self._kind = None

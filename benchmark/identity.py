@@ -39,6 +39,7 @@ PARTITION_CODE = ("data/partition.py", "data/fewshot.py")
 # The shared code between a config and its numbers (method and dataset code is hashed per cell).
 FRAMEWORK_CODE = (
     "benchmark/backbone.py",
+    "benchmark/client_loop.py",
     "benchmark/evaluation.py",
     "benchmark/features.py",
     "benchmark/federation.py",

@@ -27,6 +27,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from lightning import LightningModule
+
+from benchmark.client_loop import UNCALLED_HOOKS
 from benchmark.config import parse_bool  # noqa: F401  (re-exported: methods and tests import it from here)
 from benchmark.method import Choice, FederatedMethod, LogUniform, Uniform
 
@@ -297,9 +300,17 @@ def build_method(name: str, backbone, method_args: dict[str, Any] | None = None)
 
 
 def check_method_class(cls: type[FederatedMethod], name: str) -> None:
-    """What can be checked without building the method: hyperparameters have defaults,
+    """What can be checked without building the method: no Lightning hook is overridden
+    that local training would not call, hyperparameters have defaults,
     `upload_keys` is a tuple of patterns (a bare string would match character by character)
     and `tunable` names hyperparameters whose defaults lie in their search ranges."""
+    uncalled = [hook for hook in UNCALLED_HOOKS if getattr(cls, hook, None) is not getattr(LightningModule, hook, None)]
+    if uncalled:
+        raise MethodError(
+            f"method {name!r} overrides {', '.join(uncalled)}, which local training (benchmark/client_loop.py) "
+            "does not call; move that work into training_step or a hook it calls (on_train_start, "
+            "on_train_batch_start, on_before_optimizer_step, ...)"
+        )
     keys = cls.upload_keys
     if isinstance(keys, str) or not all(isinstance(k, str) for k in keys):
         raise MethodError(f"method {name!r}: upload_keys must be a tuple of fnmatch patterns, got {keys!r}")

@@ -1,35 +1,118 @@
-"""The client loop's setup shortcut (no entry-point scan per Trainer) changes nothing."""
+"""The client loop trains exactly as a Lightning Trainer per client-round did, bit for bit.
+
+The reference below is the simulator's former local training: a fresh `lightning.Trainer`
+per client-round over a DataLoader, the loss read from `callback_metrics`. Every method
+is run through a whole federation both ways and compared: every client's final state
+(torch.equal), every round's training losses, and the metrics.
+"""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import json
+import warnings
 
 import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
 
 from benchmark import federation
+from benchmark.method import ClientContext
+from benchmark.registry import MethodError, available_methods, check_method_class
 from conftest import tiny_config
 
-
-def callback_types(trainer) -> list[str]:
-    return [type(c).__name__ for c in trainer.callbacks]
-
-
-def test_a_trainer_gets_the_same_callbacks_without_the_scan():
-    settings = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    plain = L.Trainer(**settings)
-    with federation._no_entry_point_scan():
-        light = L.Trainer(**settings)
-    assert callback_types(light) == callback_types(plain)
+TRAINED = sorted(name for name, cls in available_methods().items() if name != "zeroshot")
+# Automatic SGD + cosine with warm-up (promptfl), AdamW over estimated_stepping_batches
+# (lora), manual optimization with on_train_start/end and num_training_batches (fedmvp),
+# per-round frozen inputs (pfedmoap): the fast suite; every other method is slow.
+FAST = {"promptfl", "lora", "fedmvp", "pfedmoap"}
+TINY_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}}  # the tiny CLIP has 4 blocks per tower
 
 
-def test_a_run_gives_the_same_numbers_with_and_without_the_scan(fake_data_root, tmp_path, monkeypatch):
+def trainer_train_client(self, cid: int, round_index: int) -> tuple[float, float]:
+    """The reference: `FederatedSimulator._train_client` with a Lightning Trainer."""
+    shard, s = self.clients[cid], self.settings
+    seed = federation.client_seed(self.seed, round_index, cid)
+    torch.manual_seed(seed)
+    dataset = federation.ClientTrainSet(self.train_images, self.train_labels, shard, seed)
+    loader = DataLoader(
+        dataset, batch_size=min(s.batch_size, max(1, shard.num_samples)),
+        sampler=federation.EpochTaggedSampler(len(dataset), seed), generator=torch.Generator().manual_seed(seed),
+        num_workers=s.num_workers,
+    )
+    self.method.train()
+    names = tuple(self.class_names[c] for c in shard.train_classes)
+    self.method.set_client(ClientContext(cid, round_index + 1, names, shard.num_samples, len(self.schedule)))
+    trainer = L.Trainer(
+        accelerator=s.accelerator, devices=1, precision=s.precision, max_epochs=s.local_epochs, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(self.method, train_dataloaders=loader)
+    self.method.set_client(None)
+    loss = trainer.callback_metrics.get("train_loss")
+    return (float(loss) if loss is not None else float("nan")), 0.0
+
+
+def run_both(config, monkeypatch):
     from benchmark.runner import run_experiment
 
-    config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=2)
-    light = run_experiment(config, write=False, progress=False)
-    monkeypatch.setattr(federation, "_no_entry_point_scan", contextlib.nullcontext)
-    plain = run_experiment(dataclasses.replace(config), write=False, progress=False)
-    assert light.summary["metrics"] == plain.summary["metrics"]
-    assert light.per_client == plain.per_client
-    assert [r.train_loss for r in light.federation.rounds] == [r.train_loss for r in plain.federation.rounds]
+    loop = run_experiment(config, write=False, progress=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(federation.FederatedSimulator, "_train_client", trainer_train_client)
+        trainer = run_experiment(dataclasses.replace(config), write=False, progress=False)
+    return loop, trainer
+
+
+def assert_same_training(loop, trainer) -> None:
+    states, reference = loop.federation.client_states, trainer.federation.client_states
+    assert states.keys() == reference.keys()
+    for cid in states:
+        for key, value in states[cid].items():
+            assert torch.equal(value, reference[cid][key]), f"client {cid}: {key} differs"
+    assert [r.train_loss for r in loop.federation.rounds] == [r.train_loss for r in trainer.federation.rounds]
+    assert loop.summary["metrics"] == trainer.summary["metrics"]
+    assert loop.per_client == trainer.per_client
+
+
+@pytest.mark.parametrize(
+    "method", [m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in TRAINED]
+)
+def test_every_method_trains_as_under_a_lightning_trainer(method, fake_data_root, tmp_path, monkeypatch):
+    # 2 local epochs of 3 batches (the cosine schedule and the epoch boundaries matter),
+    # 2 rounds (downloads, FedMVP's per-participation lr and LoRA switch), augmented images.
+    extra = {"method_args": TINY_ARGS.get(method, {})}
+    if available_methods()[method].uses_class_attributes:
+        folder = tmp_path / "attributes"
+        folder.mkdir()
+        (folder / "dtd.json").write_text(json.dumps(
+            {f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)}))
+        extra["attributes"] = str(folder)
+    config = tiny_config(fake_data_root, tmp_path, method=method, rounds=2, local_epochs=2, batch_size=3,
+                         augment=True, **extra)
+    loop, trainer = run_both(config, monkeypatch)
+    assert all(loss == loss for r in loop.federation.rounds for loss in r.train_loss.values())  # logged, not nan
+    assert_same_training(loop, trainer)
+
+
+def test_cached_features_and_bf16_autocast_train_as_under_a_lightning_trainer(fake_data_root, tmp_path, monkeypatch):
+    # Without augmentation PromptFL trains on cached frozen features (gathered in one
+    # indexing, not collated per item); bf16-mixed runs the steps under CPU autocast.
+    config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=2, batch_size=3,
+                         precision="bf16-mixed")
+    loop, trainer = run_both(config, monkeypatch)
+    assert isinstance(loop.summary, dict)
+    assert_same_training(loop, trainer)
+
+
+def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
+    from methods.promptfl import PromptFL
+
+    class ClipsGradients(PromptFL):
+        def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+            pass
+
+    with pytest.raises(MethodError, match=r"overrides configure_gradient_clipping.*does not call"):
+        check_method_class(ClipsGradients, "clips")

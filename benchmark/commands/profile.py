@@ -11,7 +11,7 @@ def add_parser(subparsers) -> None:
         help="time per client-round (model vs framework) and FLOPs executed vs the exact minimum",
         description="Runs the configured experiment without writing results and prints, per client-round, "
         "the time in the model (forward, backward, optimizer step) and the framework's overhead "
-        "(state swaps, Trainer setup, data loading, upload and aggregation), the run's executed FLOPs, and "
+        "(state swaps, optimizer setup, data loading, upload and aggregation), the run's executed FLOPs, and "
         "the FLOPs of the paper's Table 1 schedule for the method on the run's backbone architecture: "
         "executed against the exact minimum (counted on random weights). Takes the flags of `run`.",
     )
@@ -64,7 +64,7 @@ def format_profile(result) -> str:
         f"  framework:      {1000 * overhead / client_rounds:8.1f} ms  ({100 * overhead / total:.1f}% of the round)",
     ]
     first, rest = rounds[0], rounds[1:]
-    if rest:  # the first round includes one-off warm-up (allocations, first Trainer)
+    if rest:  # the first round includes one-off warm-up (allocations, first optimizers)
         steady = sum(r.total_seconds - r.model_seconds for r in rest) / sum(len(r.clients) for r in rest)
         lines.append(f"  framework after round 1: {1000 * steady:.1f} ms per client-round")
     counted = result.timing.get("flops")

@@ -1,0 +1,250 @@
+"""Local training of one client-round: the method's LightningModule hooks, run by one
+Lightning Fabric that lives as long as the federation.
+
+A Lightning Trainer per client-round took 30 % of a tiny-CLIP client-round (6 of 20 ms:
+its setup and per-batch machinery); `fedbench bench` prints the share that is left. What a client-round computes is the Trainer's,
+bit for bit (`tests/test_client_loop.py` trains every method both ways):
+
+- `configure_optimizers` runs at the start of every client-round, so every client gets a
+  fresh optimizer and scheduler; it is read the way Lightning reads it.
+- Automatic optimization, per batch: `training_step`, zero the gradients, backward,
+  optimizer step, then the "step"-interval schedulers ("epoch" ones after each epoch).
+  A `training_step` that returns None skips its backward, as in Lightning.
+- Manual optimization (`automatic_optimization = False`): `training_step` does it all
+  through `self.optimizers()` and `self.manual_backward`, which Lightning routes to this
+  Fabric and its precision (autocast, the fp16 gradient scaler).
+- `self.trainer` is this Fabric: `max_epochs`, `current_epoch`, `global_step`,
+  `num_training_batches` and `estimated_stepping_batches` mean what they mean on a Trainer.
+- `self.log(name, value)` adds to a per-epoch mean weighted by the batch size (the
+  Trainer's reduction for `on_epoch=True`); the round's loss is the last epoch's mean of
+  "train_loss".
+- Module hooks called, in the Trainer's order: on_fit_start, on_train_start,
+  on_train_epoch_start, on_train_batch_start, on_before_zero_grad, on_before_backward,
+  on_after_backward, on_before_optimizer_step, on_train_batch_end, on_train_epoch_end,
+  on_train_end, on_fit_end. A method overriding any other Lightning hook a Trainer's fit
+  would call is refused when it is registered (`UNCALLED_HOOKS`), never silently skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Sized
+
+import lightning as L
+import torch
+from lightning.pytorch.core.optimizer import (
+    _configure_optimizers,
+    _configure_schedulers_automatic_opt,
+    _configure_schedulers_manual_opt,
+)
+
+from benchmark import flops
+
+# Hooks a Trainer's fit calls that this loop does not: overriding one would change what a
+# client-round computes, so `benchmark.registry` refuses such a method with this list.
+UNCALLED_HOOKS = (
+    "setup", "teardown", "configure_model", "configure_gradient_clipping", "optimizer_step",
+    "optimizer_zero_grad", "lr_scheduler_step", "backward", "transfer_batch_to_device",
+    "on_before_batch_transfer", "on_after_batch_transfer", "on_train_dataloader", "train_dataloader",
+    "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end", "validation_step",
+    "on_save_checkpoint", "on_load_checkpoint",
+)
+
+
+@dataclass
+class ClientRoundTraining:
+    """What one client-round's local training returns."""
+
+    loss: float  # "train_loss" as the method logged it, mean over the last epoch (nan: never logged)
+    model_seconds: float  # training steps: forward, backward, optimizer step; not data loading
+
+
+class ClientFabric(L.Fabric):
+    """The Fabric a method sees as `self.trainer` during local training; the facts of the
+    client-round a Trainer would give, and `self.log` kept as per-epoch means."""
+
+    def __init__(self, accelerator: str, precision: str) -> None:
+        super().__init__(accelerator=accelerator, devices=1, precision=precision, loggers=[])
+        self.max_epochs = 1
+        self.current_epoch = 0
+        self.global_step = 0  # optimizer steps taken this client-round
+        self.num_training_batches = 0
+        self._batch_size = 0
+        self._sums: dict[str, tuple[torch.Tensor, int]] = {}
+
+    @property
+    def estimated_stepping_batches(self) -> int:
+        return self.num_training_batches * self.max_epochs
+
+    def log_dict(self, metrics, step=None) -> None:
+        # Lightning's on_epoch mean: sum of value x batch size over the epoch, divided by the
+        # summed batch size, accumulated in float32 (or float64) tensors as the Trainer does.
+        for name, value in metrics.items():
+            value = torch.as_tensor(value).detach()
+            if value.dtype not in (torch.float32, torch.float64):
+                value = value.to(torch.get_default_dtype())
+            total, count = self._sums.get(name, (torch.tensor(0.0, device=value.device), 0))
+            self._sums[name] = (total + value * self._batch_size, count + self._batch_size)
+
+    def log(self, name, value, step=None) -> None:
+        self.log_dict({name: value}, step)
+
+    def epoch_mean(self, name: str) -> float:
+        if name not in self._sums:
+            return float("nan")
+        total, count = self._sums[name]
+        return float(total / torch.tensor(count))
+
+
+class NonFiniteLoss(ArithmeticError):
+    """A training step's loss was NaN or infinite (`step`: optimizer steps taken by then,
+    `lr`: the learning rate after it). Local training stops at the end of that epoch, or
+    at once if a later step fails (NaN parameters can make later steps raise)."""
+
+    def __init__(self, value: float, step: int, lr: float | None) -> None:
+        super().__init__(f"the training loss is {value}")
+        self.value, self.step, self.lr = value, step, lr
+
+
+class ClientLoop:
+    """Runs the local training of client-rounds on one device and precision."""
+
+    def __init__(self, accelerator: str, precision: str) -> None:
+        self.fabric = ClientFabric(accelerator, precision)
+
+    def fit(
+        self, module: L.LightningModule, batches: Sized, epochs: int, class_names: tuple[str, ...] = (),
+    ) -> ClientRoundTraining:
+        """Train `module` for `epochs` passes over `batches` (iterated once per epoch, its
+        `sampler` told the epoch as Lightning tells it). Raises `NonFiniteLoss` for a NaN or infinite loss. Steps
+        are charged to the open FLOP ledger under the client's `class_names`."""
+        fabric = self.fabric
+        fabric.max_epochs, fabric.current_epoch, fabric.global_step = epochs, 0, 0
+        fabric.num_training_batches, fabric._sums = len(batches), {}
+        # An evaluation between rounds leaves the module in eval mode, which would switch off
+        # dropout and training-only branches (LoRA's dropout, FedMVP's LoRA path).
+        module.train()
+        module.fabric = fabric
+        try:
+            return self._fit(module, batches, epochs, flops.TrainSteps(class_names))
+        finally:
+            module.fabric = None
+            module._fabric_optimizers = []
+
+    def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
+        fabric = self.fabric
+        optimizers, schedulers = self._optimizers(module)
+        automatic = module.automatic_optimization
+        if automatic and len(optimizers) != 1:
+            raise RuntimeError(
+                f"{type(module).__name__}.configure_optimizers returned {len(optimizers)} optimizers; automatic "
+                "optimization takes one (set automatic_optimization = False to step several yourself)"
+            )
+        num_batches = fabric.num_training_batches
+        seconds = 0.0
+        module.on_fit_start()
+        module.on_train_start()
+        for epoch in range(epochs):
+            fabric.current_epoch = epoch
+            sampler = getattr(batches, "sampler", None)
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)
+            fabric._sums = {}
+            losses: list[tuple[torch.Tensor, int, float | None]] = []
+            module.on_train_epoch_start()
+            try:
+                for batch_idx, batch in enumerate(batches):
+                    batch = _to_device(batch, fabric.device)
+                    fabric._batch_size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
+                    if module.on_train_batch_start(batch, batch_idx) == -1:  # Lightning: skip the rest of the epoch
+                        self._step_schedulers(module, schedulers, "step", batch_idx)
+                        break
+                    start = time.perf_counter()
+                    with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
+                        if automatic:
+                            output = self._step(module, optimizers[0], batch, batch_idx)
+                        else:
+                            output = self._training_step(module, batch, batch_idx)
+                    seconds += time.perf_counter() - start
+                    self._step_schedulers(module, schedulers, "step", batch_idx)
+                    if batch_idx == num_batches - 1:
+                        self._step_schedulers(module, schedulers, "epoch", epoch)
+                    loss = output.get("loss") if isinstance(output, dict) else output
+                    if isinstance(loss, torch.Tensor):  # checked once per epoch: no device sync per step
+                        lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
+                        losses.append((loss.detach(), fabric.global_step, lr))
+                    module.on_train_batch_end(output, batch, batch_idx)
+            except Exception as failure:
+                self._check_losses(losses, failure)
+                raise
+            self._check_losses(losses)
+            module.on_train_epoch_end()
+        module.on_train_end()
+        module.on_fit_end()
+        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds)
+
+    @staticmethod
+    def _check_losses(losses, failure: Exception | None = None) -> None:
+        for loss, step, lr in losses:
+            if not bool(torch.isfinite(loss).all()):
+                raise NonFiniteLoss(float(loss.float().mean()), step, lr) from failure
+
+    def _training_step(self, module, batch, batch_idx):
+        with self.fabric.autocast():
+            return module.training_step(batch, batch_idx)
+
+    def _step(self, module, optimizer, batch, batch_idx):
+        """One automatic-optimization step, in the Trainer's order (training_step runs
+        before the gradients are zeroed: Lightning's closure does it that way). Without a
+        loss nothing has a gradient, so the step would change nothing: it is counted only."""
+        output = self._training_step(module, batch, batch_idx)
+        loss = output["loss"] if isinstance(output, dict) else output
+        module.on_before_zero_grad(optimizer)
+        optimizer.zero_grad()
+        if loss is None:
+            self.fabric.global_step += 1
+            return output
+        module.on_before_backward(loss)
+        self.fabric.backward(loss)
+        module.on_after_backward()
+        module.on_before_optimizer_step(optimizer)
+        optimizer.step()
+        return output
+
+    def _optimizers(self, module):
+        optimizers, schedulers, monitor = _configure_optimizers(module.configure_optimizers())
+        if module.automatic_optimization:
+            schedulers = _configure_schedulers_automatic_opt(schedulers, monitor)
+        else:
+            schedulers = _configure_schedulers_manual_opt(schedulers)
+        if any(config.reduce_on_plateau for config in schedulers):
+            raise RuntimeError(
+                f"{type(module).__name__}: ReduceLROnPlateau needs a monitored metric, which local training "
+                "does not have; use a schedule of the step or the epoch"
+            )
+        wrapped = [self.fabric.setup_optimizers(optimizer) for optimizer in optimizers]
+        for optimizer in optimizers:
+            optimizer.register_step_post_hook(self._count_step)
+        module._fabric_optimizers = wrapped  # what `self.optimizers()` returns under a Fabric
+        return wrapped, schedulers
+
+    def _count_step(self, optimizer, args, kwargs) -> None:
+        self.fabric.global_step += 1
+
+    @staticmethod
+    def _step_schedulers(module, schedulers, interval: str, index: int) -> None:
+        """Lightning's rule: under automatic optimization, a scheduler of `interval` steps
+        when its (0-based batch-in-epoch or epoch) `index` + 1 is a multiple of its frequency."""
+        if not module.automatic_optimization:
+            return
+        for config in schedulers:
+            if config.interval == interval and (index + 1) % config.frequency == 0:
+                config.scheduler.step()
+
+
+def _to_device(batch, device: torch.device):
+    """(inputs, labels) on the training device; a no-op on the CPU."""
+    if device.type == "cpu":
+        return batch
+    return type(batch)(x.to(device, non_blocking=True) if isinstance(x, torch.Tensor) else x for x in batch)
