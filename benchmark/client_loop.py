@@ -46,9 +46,7 @@ from benchmark import flops
 UNCALLED_HOOKS = (
     "setup", "teardown", "configure_model", "configure_gradient_clipping", "optimizer_step",
     "optimizer_zero_grad", "lr_scheduler_step", "backward", "transfer_batch_to_device",
-    "on_before_batch_transfer", "on_after_batch_transfer", "on_train_dataloader", "train_dataloader",
-    "on_validation_start", "on_validation_epoch_start", "on_validation_epoch_end", "validation_step",
-    "on_save_checkpoint", "on_load_checkpoint",
+    "on_before_batch_transfer", "on_after_batch_transfer",
 )
 
 
@@ -57,7 +55,8 @@ class ClientRoundTraining:
     """What one client-round's local training returns."""
 
     loss: float  # "train_loss" as the method logged it, mean over the last epoch (nan: never logged)
-    model_seconds: float  # training steps: forward, backward, optimizer step; not data loading
+    model_seconds: float  # training steps: forward, backward, optimizer step
+    data_seconds: float  # fetching and collating the batches (decoding and augmenting images)
 
 
 class ClientFabric(L.Fabric):
@@ -142,7 +141,7 @@ class ClientLoop:
                 "optimization takes one (set automatic_optimization = False to step several yourself)"
             )
         num_batches = fabric.num_training_batches
-        seconds = 0.0
+        seconds = data_seconds = 0.0
         module.on_fit_start()
         module.on_train_start()
         for epoch in range(epochs):
@@ -154,7 +153,14 @@ class ClientLoop:
             losses: list[tuple[torch.Tensor, int, float | None]] = []
             module.on_train_epoch_start()
             try:
-                for batch_idx, batch in enumerate(batches):
+                batch_iterator, batch_idx = iter(batches), -1
+                while True:
+                    start = time.perf_counter()
+                    batch = next(batch_iterator, None)
+                    data_seconds += time.perf_counter() - start
+                    if batch is None:
+                        break
+                    batch_idx += 1
                     batch = _to_device(batch, fabric.device)
                     fabric._batch_size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
                     if module.on_train_batch_start(batch, batch_idx) == -1:  # Lightning: skip the rest of the epoch
@@ -182,7 +188,7 @@ class ClientLoop:
             module.on_train_epoch_end()
         module.on_train_end()
         module.on_fit_end()
-        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds)
+        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds)
 
     @staticmethod
     def _check_losses(losses, failure: Exception | None = None) -> None:

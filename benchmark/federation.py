@@ -26,7 +26,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
-from benchmark.client_loop import ClientLoop, NonFiniteLoss
+from benchmark.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
@@ -195,6 +195,7 @@ class RoundLog:
     model_seconds: float  # forward + backward + optimizer step, summed over batches
     total_seconds: float  # the whole round: state swaps, optimizer setup, data loading, aggregation
     train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
+    data_seconds: float = 0.0  # fetching and collating the training batches
 
 
 @dataclass
@@ -206,6 +207,7 @@ class ClientRound:
     upload: State
     loss: float  # mean training loss of the client-round
     model_seconds: float
+    data_seconds: float
 
 
 @dataclass
@@ -338,6 +340,7 @@ class FederatedSimulator:
                 log.train_loss[cid] = trained.loss
                 result.rounds_trained[cid] += 1
                 log.model_seconds += trained.model_seconds
+                log.data_seconds += trained.data_seconds
                 log.bytes_up += state_bytes(trained.upload)
                 updates.append(self.client_update(cid, trained.upload))
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
@@ -371,11 +374,11 @@ class FederatedSimulator:
         method.load_client_state(state)
         if received is not None:
             method.load_client_state(received)
-        loss, compute = self._train_client(cid, round_index)
+        training = self._train_client(cid, round_index)
         trained = method.client_state()
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
         upload = {k: v for k, v in trained.items() if method.is_uploaded(k)}  # what `uploaded_state` holds
-        return ClientRound(trained, upload, loss, compute)
+        return ClientRound(trained, upload, training.loss, training.model_seconds, training.data_seconds)
 
     def client_update(self, cid: int, upload: State) -> ClientUpdate:
         """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""
@@ -398,8 +401,8 @@ class FederatedSimulator:
                 evaluated[cid] = method.client_state()
         return evaluated, download_bytes
 
-    def _train_client(self, cid: int, round_index: int) -> tuple[float, float]:
-        """Train one client; returns (mean train loss, seconds of model compute)."""
+    def _train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
+        """Train one client: its mean training loss and the seconds of model and data work."""
         shard = self.clients[cid]
         s = self.settings
         seed = client_seed(self.seed, round_index, cid)
@@ -419,7 +422,7 @@ class FederatedSimulator:
             raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
         finally:
             self.method.set_client(None)
-        return trained.loss, trained.model_seconds
+        return trained
 
     def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
                     lr: float | None = None) -> DivergenceError:

@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from benchmark import federation
+from benchmark.client_loop import ClientRoundTraining
 from benchmark.method import ClientContext
 from benchmark.registry import MethodError, available_methods, check_method_class
 from conftest import tiny_config
@@ -30,7 +31,7 @@ FAST = {"promptfl", "lora", "fedmvp", "pfedmoap"}
 TINY_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}}  # the tiny CLIP has 4 blocks per tower
 
 
-def trainer_train_client(self, cid: int, round_index: int) -> tuple[float, float]:
+def trainer_train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
     """The reference: `FederatedSimulator._train_client` with a Lightning Trainer."""
     shard, s = self.clients[cid], self.settings
     seed = federation.client_seed(self.seed, round_index, cid)
@@ -53,7 +54,7 @@ def trainer_train_client(self, cid: int, round_index: int) -> tuple[float, float
         trainer.fit(self.method, train_dataloaders=loader)
     self.method.set_client(None)
     loss = trainer.callback_metrics.get("train_loss")
-    return (float(loss) if loss is not None else float("nan")), 0.0
+    return ClientRoundTraining(float(loss) if loss is not None else float("nan"), 0.0, 0.0)
 
 
 def run_both(config, monkeypatch):
@@ -116,3 +117,16 @@ def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
 
     with pytest.raises(MethodError, match=r"overrides configure_gradient_clipping.*does not call"):
         check_method_class(ClipsGradients, "clips")
+
+
+def test_a_round_times_the_model_and_the_data_apart_within_its_total(fake_data_root, tmp_path):
+    from benchmark.commands.profile import format_profile
+    from benchmark.runner import run_experiment
+
+    config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, batch_size=3, augment=True)
+    result = run_experiment(config, write=False, progress=False)
+    for log in result.federation.rounds:
+        assert log.model_seconds > 0 and log.data_seconds > 0  # images are decoded and augmented per batch
+        assert log.model_seconds + log.data_seconds < log.total_seconds
+    report = format_profile(result)
+    assert "model compute:" in report and "data loading:" in report and "framework:" in report

@@ -10,8 +10,9 @@ def add_parser(subparsers) -> None:
         "profile",
         help="time per client-round (model vs framework) and FLOPs executed vs the exact minimum",
         description="Runs the configured experiment without writing results and prints, per client-round, "
-        "the time in the model (forward, backward, optimizer step) and the framework's overhead "
-        "(state swaps, optimizer setup, data loading, upload and aggregation), the run's executed FLOPs, and "
+        "the time in the model (forward, backward, optimizer step), in data loading (fetching, decoding, "
+        "augmenting, collating batches) and the framework's overhead (seeding, state swaps, optimizer and "
+        "loop setup, upload and aggregation), the run's executed FLOPs, and "
         "the FLOPs of the paper's Table 1 schedule for the method on the run's backbone architecture: "
         "executed against the exact minimum (counted on random weights). Takes the flags of `run`.",
     )
@@ -52,7 +53,8 @@ def format_profile(result) -> str:
     client_rounds = sum(len(r.clients) for r in rounds)
     total = sum(r.total_seconds for r in rounds)
     model = sum(r.model_seconds for r in rounds)
-    overhead = total - model
+    data = sum(r.data_seconds for r in rounds)
+    overhead = total - model - data
     c = result.config
     lines = [
         f"{c.method} on {c.dataset}: {len(rounds)} rounds, {client_rounds} client-rounds, "
@@ -61,11 +63,13 @@ def format_profile(result) -> str:
         + ("" if result.summary["precision"] == "32-true" else " (blocks' matmuls autocast, residual streams fp32)"),
         f"per client-round: {1000 * total / client_rounds:8.1f} ms total",
         f"  model compute:  {1000 * model / client_rounds:8.1f} ms",
+        f"  data loading:   {1000 * data / client_rounds:8.1f} ms  ({100 * data / total:.1f}% of the round)",
         f"  framework:      {1000 * overhead / client_rounds:8.1f} ms  ({100 * overhead / total:.1f}% of the round)",
     ]
     first, rest = rounds[0], rounds[1:]
     if rest:  # the first round includes one-off warm-up (allocations, first optimizers)
-        steady = sum(r.total_seconds - r.model_seconds for r in rest) / sum(len(r.clients) for r in rest)
+        steady = sum(r.total_seconds - r.model_seconds - r.data_seconds for r in rest) / sum(
+            len(r.clients) for r in rest)
         lines.append(f"  framework after round 1: {1000 * steady:.1f} ms per client-round")
     counted = result.timing.get("flops")
     if counted:
