@@ -27,6 +27,7 @@ bit for bit (`tests/test_client_loop.py` trains every method both ways):
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Sized
@@ -93,7 +94,7 @@ class ClientFabric(L.Fabric):
         if name not in self._sums:
             return float("nan")
         total, count = self._sums[name]
-        return float(total / torch.tensor(count))
+        return float(total / count)  # float32 / int, as Lightning's float32 / int64 tensor
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -193,7 +194,8 @@ class ClientLoop:
     @staticmethod
     def _check_losses(losses, failure: Exception | None = None) -> None:
         for loss, step, lr in losses:
-            if not bool(torch.isfinite(loss).all()):
+            finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
+            if not finite:
                 raise NonFiniteLoss(float(loss.float().mean()), step, lr) from failure
 
     def _training_step(self, module, batch, batch_idx):
@@ -208,14 +210,13 @@ class ClientLoop:
         loss = output["loss"] if isinstance(output, dict) else output
         module.on_before_zero_grad(optimizer)
         optimizer.zero_grad()
-        if loss is None:
-            self.fabric.global_step += 1
-            return output
-        module.on_before_backward(loss)
-        self.fabric.backward(loss)
-        module.on_after_backward()
-        module.on_before_optimizer_step(optimizer)
-        optimizer.step()
+        if loss is not None:
+            module.on_before_backward(loss)
+            self.fabric.backward(loss)
+            module.on_after_backward()
+            module.on_before_optimizer_step(optimizer)
+            optimizer.step()
+        self.fabric.global_step += 1  # Lightning counts a step without a loss too
         return output
 
     def _optimizers(self, module):
@@ -229,9 +230,13 @@ class ClientLoop:
                 f"{type(module).__name__}: ReduceLROnPlateau needs a monitored metric, which local training "
                 "does not have; use a schedule of the step or the epoch"
             )
-        wrapped = [self.fabric.setup_optimizers(optimizer) for optimizer in optimizers]
-        for optimizer in optimizers:
-            optimizer.register_step_post_hook(self._count_step)
+        # Fabric's optimizer wrapper routes `step` through the precision plugin, which only the
+        # fp16 gradient scaler needs; without one a plain step is the same step.
+        scaled = getattr(self.fabric._precision, "scaler", None) is not None
+        wrapped = [self.fabric.setup_optimizers(optimizer) for optimizer in optimizers] if scaled else list(optimizers)
+        if not module.automatic_optimization:  # the method steps them: count its steps as they happen
+            for optimizer in optimizers:
+                optimizer.register_step_post_hook(self._count_step)
         module._fabric_optimizers = wrapped  # what `self.optimizers()` returns under a Fabric
         return wrapped, schedulers
 

@@ -222,12 +222,13 @@ class TrainSteps:
         self.class_names = tuple(class_names)
         self._account = current()
 
+    def step(self, module: torch.nn.Module, batch, first: bool) -> contextlib.AbstractContextManager:
+        """The context one training step runs in."""
+        return _UNCOUNTED if self._account is None else self._counted(module, batch, first)
+
     @contextlib.contextmanager
-    def step(self, module: torch.nn.Module, batch, first: bool) -> Iterator[None]:
+    def _counted(self, module: torch.nn.Module, batch, first: bool) -> Iterator[None]:
         account = self._account
-        if account is None:
-            yield
-            return
         size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
         kind = (self.class_names, size, first, discrete_state(module))
         account.steps += 1
@@ -240,3 +241,6 @@ class TrainSteps:
             yield
         account._kinds[kind] = account.totals.get("train", 0) - before
         account.steps_counted += 1
+
+
+_UNCOUNTED = contextlib.nullcontext()  # reusable: no ledger open (`off()`, or outside a run)
