@@ -58,6 +58,7 @@ class ClientRoundTraining:
     loss: float  # "train_loss" as the method logged it, mean over the last epoch (nan: never logged)
     model_seconds: float  # training steps: forward, backward, optimizer step
     data_seconds: float  # fetching and collating the batches (decoding and augmenting images)
+    optimizer_seconds: float  # the method's configure_optimizers: its fresh optimizer and scheduler
 
 
 class ClientFabric(L.Fabric):
@@ -134,7 +135,10 @@ class ClientLoop:
 
     def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
         fabric = self.fabric
-        optimizers, schedulers = self._optimizers(module)
+        start = time.perf_counter()
+        configured = module.configure_optimizers()
+        optimizer_seconds = time.perf_counter() - start
+        optimizers, schedulers = self._optimizers(module, configured)
         automatic = module.automatic_optimization
         if automatic and len(optimizers) != 1:
             raise RuntimeError(
@@ -189,7 +193,7 @@ class ClientLoop:
             module.on_train_epoch_end()
         module.on_train_end()
         module.on_fit_end()
-        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds)
+        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds)
 
     @staticmethod
     def _check_losses(losses, failure: Exception | None = None) -> None:
@@ -219,8 +223,9 @@ class ClientLoop:
         self.fabric.global_step += 1  # Lightning counts a step without a loss too
         return output
 
-    def _optimizers(self, module):
-        optimizers, schedulers, monitor = _configure_optimizers(module.configure_optimizers())
+    def _optimizers(self, module, configured):
+        """What `configure_optimizers` returned, read as Lightning reads it."""
+        optimizers, schedulers, monitor = _configure_optimizers(configured)
         if module.automatic_optimization:
             schedulers = _configure_schedulers_automatic_opt(schedulers, monitor)
         else:

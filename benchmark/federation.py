@@ -196,6 +196,7 @@ class RoundLog:
     total_seconds: float  # the whole round: state swaps, optimizer setup, data loading, aggregation
     train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
     data_seconds: float = 0.0  # fetching and collating the training batches
+    optimizer_seconds: float = 0.0  # the method's configure_optimizers, once per client-round
 
 
 @dataclass
@@ -208,6 +209,7 @@ class ClientRound:
     loss: float  # mean training loss of the client-round
     model_seconds: float
     data_seconds: float
+    optimizer_seconds: float
 
 
 @dataclass
@@ -348,6 +350,7 @@ class FederatedSimulator:
                 result.rounds_trained[cid] += 1
                 log.model_seconds += trained.model_seconds
                 log.data_seconds += trained.data_seconds
+                log.optimizer_seconds += trained.optimizer_seconds
                 log.bytes_up += state_bytes(trained.upload)
                 updates.append(self.client_update(cid, trained.upload))
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
@@ -385,7 +388,9 @@ class FederatedSimulator:
         trained = method.client_state()
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
         upload = {k: v for k, v in trained.items() if method.is_uploaded(k)}  # what `uploaded_state` holds
-        return ClientRound(trained, upload, training.loss, training.model_seconds, training.data_seconds)
+        return ClientRound(
+            trained, upload, training.loss, training.model_seconds, training.data_seconds, training.optimizer_seconds
+        )
 
     def client_update(self, cid: int, upload: State) -> ClientUpdate:
         """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""

@@ -171,7 +171,7 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
     metrics = MetricRecord({
         "client-id": cid, "num-examples": world.run.partition.clients[cid].num_samples,
         "train-loss": trained.loss, "model-seconds": trained.model_seconds,
-        "data-seconds": trained.data_seconds,
+        "data-seconds": trained.data_seconds, "optimizer-seconds": trained.optimizer_seconds,
     })
     return RecordDict({"upload": to_record(trained.upload), "metrics": metrics})
 
@@ -283,6 +283,7 @@ class MethodStrategy(Strategy):
             log.train_loss[cid] = float(metrics["train-loss"])
             log.model_seconds += float(metrics["model-seconds"])
             log.data_seconds += float(metrics["data-seconds"])
+            log.optimizer_seconds += float(metrics["optimizer-seconds"])
             log.bytes_up += state_bytes(upload)
             self.result.rounds_trained[cid] += 1
             updates.append(self.server.client_update(cid, upload))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import importlib
 import inspect
 import json
 from pathlib import Path
@@ -68,10 +69,20 @@ def cell_identity(config: "RunConfig") -> dict[str, Any]:
     return {
         "run": {**config.result_key(), "method_args": method_args},
         "method": method,
-        "framework": _files_sha256([ROOT / f for f in FRAMEWORK_CODE]),
+        "framework": _framework_sha256(tuple(FRAMEWORK_CODE)),
         "weights": weights_identity(config.backbone, config.pretrained),
         "data": [data_identity(name) for name in config.datasets + config.test_datasets],
     }
+
+
+def _framework_sha256(files: tuple[str, ...]) -> str:
+    # Import the modules first, so the code hashed is the code this process runs (a module
+    # imported later would be read from disk later, possibly after an edit).
+    for name in files:
+        path = Path(name)
+        if not path.is_absolute():
+            importlib.import_module(".".join(path.with_suffix("").parts))
+    return _files_sha256([ROOT / f for f in files])
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -188,18 +199,22 @@ def _files_sha256(files: list[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
+def forget_sources() -> None:
+    """Read source files again, as a new process would (the cache of `_code`)."""
+    _code.cache_clear()
+
+
+@functools.lru_cache(maxsize=512)
 def _code(path: Path) -> str:
-    # A sweep names hundreds of cells; read each source file once per version of it.
-    stat = path.stat()
-    return _code_cached(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=256)
-def _code_cached(path: str, mtime_ns: int, size: int) -> str:
     """The code of a Python file without comments, docstrings and layout (its syntax tree);
-    any other file as it is."""
-    text = Path(path).read_text(errors="replace")
-    if not path.endswith(".py"):
+    any other file as it is.
+
+    Read once per process: a process runs the code it loaded, so a file edited while it
+    runs (a sweep of hours) must not rename its later cells -- they would file results of
+    the old code under the new code's name, and its table would miss the earlier cells.
+    The next process reads the edit and names new cells."""
+    text = path.read_text(errors="replace")
+    if path.suffix != ".py":
         return text
     try:
         tree = ast.parse(text)

@@ -75,6 +75,7 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
 
 
 def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
+    from benchmark.identity import forget_sources
     from benchmark.registry import _METHODS, _ORIGINS
 
     source = tmp_path / "edited_method.py"
@@ -95,8 +96,11 @@ def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
         before = config.hash()
         source.write_text(source.read_text() + "    # a comment and a docstring edit keep the cell\n")
         source.write_text(source.read_text().replace("Frozen CLIP.", "Frozen CLIP, plain zero-shot."))
+        forget_sources()  # as the next process: it reads the file again
         assert config.hash() == before
         source.write_text(source.read_text() + "    uses_class_attributes = False\n")
+        assert config.hash() == before  # this process still runs the code it loaded
+        forget_sources()
         assert config.hash() != before
         assert tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2).hash() != config.hash()
     finally:
@@ -157,8 +161,11 @@ def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_ro
     config = tiny_config(fake_data_root, tmp_path)
     before = config.identity()["framework"]
     shared.write_text('def scale(x):\n    """Returns twice x."""\n\n    return 2 * x\n')
+    identity.forget_sources()  # as the next process
     assert config.identity()["framework"] == before  # docstring, comment and layout only
     shared.write_text("def scale(x):\n    return 3 * x\n")
+    assert config.identity()["framework"] == before  # a running process keeps the names of the code it runs
+    identity.forget_sources()
     assert config.identity()["framework"] != before
 
 
