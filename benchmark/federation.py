@@ -160,8 +160,7 @@ class ClientBatches:
     """A client-round's training batches, one pass per iteration: the order of
     `EpochTaggedSampler`, collated as a DataLoader collates. With `num_workers` > 0 a
     DataLoader's worker processes load them; in this process (0) they are collated
-    directly, without a DataLoader iterator's per-pass setup, which costs more than a whole
-    training step of a tiny model."""
+    directly, without a DataLoader iterator's per-pass setup (~0.1 ms a pass)."""
 
     def __init__(self, dataset: ClientTrainSet, batch_size: int, seed: int, num_workers: int) -> None:
         self.dataset, self.batch_size = dataset, batch_size

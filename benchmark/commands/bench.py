@@ -89,8 +89,9 @@ def run(args) -> int:
         "`configure_optimizers` (the fresh optimizer and scheduler every client-round gets: the method's own "
         "code, which any exact loop runs); and the framework, everything else: seeding, state swaps, download "
         "and upload, reading the optimizers as Lightning does and the loop around the steps. The target is on "
-        "the framework; the last share column is everything but the model's steps. FLOP counting off; the "
-        "median of three runs by framework share (all three framework shares in the last column).",
+        "the framework share; 'all but the model' is the share of everything but the model's steps. FLOP "
+        "counting off; the median of three runs by framework share (all three framework shares in the last "
+        "column).",
         "",
         "| setting | client-rounds | per client-round | model | data loading | configure_optimizers | framework | "
         "framework share | all but the model | three runs |",
