@@ -30,13 +30,14 @@ import torch
 
 import methods  # noqa: F401  (registers the methods)
 from benchmark.commands.bench import TABLE1_METHODS, _describable_textures
+from benchmark.commands.profile import split_time
 from benchmark.config import build_config
 from benchmark.runner import run_experiment
 
 root = _describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-gpu-")), classes=47, train=16, test=4)
 print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}; "
       f"{os.cpu_count()} CPUs")
-print("| method | precision | per client-round | model steps | data loading | framework | training TFLOP/s (whole client-round) |")
+print("| method | precision | per client-round | model steps | data loading | framework + configure_optimizers | training TFLOP/s (whole client-round) |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for name in TABLE1_METHODS:
     config = build_config(dict(
@@ -51,9 +52,8 @@ for name in TABLE1_METHODS:
     if not client_rounds:
         print(f"| {name} | {result.summary['precision']} | trains nothing | – | – | – | – |")
         continue
-    total = sum(r.total_seconds for r in timed) / client_rounds
-    model = sum(r.model_seconds for r in timed) / client_rounds
-    data = sum(r.data_seconds for r in timed) / client_rounds
+    split = split_time(timed)
+    total, model, data = split.total / client_rounds, split.model / client_rounds, split.data / client_rounds
     rest = total - model - data
     flops = sum(r.train_flops for r in timed)
     # Steps are timed on the host (the GPU runs them asynchronously): the rate is over whole client-rounds.

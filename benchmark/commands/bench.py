@@ -194,6 +194,7 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
     import time
 
     from benchmark import flops
+    from benchmark.commands.profile import split_time
     from benchmark.runner import run_experiment
 
     run_experiment(config, write=False, progress=False)  # warm: features, allocations
@@ -203,13 +204,9 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
         with flops.off():
             result = run_experiment(config, write=False, progress=False)
         wall = time.perf_counter() - t
-        rounds = result.federation.rounds
-        client_rounds = sum(len(r.clients) for r in rounds)
-        total = sum(r.total_seconds for r in rounds)
-        model = sum(r.model_seconds for r in rounds)
-        data = sum(r.data_seconds for r in rounds)
-        optimizer = sum(r.optimizer_seconds for r in rounds)
-        framework = total - model - data - optimizer
+        split = split_time(result.federation.rounds)
+        client_rounds, total, model, data = split.client_rounds, split.total, split.model, split.data
+        optimizer, framework = split.optimizer, split.framework
         measured.append(dict(
             name=name, client_rounds=client_rounds, total_ms=1000 * total / client_rounds,
             model_ms=1000 * model / client_rounds, data_ms=1000 * data / client_rounds,

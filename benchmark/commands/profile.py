@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 def add_parser(subparsers) -> None:
     from benchmark.cliargs import add_run_arguments
@@ -47,16 +49,34 @@ def format_minimum(config) -> str:
     )
 
 
-def format_profile(result) -> str:
-    rounds = result.federation.rounds
-    if not rounds:
-        return f"{result.config.method} trains nothing: no client-rounds to profile"
-    client_rounds = sum(len(r.clients) for r in rounds)
+@dataclass
+class TimeSplit:
+    """Seconds of a run's client-rounds by where they went (summed over the rounds)."""
+
+    client_rounds: int
+    total: float
+    model: float  # the steps: forward, backward, optimizer step
+    data: float  # fetching, decoding, augmenting, collating batches
+    optimizer: float  # the method's configure_optimizers
+    framework: float  # everything else: seeding, state swaps, the loop, upload and aggregation
+
+
+def split_time(rounds) -> TimeSplit:
     total = sum(r.total_seconds for r in rounds)
     model = sum(r.model_seconds for r in rounds)
     data = sum(r.data_seconds for r in rounds)
     optimizer = sum(r.optimizer_seconds for r in rounds)
-    overhead = total - model - data - optimizer
+    return TimeSplit(sum(len(r.clients) for r in rounds), total, model, data, optimizer,
+                     total - model - data - optimizer)
+
+
+def format_profile(result) -> str:
+    rounds = result.federation.rounds
+    if not rounds:
+        return f"{result.config.method} trains nothing: no client-rounds to profile"
+    split = split_time(rounds)
+    client_rounds, total, model, data = split.client_rounds, split.total, split.model, split.data
+    optimizer, overhead = split.optimizer, split.framework
     c = result.config
     lines = [
         f"{c.method} on {c.dataset}: {len(rounds)} rounds, {client_rounds} client-rounds, "
@@ -75,8 +95,8 @@ def format_profile(result) -> str:
                      "wait for them falls into the framework's share; the per-client-round total is exact)")
     first, rest = rounds[0], rounds[1:]
     if rest:  # the first round includes one-off warm-up (allocations, first optimizers)
-        steady = sum(r.total_seconds - r.model_seconds - r.data_seconds - r.optimizer_seconds for r in rest) / sum(
-            len(r.clients) for r in rest)
+        later = split_time(rest)
+        steady = later.framework / later.client_rounds
         lines.append(f"  framework after round 1: {1000 * steady:.1f} ms per client-round")
     counted = result.timing.get("flops")
     if counted:
