@@ -2,8 +2,9 @@
 Lightning Fabric that lives as long as the federation.
 
 A Lightning Trainer per client-round took 30 % of a tiny-CLIP client-round (6 of 20 ms:
-its setup and per-batch machinery); `fedbench bench` prints the share that is left. What a client-round computes is the Trainer's,
-bit for bit (`tests/test_client_loop.py` trains every method both ways):
+its setup and per-batch machinery); `fedbench bench` prints the share that is left. What
+a client-round computes is the Trainer's, bit for bit (`tests/test_client_loop.py` trains
+every method both ways):
 
 - `configure_optimizers` runs at the start of every client-round, so every client gets a
   fresh optimizer and scheduler; it is read the way Lightning reads it.
@@ -88,9 +89,6 @@ class ClientFabric(L.Fabric):
             total, count = self._sums.get(name, (torch.tensor(0.0, device=value.device), 0))
             self._sums[name] = (total + value * self._batch_size, count + self._batch_size)
 
-    def log(self, name, value, step=None) -> None:
-        self.log_dict({name: value}, step)
-
     def epoch_mean(self, name: str) -> float:
         if name not in self._sums:
             return float("nan")
@@ -118,8 +116,9 @@ class ClientLoop:
         self, module: L.LightningModule, batches: Sized, epochs: int, class_names: tuple[str, ...] = (),
     ) -> ClientRoundTraining:
         """Train `module` for `epochs` passes over `batches` (iterated once per epoch, its
-        `sampler` told the epoch as Lightning tells it). Raises `NonFiniteLoss` for a NaN or infinite loss. Steps
-        are charged to the open FLOP ledger under the client's `class_names`."""
+        `sampler` told the epoch as Lightning tells it). Raises `NonFiniteLoss` for a NaN or
+        infinite loss. Steps are charged to the open FLOP ledger under the client's
+        `class_names`."""
         fabric = self.fabric
         fabric.max_epochs, fabric.current_epoch, fabric.global_step = epochs, 0, 0
         fabric.num_training_batches, fabric._sums = len(batches), {}

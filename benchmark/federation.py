@@ -386,9 +386,8 @@ class FederatedSimulator:
         training = self._train_client(cid, round_index)
         trained = method.client_state()
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
-        upload = {k: v for k, v in trained.items() if method.is_uploaded(k)}  # what `uploaded_state` holds
         return ClientRound(
-            trained, upload, training.loss, training.model_seconds, training.data_seconds, training.optimizer_seconds
+            trained, method.upload_of(trained), training.loss, training.model_seconds, training.data_seconds, training.optimizer_seconds
         )
 
     def client_update(self, cid: int, upload: State) -> ClientUpdate:

@@ -75,9 +75,11 @@ def cell_identity(config: "RunConfig") -> dict[str, Any]:
     }
 
 
+@functools.lru_cache(maxsize=8)
 def _framework_sha256(files: tuple[str, ...]) -> str:
     # Import the modules first, so the code hashed is the code this process runs (a module
-    # imported later would be read from disk later, possibly after an edit).
+    # imported later would be read from disk later, possibly after an edit). Sources are
+    # read once per process (`_code`), so the hash is computed once, not once per cell.
     for name in files:
         path = Path(name)
         if not path.is_absolute():
@@ -200,8 +202,10 @@ def _files_sha256(files: list[Path]) -> str:
 
 
 def forget_sources() -> None:
-    """Read source files again, as a new process would (the cache of `_code`)."""
+    """Read source files again, as a new process would (the caches of `_code` and of the
+    framework's hash)."""
     _code.cache_clear()
+    _framework_sha256.cache_clear()
 
 
 @functools.lru_cache(maxsize=512)

@@ -286,7 +286,11 @@ class FederatedMethod(L.LightningModule):
                 own[key].copy_(value)
 
     def uploaded_state(self) -> State:
-        return {k: v for k, v in self.client_state().items() if self.is_uploaded(k)}
+        return self.upload_of(self.client_state())
+
+    def upload_of(self, state: State) -> State:
+        """The part of a client `state` that is uploaded (`upload_keys`)."""
+        return {k: v for k, v in state.items() if self.is_uploaded(k)}
 
     def is_uploaded(self, key: str) -> bool:
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.upload_keys)
