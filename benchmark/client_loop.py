@@ -19,7 +19,8 @@ every method both ways):
 - `self.log(name, value)` adds to a per-epoch mean weighted by the batch size (the
   Trainer's reduction for `on_epoch=True`); the round's loss is the last epoch's mean of
   "train_loss".
-- Module hooks called, in the Trainer's order: on_fit_start, on_train_start,
+- Module hooks called, in the Trainer's order (on_train_batch_start returning -1 ends
+  the epoch): on_fit_start, on_train_start,
   on_train_epoch_start, on_train_batch_start, on_before_zero_grad, on_before_backward,
   on_after_backward, on_before_optimizer_step, on_train_batch_end, on_train_epoch_end,
   on_train_end, on_fit_end. A method overriding any other Lightning hook a Trainer's fit
@@ -167,19 +168,22 @@ class ClientLoop:
                     batch_idx += 1
                     batch = _to_device(batch, fabric.device)
                     fabric._batch_size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
-                    if module.on_train_batch_start(batch, batch_idx) == -1:  # Lightning: skip the rest of the epoch
-                        self._step_schedulers(module, schedulers, "step", batch_idx)
-                        break
-                    start = time.perf_counter()
-                    with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
-                        if automatic:
-                            output = self._step(module, optimizers[0], batch, batch_idx)
-                        else:
-                            output = self._training_step(module, batch, batch_idx)
-                    seconds += time.perf_counter() - start
+                    # Lightning: -1 skips this batch and the rest of the epoch, whose schedulers
+                    # still step as after the epoch's last batch.
+                    skip = module.on_train_batch_start(batch, batch_idx) == -1
+                    if not skip:
+                        start = time.perf_counter()
+                        with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
+                            if automatic:
+                                output = self._step(module, optimizers[0], batch, batch_idx)
+                            else:
+                                output = self._training_step(module, batch, batch_idx)
+                        seconds += time.perf_counter() - start
                     self._step_schedulers(module, schedulers, "step", batch_idx)
-                    if batch_idx == num_batches - 1:
+                    if skip or batch_idx == num_batches - 1:
                         self._step_schedulers(module, schedulers, "epoch", epoch)
+                    if skip:
+                        break
                     loss = output.get("loss") if isinstance(output, dict) else output
                     if isinstance(loss, torch.Tensor):  # checked once per epoch: no device sync per step
                         lr = optimizers[0].param_groups[0]["lr"] if optimizers else None

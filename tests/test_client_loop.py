@@ -20,8 +20,9 @@ from torch.utils.data import DataLoader
 from benchmark import federation
 from benchmark.client_loop import ClientRoundTraining
 from benchmark.method import ClientContext
-from benchmark.registry import MethodError, available_methods, check_method_class
+from benchmark.registry import MethodError, available_methods, check_method_class, register_method
 from conftest import tiny_config
+from methods.promptfl import PromptFL
 
 # The built-in methods (other test modules register plugins of their own).
 TRAINED = sorted(name for name, cls in available_methods().items()
@@ -110,9 +111,28 @@ def test_cached_features_and_bf16_autocast_train_as_under_a_lightning_trainer(fa
     assert_same_training(loop, trainer)
 
 
-def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
-    from methods.promptfl import PromptFL
+@register_method("test_skips_and_halves")
+class SkipsAndHalves(PromptFL):
+    """Ends every epoch after its first batch (`on_train_batch_start` returns -1) and halves
+    the lr per epoch with an epoch-interval scheduler: the schedule must step as the
+    Trainer steps it when an epoch is cut short."""
 
+    def on_train_batch_start(self, batch, batch_idx):
+        return -1 if batch_idx == 1 else None
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD([self.ctx], lr=self.hparams.lr, momentum=0.9)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 1, gamma=0.5)}
+
+
+def test_an_epoch_cut_short_by_its_hook_trains_as_under_a_lightning_trainer(fake_data_root, tmp_path, monkeypatch):
+    config = tiny_config(fake_data_root, tmp_path, method="test_skips_and_halves", rounds=1, local_epochs=3,
+                         batch_size=2, method_args={"lr": 0.5})
+    loop, trainer = run_both(config, monkeypatch)
+    assert_same_training(loop, trainer)
+
+
+def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
     class ClipsGradients(PromptFL):
         def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
             pass
