@@ -65,13 +65,13 @@ class Evaluator:
         key = (fingerprint, tuple(indices), tuple(class_ids))
         if key not in self._memo:
             classes = (fingerprint, tuple(class_ids))
-            with flops.charge("evaluation"):
-                if classes not in self._classes:
+            if classes not in self._classes:
+                with flops.charge("evaluation"):
                     self._classes[classes] = class_features(self.method, self.test, class_ids)
-                self._memo[key] = accuracy(
-                    self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
-                    self._classes[classes],
-                )
+            self._memo[key] = accuracy(
+                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
+                self._classes[classes],
+            )
         return self._memo[key]
 
 
@@ -114,7 +114,8 @@ def accuracy(
     correct = 0
 
     def score(inputs, start: int) -> int:
-        logits = method.classify(method.image_features(inputs), classes)
+        with flops.charge_kind("evaluation", flops.evaluation_kind(method, inputs, classes)):
+            logits = method.classify(method.image_features(inputs), classes)
         return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
 
     prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0

@@ -16,20 +16,24 @@ so each kind is counted the first time it runs and charged at that count afterwa
 A first step includes once-per-client-round work (pFedMoAP's experts) and the filling of
 a method's caches that outlive the client-round (frozen template texts), so those are
 charged at every client-round's first step: at most one text encoding of the client's
-classes too much per client-round. Evaluation and frozen-feature passes run large
-batches where counting costs little, so they are counted whole.
+classes too much per client-round. Evaluation batches are sampled the same way: their
+kind is the shapes of the batch and of the class features (and the discrete state),
+because some methods classify by many small operations (FedOTP's transport plan: up to
+100 Sinkhorn iterations a batch), where counting every batch cost a third of the run.
+Frozen-feature passes and class encodings in evaluation are counted whole.
 
 `ledger()` opens the account of one run; `charge(part)` counts the code inside into it
-(nothing when no ledger is open), and `TrainSteps` samples the training steps of a
-client-round.
+(nothing when no ledger is open); `charge_kind(part, kind)` counts it once per kind;
+`TrainSteps` and `evaluation_kind` name the kinds of training steps and evaluation batches.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -203,6 +207,67 @@ def charge(part: str) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def charge_kind(part: str, kind: Hashable | None) -> Iterator[bool]:
+    """Like `charge`, but code of a `kind` already counted in this run is charged at that
+    count instead of being counted again (unless the ledger counts every step). A `kind` of
+    None (unknown) is always counted, and so is code inside an enclosing count. Yields
+    whether it counts."""
+    account = _LEDGER.get()
+    if account is None:
+        yield False
+        return
+    key, outermost = (part, kind), account._counter is None
+    if outermost and kind is not None and account.sample_steps and key in account._kinds:
+        account.add(part, account._kinds[key])
+        yield False
+        return
+    before = account.totals.get(part, 0)
+    with account.counting(part):
+        yield True
+    if outermost and kind is not None:
+        account._kinds[key] = account.totals.get(part, 0) - before
+
+
+class _Unknown(Exception):
+    pass
+
+
+def shapes(value: Any) -> Hashable | None:
+    """What the FLOPs of operations on `value` can depend on: the shapes and dtypes of its
+    tensors and the values of everything else, through tuples, lists, dicts and
+    dataclasses. None if it holds anything else (unknown: to be counted)."""
+    try:
+        return _shapes(value)
+    except _Unknown:
+        return None
+
+
+def _shapes(value: Any) -> Hashable:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_shapes(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((k, _shapes(v)) for k, v in value.items()))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return (type(value).__name__, tuple(_shapes(getattr(value, f.name)) for f in dataclasses.fields(value)))
+    raise _Unknown(type(value).__name__)
+
+
+def evaluation_kind(module: torch.nn.Module, inputs: Any, classes: Any) -> Hashable | None:
+    """The kind of an evaluation batch: what its FLOPs can depend on (None: count it, or
+    no ledger is open, where no kind is needed)."""
+    if _LEDGER.get() is None:
+        return None
+    batch, class_features = shapes(inputs), shapes(classes)
+    if batch is None or class_features is None:
+        return None
+    return ("evaluation", batch, class_features, discrete_state(module))
+
+
 def discrete_state(module: torch.nn.Module) -> tuple:
     """The values of a method's small integer and boolean state tensors (pFedMoAP's
     expert count, FedMVP's LoRA switch): what changes the work of a step between rounds."""
@@ -232,15 +297,9 @@ class TrainSteps:
         size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
         kind = (self.class_names, size, first, discrete_state(module))
         account.steps += 1
-        if account.sample_steps and kind in account._kinds:
-            account.add("train", account._kinds[kind])
+        with charge_kind("train", kind) as counted:
             yield
-            return
-        before = account.totals.get("train", 0)
-        with account.counting("train"):
-            yield
-        account._kinds[kind] = account.totals.get("train", 0) - before
-        account.steps_counted += 1
+        account.steps_counted += counted
 
 
 _UNCOUNTED = contextlib.nullcontext()  # reusable: no ledger open (`off()`, or outside a run)

@@ -58,9 +58,44 @@ def test_nested_counting_attributes_each_operation_once():
     assert account.totals == {"evaluation": 2 * 2 * 64, "features": 2 * 3 * 64}
 
 
+@pytest.mark.parametrize("sample", [True, False], ids=["sampled", "every"])
+def test_code_of_a_kind_is_counted_once_and_charged_at_its_count_after(sample):
+    layer = nn.Linear(8, 8)
+    one = flops.count_flops(layer, torch.randn(2, 8))[1]
+    with flops.ledger(sample_steps=sample) as account:
+        counted = []
+        for kind in ("a", "a", "b", None, None, "a"):
+            with flops.charge_kind("evaluation", kind) as counts:
+                layer(torch.randn(2, 8))
+            counted.append(counts)
+        with flops.charge("features"):  # inside an enclosing count: counted by it, once
+            with flops.charge_kind("evaluation", "a") as counts:
+                layer(torch.randn(2, 8))
+            counted.append(counts)
+    assert counted == ([True, False, True, True, True, False] if sample else [True] * 6) + [True]
+    assert account.totals == {"evaluation": 7 * one}
+
+
+def test_an_evaluation_batch_kind_names_shapes_not_values():
+    from benchmark.backbone import ImagePrefix
+
+    module = nn.Linear(2, 2)
+    module.register_buffer("experts", torch.tensor([3]))
+    with flops.ledger():
+        kind = flops.evaluation_kind(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
+        assert kind == flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "dog")))
+        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 1), (torch.zeros(3, 6), ("cat", "dog")))
+        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "cow")))
+        module.experts.fill_(2)  # the discrete state: pFedMoAP's expert count changes a batch's work
+        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
+        assert flops.evaluation_kind(module, torch.zeros(2), object()) is None  # unknown: counted
+    assert flops.evaluation_kind(module, torch.zeros(2), torch.zeros(2)) is None  # no ledger open
+
+
 # pFedMoAP: a step's work changes between rounds (the downloaded experts) and its first
 # step of a client-round encodes the experts, which later steps reuse.
-@pytest.mark.parametrize("method", ["promptfl", "pfedmoap"])
+# FedOTP: its evaluation batches run a data-dependent number of (uncounted) Sinkhorn steps.
+@pytest.mark.parametrize("method", ["promptfl", "pfedmoap", "fedotp"])
 def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
     from benchmark import runner
     from benchmark.features import FeatureCache
@@ -84,6 +119,7 @@ def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root,
     every = run_experiment(dataclasses.replace(config, out=str(tmp_path / "every")), progress=False)
     assert every.timing["flops"]["train_steps_counted"] == every.timing["flops"]["train_steps"]
     assert every.timing["flops"]["train"] == train
+    assert every.timing["flops"]["evaluation"] == timing["flops"]["evaluation"]
     monkeypatch.undo()
 
     # No ledger open: nothing is counted, and every metric is the same.
