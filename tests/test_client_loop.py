@@ -153,3 +153,53 @@ def test_a_round_times_the_model_and_the_data_apart_within_its_total(fake_data_r
     report = format_profile(result)
     for part in ("model compute:", "data loading:", "optimizer setup:", "framework:"):
         assert part in report
+
+
+def _configure_forms():
+    """configure_optimizers' returns: the two forms read without Lightning's parser, and
+    forms beside them that must fall through to it."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+
+    def sgd():
+        return torch.optim.SGD([weight], lr=0.1)
+
+    def cosine(optimizer):
+        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)
+
+    def with_scheduler(**entry):
+        optimizer = sgd()
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": cosine(optimizer), **entry}}
+
+    optimizer = sgd()
+    return {
+        "optimizer": sgd(),
+        "step scheduler": with_scheduler(interval="step"),
+        "default interval": with_scheduler(),
+        "frequency": with_scheduler(interval="step", frequency=2),
+        "bare scheduler": {"optimizer": optimizer, "lr_scheduler": cosine(optimizer)},
+        "lists": ([optimizer], [cosine(optimizer)]),
+        "one-cycle per epoch": {"optimizer": optimizer, "lr_scheduler": {
+            "scheduler": torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=4)}},
+    }
+
+
+@pytest.mark.parametrize("automatic", [True, False], ids=["automatic", "manual"])
+@pytest.mark.parametrize("form", list(_configure_forms()))
+def test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_them(form, automatic):
+    from lightning.pytorch.core.optimizer import (
+        _configure_optimizers, _configure_schedulers_automatic_opt, _configure_schedulers_manual_opt,
+    )
+
+    from benchmark.client_loop import _read_common_form
+
+    configured = _configure_forms()[form]
+    common = _read_common_form(configured, automatic)  # first: Lightning's parser edits the dicts it reads
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        optimizers, schedulers, monitor = _configure_optimizers(configured)
+        read = (_configure_schedulers_automatic_opt if automatic else _configure_schedulers_manual_opt)(
+            schedulers, *([monitor] if automatic else []))
+    if form in ("optimizer", "step scheduler", "default interval") and (automatic or form == "optimizer"):
+        assert common == (optimizers, read)  # LRSchedulerConfig is a dataclass: every field compared
+    else:
+        assert common is None  # read by Lightning's parser
