@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import math
 import time
+import weakref
 from dataclasses import dataclass
-from typing import Sized
+from typing import Mapping, Sized
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.core.optimizer import (
     _configure_optimizers,
@@ -97,7 +99,10 @@ class ClientFabric(L.Fabric):
         if name not in self._sums:
             return float("nan")
         total, count = self._sums[name]
-        return float(total / count)  # float32 / int, as Lightning's float32 / int64 tensor
+        # Lightning's float32 (or float64) tensor / int64 tensor, without a tensor operation
+        # (IEEE division is correctly rounded, so numpy's float32 division gives its bits).
+        value = total.item()
+        return float(np.float32(value) / np.float32(count)) if total.dtype == torch.float32 else value / count
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -115,6 +120,8 @@ class ClientLoop:
 
     def __init__(self, accelerator: str, precision: str) -> None:
         self.fabric = ClientFabric(accelerator, precision)
+        # What `module.fabric` holds while attached (Lightning keeps a weak proxy).
+        self._proxy = weakref.proxy(self.fabric)
 
     def fit(
         self, module: L.LightningModule, batches: Sized, epochs: int, class_names: tuple[str, ...] = (),
@@ -129,12 +136,17 @@ class ClientLoop:
         # An evaluation between rounds leaves the module in eval mode, which would switch off
         # dropout and training-only branches (LoRA's dropout, FedMVP's LoRA path).
         module.train()
-        module.fabric = fabric
+        if module.fabric is not self._proxy:  # attached until `release`: not per client-round (~50 us)
+            module.fabric = self._proxy
         try:
             return self._fit(module, batches, epochs, flops.TrainSteps(class_names))
         finally:
-            module.fabric = None
             module._fabric_optimizers = []
+
+    def release(self, module: L.LightningModule) -> None:
+        """Detach `module` from this loop's Fabric once it is done training."""
+        if module.fabric is self._proxy:
+            module.fabric = None
 
     def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
         fabric = self.fabric
@@ -180,17 +192,17 @@ class ClientLoop:
                             if automatic:
                                 output = self._step(module, optimizers[0], batch, batch_idx)
                             else:
-                                output = self._training_step(module, batch, batch_idx)
+                                output = _manual_output(module, self._training_step(module, batch, batch_idx))
                         seconds += time.perf_counter() - start
                     self._step_schedulers(module, schedulers, "step", batch_idx)
                     if skip or batch_idx == num_batches - 1:
                         self._step_schedulers(module, schedulers, "epoch", epoch)
                     if skip:
                         break
-                    loss = output.get("loss") if isinstance(output, dict) else output
+                    loss = output.get("loss")
                     if isinstance(loss, torch.Tensor):  # checked once per epoch: no device sync per step
                         lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
-                        losses.append((loss.detach(), fabric.global_step, lr))
+                        losses.append((loss, fabric.global_step, lr))
                     module.on_train_batch_end(output, batch, batch_idx)
             except Exception as failure:
                 self._check_losses(losses, failure)
@@ -217,7 +229,7 @@ class ClientLoop:
         before the gradients are zeroed: Lightning's closure does it that way). Without a
         loss nothing has a gradient, so the step would change nothing: it is counted only."""
         output = self._training_step(module, batch, batch_idx)
-        loss = output["loss"] if isinstance(output, dict) else output
+        loss, extra = _automatic_loss(module, output)
         module.on_before_zero_grad(optimizer)
         optimizer.zero_grad()
         if loss is not None:
@@ -227,7 +239,9 @@ class ClientLoop:
             module.on_before_optimizer_step(optimizer)
             optimizer.step()
         self.fabric.global_step += 1  # Lightning counts a step without a loss too
-        return output
+        # What the Trainer hands on_train_batch_end: a detached copy of the loss. The step's
+        # graph is freed here, inside the step, as in a loop that drops its loss.
+        return {} if loss is None else {"loss": loss.detach().clone(), **extra}
 
     def _optimizers(self, module, configured):
         """What `configure_optimizers` returned, read as Lightning reads it."""
@@ -267,6 +281,34 @@ class ClientLoop:
         for config in schedulers:
             if config.interval == interval and (index + 1) % config.frequency == 0:
                 config.scheduler.step()
+
+
+def _automatic_loss(module, output) -> tuple[torch.Tensor | None, dict]:
+    """(loss, the other entries) of a `training_step` return under automatic optimization:
+    a loss tensor, a dict with a "loss", or None (the step is skipped), as Lightning reads it."""
+    if isinstance(output, torch.Tensor) or output is None:
+        return output, {}
+    if isinstance(output, Mapping) and output.get("loss") is not None:
+        return output["loss"], {k: v for k, v in output.items() if k != "loss"}
+    raise TypeError(
+        f"{type(module).__name__}.training_step returned {type(output).__name__}; under automatic optimization "
+        "it returns the loss tensor, a dict with the loss under 'loss', or None to skip the step"
+    )
+
+
+def _manual_output(module, output) -> dict:
+    """What the Trainer hands on_train_batch_end under manual optimization: the dict returned
+    (its "loss" detached), {"loss": loss.detach()} for a tensor, {} for None."""
+    if output is None:
+        return {}
+    if isinstance(output, torch.Tensor):
+        return {"loss": output.detach()}
+    if isinstance(output, Mapping):
+        return {**output, **({"loss": output["loss"].detach()} if "loss" in output else {})}
+    raise TypeError(
+        f"{type(module).__name__}.training_step returned {type(output).__name__}; under manual optimization it "
+        "returns a tensor, a dict or nothing"
+    )
 
 
 def _read_common_form(configured, automatic: bool) -> tuple[list, list[LRSchedulerConfig]] | None:

@@ -132,6 +132,64 @@ def test_an_epoch_cut_short_by_its_hook_trains_as_under_a_lightning_trainer(fake
     assert_same_training(loop, trainer)
 
 
+BATCH_OUTPUTS: list = []  # what on_train_batch_end received, by the plugins below
+
+
+def _record(outputs) -> None:
+    BATCH_OUTPUTS.append({k: (v.item(), v.grad_fn is None, v.requires_grad) if isinstance(v, torch.Tensor) else v
+                          for k, v in outputs.items()})
+
+
+@register_method("test_dict_output")
+class DictOutput(PromptFL):
+    """Returns a dict with an extra entry and records what on_train_batch_end receives."""
+
+    def training_step(self, batch, batch_idx):
+        return {"loss": super().training_step(batch, batch_idx), "batch": batch_idx}
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        _record(outputs)
+
+
+@register_method("test_manual_output")
+class ManualOutput(PromptFL):
+    """Manual optimization returning its loss tensor; records on_train_batch_end's outputs."""
+
+    automatic_optimization = False
+
+    def training_step(self, batch, batch_idx):
+        optimizer = self.optimizers()
+        loss = super().training_step(batch, batch_idx)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        optimizer.step()
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD([self.ctx], lr=self.hparams.lr)
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        _record(outputs)
+
+
+@pytest.mark.parametrize("method", ["test_dict_output", "test_manual_output"])
+def test_on_train_batch_end_receives_what_a_lightning_trainer_hands_it(method, fake_data_root, tmp_path, monkeypatch):
+    # Automatic: {"loss": a detached copy, **the other entries}; manual: the loss detached.
+    config = tiny_config(fake_data_root, tmp_path, method=method, rounds=1, local_epochs=2, batch_size=3)
+    BATCH_OUTPUTS.clear()
+    from benchmark.runner import run_experiment
+
+    loop = run_experiment(config, write=False, progress=False)
+    seen = list(BATCH_OUTPUTS)
+    BATCH_OUTPUTS.clear()
+    with monkeypatch.context() as patch:
+        patch.setattr(federation.FederatedSimulator, "_train_client", trainer_train_client)
+        trainer = run_experiment(dataclasses.replace(config), write=False, progress=False)
+    assert seen and seen == BATCH_OUTPUTS
+    assert all(entry["loss"][1:] == (True, False) for entry in seen)  # detached
+    assert_same_training(loop, trainer)
+
+
 def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
     class ClipsGradients(PromptFL):
         def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):

@@ -86,6 +86,24 @@ def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_a_state_is_finite_exactly_when_every_value_is(dtype):
+    from benchmark.federation import all_finite
+
+    big = torch.finfo(dtype).max
+    state = {"a": torch.full((1000,), big, dtype=dtype), "b": torch.full((3,), -big, dtype=dtype),
+             "steps": torch.tensor([7])}
+    assert all_finite(state)  # the largest values, many of them: no overflow in the check
+    assert all_finite({}) and all_finite({"steps": torch.tensor([1])})
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        for key in ("a", "b"):
+            spoiled = {k: v.clone() for k, v in state.items()}
+            spoiled[key][1 if key == "a" else 0] = bad
+            assert not all_finite(spoiled), (bad, key)
+    both = {"a": torch.tensor([float("inf")], dtype=dtype), "b": torch.tensor([-float("inf")], dtype=dtype)}
+    assert not all_finite(both)  # opposite infinities do not cancel
+
+
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
 def test_nonfinite_hyperparameters_are_refused_before_loading(fedbench, value):
     done = fedbench("run", "--method", "promptfl", f"--lr={value}", "--backbone", "no-such-model")
