@@ -53,3 +53,24 @@ def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbe
         assert section in report
     assert "| promptfl |" in report and "| pfedmoap |" in report
     assert done.returncode == (1 if "NOT met" in report else 0)
+
+
+@pytest.mark.parametrize("local_epochs", [1, 2], ids=["cosine", "warm-up then cosine"])
+def test_the_bare_loop_computes_the_simulators_client_rounds(fake_data_root, tmp_path, local_epochs):
+    # The reference the framework share is measured against must train what the simulator trains.
+    from benchmark.bare_loop import run_bare
+    from benchmark.runner import prepare_run
+    from conftest import tiny_config
+
+    config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=local_epochs,
+                         batch_size=3)
+    snapshots = []
+    prepare_run(config, progress=False).simulator(on_snapshot=snapshots.append).run()
+    bare = run_bare(prepare_run(config, progress=False).simulator())
+    last = snapshots[-1]
+    assert bare.client_states.keys() == last.states.keys()
+    for cid, state in bare.client_states.items():
+        for key, value in state.items():
+            assert torch.equal(value, last.states[cid][key]), f"client {cid}: {key}"
+    assert bare.client_rounds == sum(len(r.clients) for r in last.rounds)
+    assert 0 < bare.model_seconds < bare.total_seconds and bare.rest_seconds > 0

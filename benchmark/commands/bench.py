@@ -93,12 +93,20 @@ def run(args) -> int:
         "counting off; the median of three runs by framework share (all three framework shares in the last "
         "column).",
         "",
+        "Part of the framework's time is paid by any loop: seeding, loading and copying out the client's state, "
+        "stepping the scheduler, and the cold caches the model's step leaves to whatever Python runs next. "
+        "'bare loop' is that part: the same client-rounds (equal states, bit for bit) run right after by the "
+        "shortest loop that computes them (`benchmark/bare_loop.py`: no hooks, checks, ledger or logs), its "
+        "time beyond the model, the data and configure_optimizers; 'added' is the framework's excess over it, "
+        "as a share of the client-round.",
+        "",
         "| setting | client-rounds | per client-round | model | data loading | configure_optimizers | framework | "
-        "framework share | all but the model | three runs |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "framework share | all but the model | bare loop | added | three runs |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         *[f"| {o['name']} | {o['client_rounds']} | {o['total_ms']:.1f} ms | {o['model_ms']:.1f} ms | "
           f"{o['data_ms']:.2f} ms ({o['data_share']:.1f} %) | {o['optimizer_ms']:.2f} ms ({o['optimizer_share']:.1f} %) | "
           f"{o['framework_ms']:.2f} ms | {o['share']:.1f} % | {o['beyond_model_share']:.1f} % | "
+          f"{o['bare_rest_ms']:.2f} ms | {o['added_share']:.1f} % | "
           f"{', '.join(f'{v:.1f}' for v in o['shares'])} % |"
           for o in overhead],
         "",
@@ -194,8 +202,9 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
     import time
 
     from benchmark import flops
+    from benchmark.bare_loop import run_bare
     from benchmark.commands.profile import split_time
-    from benchmark.runner import run_experiment
+    from benchmark.runner import prepare_run, run_experiment
 
     run_experiment(config, write=False, progress=False)  # warm: features, allocations
     measured = []
@@ -207,13 +216,17 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
         split = split_time(result.federation.rounds)
         client_rounds, total, model, data = split.client_rounds, split.total, split.model, split.data
         optimizer, framework = split.optimizer, split.framework
+        with flops.off():  # the same client-rounds by the bare loop, right after
+            bare = run_bare(prepare_run(config, progress=False).simulator())
+        bare_rest = bare.rest_seconds / bare.client_rounds
         measured.append(dict(
             name=name, client_rounds=client_rounds, total_ms=1000 * total / client_rounds,
             model_ms=1000 * model / client_rounds, data_ms=1000 * data / client_rounds,
             optimizer_ms=1000 * optimizer / client_rounds, optimizer_share=100 * optimizer / total,
             beyond_model_share=100 * (total - model) / total,
             framework_ms=1000 * framework / client_rounds, share=100 * framework / total,
-            data_share=100 * data / total, wall=wall,
+            data_share=100 * data / total, wall=wall, bare_rest_ms=1000 * bare_rest,
+            added_share=100 * (framework / client_rounds - bare_rest) / (total / client_rounds),
         ))
     median = sorted(measured, key=lambda m: m["share"])[len(measured) // 2]
     t = time.perf_counter()
