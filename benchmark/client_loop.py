@@ -43,7 +43,6 @@ from lightning.pytorch.core.optimizer import (
     _configure_schedulers_automatic_opt,
     _configure_schedulers_manual_opt,
 )
-
 from lightning.pytorch.utilities.types import LRSchedulerConfig
 from torch.optim.lr_scheduler import LRScheduler, OneCycleLR, ReduceLROnPlateau
 
