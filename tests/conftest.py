@@ -65,6 +65,33 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
     return build_config(base, {"method_args": method_args})
 
 
+# What a built-in method needs beyond its defaults on the tiny CLIP (4 blocks per tower).
+TINY_METHOD_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}}
+
+
+def method_config(method: str, fake_data_root: Path, tmp_path: Path, **overrides):
+    """`tiny_config` for a built-in `method`: with the arguments the tiny CLIP needs, and
+    class attributes written for the methods that read them (FedMVP)."""
+    from benchmark.registry import available_methods
+
+    extra = {"method_args": TINY_METHOD_ARGS.get(method, {})}
+    if available_methods()[method].uses_class_attributes:
+        folder = tmp_path / "attributes"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "dtd.json").write_text(json.dumps(
+            {f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)}))
+        extra["attributes"] = str(folder)
+    return tiny_config(fake_data_root, tmp_path, method=method, **{**extra, **overrides})
+
+
+def trained_built_in_methods() -> list[str]:
+    """The built-in methods that train (other test modules register plugins of their own)."""
+    from benchmark.registry import available_methods
+
+    return sorted(name for name, cls in available_methods().items()
+                  if cls.__module__.startswith("methods.") and name != "zeroshot")
+
+
 def write_mini_preset(
     folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1,), rounds=1, paper_table: str | None = None
 ) -> Path:

@@ -9,7 +9,6 @@ is run through a whole federation both ways and compared: every client's final s
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 
 import lightning as L
@@ -20,18 +19,15 @@ from torch.utils.data import DataLoader
 from benchmark import federation
 from benchmark.client_loop import ClientRoundTraining
 from benchmark.method import ClientContext
-from benchmark.registry import MethodError, available_methods, check_method_class, register_method
-from conftest import tiny_config
+from benchmark.registry import MethodError, check_method_class, register_method
+from conftest import method_config, tiny_config, trained_built_in_methods
 from methods.promptfl import PromptFL
 
-# The built-in methods (other test modules register plugins of their own).
-TRAINED = sorted(name for name, cls in available_methods().items()
-                 if cls.__module__.startswith("methods.") and name != "zeroshot")
+TRAINED = trained_built_in_methods()
 # Automatic SGD + cosine with warm-up (promptfl), AdamW over estimated_stepping_batches
 # (lora), manual optimization with on_train_start/end and num_training_batches (fedmvp),
 # per-round frozen inputs (pfedmoap): the fast suite; every other method is slow.
 FAST = {"promptfl", "lora", "fedmvp", "pfedmoap"}
-TINY_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}}  # the tiny CLIP has 4 blocks per tower
 
 
 def trainer_train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
@@ -87,15 +83,8 @@ def assert_same_training(loop, trainer) -> None:
 def test_every_method_trains_as_under_a_lightning_trainer(method, fake_data_root, tmp_path, monkeypatch):
     # 2 local epochs of 3 batches (the cosine schedule and the epoch boundaries matter),
     # 2 rounds (downloads, FedMVP's per-participation lr and LoRA switch), augmented images.
-    extra = {"method_args": TINY_ARGS.get(method, {})}
-    if available_methods()[method].uses_class_attributes:
-        folder = tmp_path / "attributes"
-        folder.mkdir()
-        (folder / "dtd.json").write_text(json.dumps(
-            {f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)}))
-        extra["attributes"] = str(folder)
-    config = tiny_config(fake_data_root, tmp_path, method=method, rounds=2, local_epochs=2, batch_size=3,
-                         augment=True, **extra)
+    config = method_config(method, fake_data_root, tmp_path, rounds=2, local_epochs=2, batch_size=3,
+                           augment=True)
     loop, trainer = run_both(config, monkeypatch)
     assert all(loss == loss for r in loop.federation.rounds for loss in r.train_loss.values())  # logged, not nan
     assert_same_training(loop, trainer)
