@@ -19,8 +19,10 @@ charged at every client-round's first step: at most one text encoding of the cli
 classes too much per client-round. Evaluation batches are sampled the same way: their
 kind is the shapes of the batch and of the class features (and the discrete state),
 because some methods classify by many small operations (FedOTP's transport plan: up to
-100 Sinkhorn iterations a batch), where counting every batch cost a third of the run.
-Frozen-feature passes and class encodings in evaluation are counted whole.
+100 Sinkhorn iterations a batch), whose counting costs Python time per operation; the
+sampled evaluation count equals the count of every batch for every built-in method
+(`tests/test_flops.py`). Frozen-feature passes and class encodings in evaluation are
+counted whole.
 
 `ledger()` opens the account of one run; `charge(part)` counts the code inside into it
 (nothing when no ledger is open); `charge_kind(part, kind)` counts it once per kind;
