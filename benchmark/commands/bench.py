@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
         description="Counts the FLOPs of each method's units on the backbone architecture (random weights, "
         "no download) and multiplies them out over the paper's Table 1 schedule, as this code runs it and as "
         "an exact implementation needs it; times the framework's share of a client-round on the toy world "
-        "and on the tiny CLIP; and times short toy runs with the exact shortcuts on and off, interleaved in "
+        "and on the tiny CLIP, and what a bare loop of the same client-rounds pays beyond the model "
+        "(benchmark/bare_loop.py); and times short toy runs with the exact shortcuts on and off, interleaved in "
         "one process. Prints the report and writes it to --out. Exits 1 when a target is missed.",
     )
     p.add_argument("--out", default="results/perf.md", help="the report file (default: results/perf.md)")
