@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.client_loop import ClientFabric
-from benchmark.federation import ClientBatches, ClientTrainSet, FederatedSimulator, client_seed, seed_torch
-from benchmark.method import ClientContext, ClientUpdate, State
+from benchmark.client_loop import ClientFabric, read_common_form
+from benchmark.federation import ClientBatches, ClientTrainSet, FederatedSimulator, seed_torch
+from benchmark.method import ClientContext, State
 
 
 @dataclass
@@ -48,8 +48,6 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
     fabric = ClientFabric(s.accelerator, s.precision)
     if getattr(fabric._precision, "scaler", None) is not None:
         raise ValueError(f"the bare loop has no gradient scaler; precision {s.precision!r} needs one")
-    seeds = {(r, cid): client_seed(simulator.seed, r, cid)
-             for r, sampled in enumerate(simulator.schedule) for cid in sampled}
     initial = method.client_state()
     states = {cid: {k: v.clone() for k, v in initial.items()} for cid in simulator.clients}
     aggregate: State = {}
@@ -63,9 +61,10 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
             start_round = time.perf_counter()
             updates = []
             for cid in sampled:
-                seed, shard = seeds[r, cid], simulator.clients[cid]
+                seed, shard = simulator._seeds[r, cid], simulator.clients[cid]
                 seed_torch(seed)
-                method.load_client_state(states[cid] if r == 0 else {**states[cid], **method.download(cid, aggregate, bank)})
+                received = {} if r == 0 else method.download(cid, aggregate, bank)
+                method.load_client_state({**states[cid], **received})
                 batches = ClientBatches(
                     ClientTrainSet(simulator.train_images, simulator.train_labels, shard, seed),
                     min(s.batch_size, max(1, shard.num_samples)), seed, 0,
@@ -101,8 +100,7 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
                         if scheduler is not None:
                             scheduler.step()
                 states[cid] = method.client_state()
-                updates.append(ClientUpdate(cid, shard.num_samples, method.upload_of(states[cid]), shard.num_samples
-                                            if s.aggregation == "samples" else 1.0))
+                updates.append(simulator.client_update(cid, method.upload_of(states[cid])))
                 client_rounds += 1
             aggregate = method.aggregate(updates) if updates and updates[0].state else {}
             bank.update({u.client_id: u.state for u in updates})
@@ -114,11 +112,14 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
 
 
 def _optimizer_and_scheduler(method, configured) -> tuple[torch.optim.Optimizer, object | None]:
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured, None
-    entry = configured.get("lr_scheduler") if isinstance(configured, dict) else None
-    if isinstance(entry, dict) and entry.get("interval") == "step" and set(entry) <= {"scheduler", "interval"}:
-        return configured["optimizer"], entry["scheduler"]
+    """The optimizer and its step-interval scheduler, read as the client loop reads them."""
+    common = read_common_form(configured, automatic=True)
+    if common is not None:
+        (optimizer,), schedulers = common
+        if not schedulers:
+            return optimizer, None
+        if schedulers[0].interval == "step":
+            return optimizer, schedulers[0].scheduler
     raise ValueError(
         f"the bare loop reads an optimizer, or an optimizer with one step-interval scheduler; "
         f"{method.name}.configure_optimizers returned another form"

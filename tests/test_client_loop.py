@@ -237,10 +237,10 @@ def test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_th
         _configure_optimizers, _configure_schedulers_automatic_opt, _configure_schedulers_manual_opt,
     )
 
-    from benchmark.client_loop import _read_common_form
+    from benchmark.client_loop import read_common_form
 
     configured = _configure_forms()[form]
-    common = _read_common_form(configured, automatic)  # first: Lightning's parser edits the dicts it reads
+    common = read_common_form(configured, automatic)  # first: Lightning's parser edits the dicts it reads
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         optimizers, schedulers, monitor = _configure_optimizers(configured)
