@@ -1,5 +1,6 @@
-"""Where the missing cells of a sweep run: here, one after another (`local`), as Ray tasks
-(`ray`), or as a Slurm job array through submitit (`slurm`).
+"""Where the missing cells of a sweep run: on this machine (`local`: one after another in
+this process, or `workers` at a time in worker processes), as Ray tasks (`ray`), or as a
+Slurm job array through submitit (`slurm`).
 
 Whichever engine runs it, the unit of work is the cell: `run_cell` takes the cell's lock,
 runs it into its run folder (or records its failure) exactly as a local sweep does, and
@@ -13,10 +14,13 @@ environment or core count. Ray and submitit are optional extras, imported only h
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import platform
+import signal
 import sys
 import traceback
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +28,7 @@ from typing import Callable, Iterator
 
 from benchmark.checkpoints import save_before_preemption
 from benchmark.config import ConfigError
-from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError
+from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
 from benchmark.locks import cell_lock
 from benchmark.presets import Cell
 from benchmark.results import is_complete, record_failure
@@ -173,15 +177,144 @@ Started = Callable[[CellJob], None]
 
 
 class LocalExecutor:
-    """One cell after another in this process (the default)."""
+    """The cells on this machine: one after another in this process (`workers` 1, the
+    default), or `workers` at a time, each in a worker process (spawned, so that no torch
+    thread pool or lock is copied half-held) that runs the cells it is sent one at a time.
+    Small models use a core badly through many threads (per-op overhead), so a few cells
+    side by side with a thread each finish sooner than one after another with them all."""
 
     name = "local"
     waits = True
 
+    def __init__(self, workers: int = 1) -> None:
+        self.workers = workers
+
     def run(self, jobs: list[CellJob], started: Started) -> Iterator[tuple[CellJob, Outcome]]:
+        if self.workers > 1 and len(jobs) > 1:
+            yield from _run_in_workers(jobs, started, min(self.workers, len(jobs)))
+            return
         for job in jobs:
             started(job)
             yield job, run_cell(job)
+
+
+def _run_in_workers(jobs: list[CellJob], started: Started, count: int) -> Iterator[tuple[CellJob, Outcome]]:
+    """Keep `count` workers busy until every job has an outcome. A worker that dies takes
+    only its own cell (recorded failed, as a dead Ray or Slurm task's) and is replaced.
+    Stopped (Ctrl-C, SIGTERM, the sweep closing this generator), the running cells are
+    signalled and keep their last completed round, as a stopped local run does."""
+    from multiprocessing.connection import wait
+
+    context = multiprocessing.get_context("spawn")
+    waiting = deque(jobs)
+    workers: list[_Worker] = []
+    try:
+        while True:
+            idle = [w for w in workers if w.job is None]
+            while waiting and (idle or len(workers) < count):
+                worker = idle.pop() if idle else _Worker(context)
+                if worker not in workers:
+                    workers.append(worker)
+                job = waiting.popleft()
+                started(job)
+                worker.start(job)
+            busy = [w for w in workers if w.job is not None]
+            if not busy:
+                return
+            ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy]))
+            for worker in busy:
+                if worker.conn in ready or worker.process.sentinel in ready:
+                    result = worker.finish()
+                    if not worker.process.is_alive():
+                        worker.close()
+                        workers.remove(worker)
+                    yield result
+    except BaseException:
+        for worker in workers:
+            if worker.job is not None:
+                worker.process.terminate()
+        raise
+    finally:
+        for worker in workers:
+            worker.close()
+
+
+class _Worker:
+    """A worker process of `LocalExecutor` and the job it is running (None: idle)."""
+
+    def __init__(self, context) -> None:
+        self.conn, child = context.Pipe()
+        self.process = context.Process(target=_serve, args=(child,), name="fedbench-cell-worker", daemon=True)
+        self.process.start()
+        child.close()
+        self.job: CellJob | None = None
+
+    def start(self, job: CellJob) -> None:
+        self.conn.send(job)
+        self.job = job
+
+    def finish(self) -> tuple[CellJob, Outcome]:
+        """The running job and its outcome, once the worker answered or ended."""
+        job, self.job = self.job, None
+        try:
+            outcome = self.conn.recv() if self.conn.poll() else None
+        except (EOFError, OSError):
+            outcome = None
+        if outcome is None:
+            self.process.join(timeout=10)
+            return job, lost(job, f"its worker process (pid {self.process.pid}) ended without a result, exit code "
+                                  f"{self.process.exitcode} (killed? out of memory?)")
+        if outcome.status == "interrupted":  # signalled by someone else than this sweep
+            return job, lost(job, f"its worker process (pid {self.process.pid}) was {outcome.detail}; the next sweep "
+                                  "resumes it from its last round checkpoint, if one was written")
+        return job, outcome
+
+    def close(self) -> None:
+        """End the worker: its pipe closes, so it returns once its cell (if stopping) saved its
+        last round."""
+        self.conn.close()
+        self.process.join(timeout=120)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+_cell_running = False  # in a worker process: a cell is running now
+_stopping = False  # in a worker process: a signal has stopped its cell
+
+
+def _stop_cell(signum, frame) -> None:
+    """A worker's SIGINT / SIGTERM handler: the running cell stops as a local run does
+    (RunInterrupted: it keeps its last round); once only, so that the sweep's own SIGTERM
+    after a Ctrl-C (which reaches the whole process group) cannot cut that save short.
+    Idle, the worker ignores the signal and ends when the sweep closes its pipe."""
+    global _stopping
+    if _cell_running and not _stopping:
+        _stopping = True
+        raise RunInterrupted(signum)
+
+
+def _serve(conn) -> None:
+    """A worker's loop: run each cell received, send back its outcome, until the pipe closes."""
+    global _cell_running
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop_cell)
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        _cell_running = True
+        try:
+            outcome = run_cell(job)
+        except RunInterrupted as stop:
+            outcome = Outcome("interrupted", str(stop))
+        finally:
+            _cell_running = False
+        try:
+            conn.send(outcome)
+        except OSError:  # the sweep is gone or stopping
+            return
 
 
 class RayExecutor:

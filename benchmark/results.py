@@ -3,7 +3,9 @@
 A run folder holds
   config.yaml      the resolved RunConfig (every method hyperparameter) and the cell's
                    identity (method source hash, weights, data: benchmark/identity.py)
-  environment.json code version, package versions, plugin packages, machine
+  environment.json code version, package versions, plugin packages, machine, torch's
+                   CPU thread count (CPU reductions split across threads add in
+                   another order, so the last bits of a loss can depend on it)
   partition.json   the partition manifest (client -> indices, classes) and its hash
   metrics.csv      long format: round, client, metric, value (client -1 = over clients)
   summary.json     headline metrics of the final round, parameter counts, bytes
@@ -63,6 +65,8 @@ def code_version() -> dict[str, Any]:
 
 
 def environment(method: str | None = None) -> dict[str, Any]:
+    import torch
+
     from benchmark.registry import method_package, plugin_packages
 
     return {
@@ -72,6 +76,7 @@ def environment(method: str | None = None) -> dict[str, Any]:
         "packages": {name: _package_version(name) for name in PACKAGES},
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
     }
 
 

@@ -1,6 +1,7 @@
 """`fedbench reproduce --executor local|ray|slurm`: the same table whichever engine runs the
-cells (a real local Ray instance; submitit's local executor standing in for Slurm), the
-sbatch script the Slurm executor submits, requeue after preemption, and clean errors."""
+cells (local worker processes; a real local Ray instance; submitit's local executor standing
+in for Slurm), the sbatch script the Slurm executor submits, requeue after preemption, a
+stopped or dying worker, and clean errors."""
 
 from __future__ import annotations
 
@@ -49,6 +50,33 @@ def local_sweep(tmp_path_factory, toy_test_checkpoint):
     assert reproduce(folder, write_sweep(folder)) == 0
     assert len(run_files(folder)) == 4
     return folder
+
+
+def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys):
+    import torch
+
+    threads = torch.get_num_threads()  # the reference's, so that every bit can be compared
+    assert reproduce(tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", str(threads)) == 0
+    out = capsys.readouterr().out
+    assert "ran 4 runs, 0 were already done" in out
+    assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
+    assert run_files(tmp_path) == run_files(local_sweep)  # every loss and accuracy, not only the table
+    for run in (tmp_path / "runs").glob("*_seed*"):
+        assert json.loads((run / "environment.json").read_text())["torch_threads"] == threads
+
+
+def test_local_workers_divide_this_process_threads_unless_told(tmp_path):
+    from benchmark.commands.demo import reproduce_args
+    from benchmark.commands.reproduce import cell_threads
+
+    import torch
+
+    args = reproduce_args("disabled", workers=3)
+    assert (args.workers, args.cpus_per_cell) == (3, 1)  # the demo: one thread per cell, whatever the machine
+    args.cpus_per_cell = None
+    assert cell_threads(args) == max(1, torch.get_num_threads() // 3)
+    args.workers = 1
+    assert cell_threads(args) is None  # CellJob.prepare takes this process's own
 
 
 @pytest.mark.slow
@@ -166,6 +194,61 @@ def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tm
     assert any(line.startswith("| test_dies_in_training |") and "failed" in line for line in table.splitlines())
 
 
+@pytest.mark.slow
+def test_a_dead_worker_fails_only_its_cell_and_is_replaced(tmp_path, capsys, toy_test_checkpoint):
+    from benchmark.results import read_failure
+
+    (tmp_path / "dies.py").write_text(DIES)
+    code = reproduce(tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", "1",
+                     "--methods", "zeroshot", str(tmp_path / "dies.py"))
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "ran 2 runs, 0 were already done, 0 skipped for missing data, 2 failed" in out
+    failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
+    assert len(failed) == 2 and all("test_dies_in_training_toy" in line for line in failed), failed
+    assert all("ended without a result, exit code 9" in line for line in failed), failed
+    for record in (tmp_path / "runs").glob("test_dies_in_training_*.failed.json"):
+        assert "ended without a result" in read_failure(record.with_name(record.name[:-len(".failed.json")]))
+    assert len(list((tmp_path / "runs").glob("zeroshot_*/summary.json"))) == 2  # the other cells ran
+
+
+@pytest.mark.slow
+def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_the_same_numbers(
+        tmp_path, toy_test_checkpoint):
+    """SIGTERM to the sweep while its workers run cells: the command exits 143, each running
+    cell keeps its last completed round, and the same command run again resumes them to the
+    numbers of a sweep never stopped."""
+    import threading
+
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    assert reproduce(reference, write_sweep(reference, sweep), "--cpus-per-cell", "1") == 0
+    stopped = tmp_path / "stopped"
+    stopped.mkdir()
+    runs = stopped / "runs"
+
+    def stop_once_both_cells_have_a_round() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline and len(list(runs.glob(".*.checkpoint.json"))) < 2:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=stop_once_both_cells_have_a_round)
+    thread.start()
+    try:
+        code = reproduce(stopped, write_sweep(stopped, sweep), "--workers", "2", "--cpus-per-cell", "1")
+    finally:
+        thread.join()
+    assert code == 143
+    assert not list(runs.glob("*_seed*/summary.json"))  # neither cell finished ...
+    assert len(list(runs.glob(".*.checkpoint.json"))) == 2  # ... and both kept a round
+    assert reproduce(stopped, write_sweep(stopped, sweep), "--workers", "2", "--cpus-per-cell", "1") == 0
+    for run in runs.glob("*_seed*"):
+        assert json.loads((run / "timing.json").read_text())["resumed_after_round"] >= 1
+    assert run_files(stopped) == run_files(reference)
+
+
 def fake_slurm(bin_dir: Path, script_copy: Path) -> None:
     """`srun` and `sbatch` stand-ins: sbatch keeps the script it is given and answers as Slurm does."""
     bin_dir.mkdir()
@@ -212,6 +295,7 @@ def test_a_missing_engine_names_its_extra(executor, module, tmp_path, monkeypatc
     (["--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task only apply to --executor slurm"),
     (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes"),
     (["--executor", "ray", "--device", "cuda:1"], "device cuda:1 pins every cell to one GPU"),
+    (["--executor", "ray", "--workers", "2"], "--workers only apply to --executor local"),
 ])
 def test_flags_that_do_not_fit_the_executor_are_refused(flags, message, tmp_path, capsys):
     assert reproduce(tmp_path, write_sweep(tmp_path), *flags) == 2

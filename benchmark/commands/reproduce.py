@@ -40,7 +40,8 @@ def add_parser(subparsers) -> None:
     scale = p.add_argument_group(
         "where the cells run",
         "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
-        "do not depend on the executor or the number of workers. Ray and Slurm are extras: "
+        "do not depend on the executor or the number of workers, given its torch threads (--cpus-per-cell; the "
+        "run's environment.json records them). Ray and Slurm are extras: "
         "pip install 'fedbench[ray]' / 'fedbench[slurm]'.",
     )
     scale.add_argument(
@@ -50,9 +51,14 @@ def add_parser(subparsers) -> None:
         "submitit, one task per cell, requeued and resumed from its round checkpoint when preempted",
     )
     scale.add_argument(
+        "--workers", type=positive_int, metavar="N",
+        help="local: run N cells at a time, each in a worker process of this machine (default: 1, one after "
+        "another in this process)",
+    )
+    scale.add_argument(
         "--cpus-per-cell", type=positive_int, metavar="N",
         help="torch CPU threads each cell computes with, and the CPUs Ray or Slurm reserve for it (default: this "
-        "process's torch thread count, the one --executor local computes with, as CPU arithmetic may depend on it; "
+        "process's torch thread count, divided among the --workers, as CPU arithmetic may depend on it; "
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
     scale.add_argument(
@@ -112,13 +118,14 @@ def make_executor(args):
     from benchmark.config import ConfigError
     from benchmark.executors import LocalExecutor, RayExecutor, SlurmExecutor, engine, slurm_minutes
 
-    given = {"slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None], "ray": ["ray_address"] if args.ray_address else []}
+    given = {"slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None], "ray": ["ray_address"] if args.ray_address else [],
+             "local": ["workers"] if args.workers is not None else []}
     for owner, flags in given.items():
         if flags and args.executor != owner:
             raise ConfigError(f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
                               f"(this is --executor {args.executor})")
     if args.executor == "local":
-        return LocalExecutor()
+        return LocalExecutor(args.workers or 1)
     if not args.dry_run:
         engine(args.executor)  # a missing extra is said before anything is planned
     if args.executor == "ray":
@@ -128,6 +135,16 @@ def make_executor(args):
         args.slurm_partition, gpus, slurm_minutes(args.slurm_time or "4:00:00"), args.slurm_mem_gb,
         args.slurm_account, args.slurm_qos, args.slurm_max_running, wait=not args.no_wait,
     )
+
+
+def cell_threads(args) -> int | None:
+    """The torch threads of each cell: --cpus-per-cell, else this process's shared among the
+    local workers (None: this process's own, see CellJob.prepare)."""
+    if args.cpus_per_cell or not args.workers or args.workers == 1:
+        return args.cpus_per_cell
+    import torch
+
+    return max(1, torch.get_num_threads() // args.workers)
 
 
 def run_tags(preset: str, args) -> tuple[str, ...]:
@@ -190,7 +207,7 @@ def run(args) -> int:
         raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
                           "gets a GPU of its own: use --device auto (or cuda)")
     report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args),
-                       executor=executor, threads=args.cpus_per_cell)
+                       executor=executor, threads=cell_threads(args))
     if report.submitted:
         print(f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
               f"{len(report.skipped)} skipped for missing data; run the same command again once the tasks are done "
