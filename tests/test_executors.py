@@ -65,18 +65,16 @@ def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys):
         assert json.loads((run / "environment.json").read_text())["torch_threads"] == threads
 
 
-def test_local_workers_divide_this_process_threads_unless_told(tmp_path):
-    from benchmark.commands.demo import reproduce_args
-    from benchmark.commands.reproduce import cell_threads
+def test_local_workers_divide_this_process_threads_unless_told():
+    import argparse
 
     import torch
 
-    args = reproduce_args("disabled", workers=3)
-    assert (args.workers, args.cpus_per_cell) == (3, 1)  # the demo: one thread per cell, whatever the machine
-    args.cpus_per_cell = None
-    assert cell_threads(args) == max(1, torch.get_num_threads() // 3)
-    args.workers = 1
-    assert cell_threads(args) is None  # CellJob.prepare takes this process's own
+    from benchmark.commands.reproduce import cell_threads
+
+    assert cell_threads(argparse.Namespace(workers=3, cpus_per_cell=None)) == max(1, torch.get_num_threads() // 3)
+    assert cell_threads(argparse.Namespace(workers=3, cpus_per_cell=2)) == 2
+    assert cell_threads(argparse.Namespace(workers=None, cpus_per_cell=None)) is None  # this process's own
 
 
 @pytest.mark.slow

@@ -29,8 +29,9 @@ def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)
-    assert demo.run(argparse.Namespace(wandb="disabled")) == 0
+    assert demo.run(argparse.Namespace(wandb="disabled", workers=3)) == 0
     args = seen["args"]
     assert (args.table, args.wandb, args.dry_run, args.tuned) == ("toy", "disabled", False, False)
-    assert args.executor == "local"
-    reproduce.make_executor(args)  # reads every executor option
+    # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine
+    assert (args.executor, args.workers, args.cpus_per_cell) == ("local", 3, 1)
+    assert reproduce.make_executor(args).workers == 3  # reads every executor option
