@@ -12,6 +12,7 @@ import stat
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -35,6 +36,25 @@ def write_sweep(folder: Path, text: str = TOY_SWEEP) -> Path:
 
 def reproduce(folder: Path, preset: Path, *extra: str) -> int:
     return main(["reproduce", str(preset), "--out", str(folder / "runs"), "--results", str(folder / "results"), *extra])
+
+
+def reproduce_signalled(folder: Path, preset: Path, ready: Callable[[], bool], send: Callable[[], None],
+                        *extra: str) -> int:
+    """`reproduce` while a thread waits (at most 240 s) until ready() and then calls send()."""
+    import threading
+
+    def wait_then_send() -> None:
+        deadline = time.time() + 240
+        while time.time() < deadline and not ready():
+            time.sleep(0.05)
+        send()
+
+    thread = threading.Thread(target=wait_then_send)
+    thread.start()
+    try:
+        return reproduce(folder, preset, *extra)
+    finally:
+        thread.join()
 
 
 def run_files(folder: Path) -> dict[str, tuple[str, str]]:
@@ -131,21 +151,12 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, 
     runs = preempted / "runs"
     (name,) = run_files(reference)
 
-    def preempt_after_round_one() -> None:
-        deadline = time.time() + 240
-        while time.time() < deadline and not (runs / f".{name}.checkpoint.json").is_file():
-            time.sleep(0.05)
+    def preempt() -> None:
         holder = json.loads(lock_path(runs / name).read_text())
         os.kill(holder["pid"], signal.SIGUSR2)
 
-    import threading
-
-    thread = threading.Thread(target=preempt_after_round_one)
-    thread.start()
-    try:
-        code = reproduce(preempted, write_sweep(preempted, sweep), "--executor", "slurm", "--slurm-gpus-per-task", "0")
-    finally:
-        thread.join()
+    code = reproduce_signalled(preempted, write_sweep(preempted, sweep), (runs / f".{name}.checkpoint.json").is_file,
+                               preempt, "--executor", "slurm", "--slurm-gpus-per-task", "0")
     assert code == 0
     log = next((runs / "slurm-logs").glob("*/*_log.out")).read_text()
     assert "this job is preempted" in log and "Requeued job" in log, log
@@ -216,8 +227,6 @@ def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_th
     """SIGTERM to the sweep while its workers run cells: the command exits 143, each running
     cell keeps its last completed round, and the same command run again resumes them to the
     numbers of a sweep never stopped."""
-    import threading
-
     sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -225,19 +234,8 @@ def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_th
     stopped = tmp_path / "stopped"
     stopped.mkdir()
     runs = stopped / "runs"
-
-    def stop_once_both_cells_have_a_round() -> None:
-        deadline = time.time() + 240
-        while time.time() < deadline and len(list(runs.glob(".*.checkpoint.json"))) < 2:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    thread = threading.Thread(target=stop_once_both_cells_have_a_round)
-    thread.start()
-    try:
-        code = reproduce(stopped, write_sweep(stopped, sweep), "--workers", "2", "--cpus-per-cell", "1")
-    finally:
-        thread.join()
+    code = reproduce_signalled(stopped, write_sweep(stopped, sweep), lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,
+                               lambda: os.kill(os.getpid(), signal.SIGTERM), "--workers", "2", "--cpus-per-cell", "1")
     assert code == 143
     assert not list(runs.glob("*_seed*/summary.json"))  # neither cell finished ...
     assert len(list(runs.glob(".*.checkpoint.json"))) == 2  # ... and both kept a round
