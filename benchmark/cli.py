@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         stop = exc if isinstance(exc, RunInterrupted) else RunInterrupted(signal.SIGINT)
         print(
-            f"fedbench {args.command}: {stop}; finished runs are kept, the unfinished one wrote no run folder "
+            f"fedbench {args.command}: {stop}; finished runs are kept, unfinished ones wrote no run folder "
             "(run the same command again: it resumes from the last round checkpoint, if one was written)",
             file=sys.stderr,
         )

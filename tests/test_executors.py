@@ -203,20 +203,39 @@ def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tm
     assert any(line.startswith("| test_dies_in_training |") and "failed" in line for line in table.splitlines())
 
 
+SLOW = """
+import time
+
+from benchmark.registry import register_method
+from methods.promptfl import PromptFL
+
+
+@register_method("test_slow_promptfl")
+class SlowPromptFL(PromptFL):
+    \"\"\"Test-only: PromptFL 0.2 s slower a step (same numbers), so that two cells overlap.\"\"\"
+
+    def training_step(self, batch, batch_idx):
+        time.sleep(0.2)
+        return super().training_step(batch, batch_idx)
+"""
+
+
 @pytest.mark.slow
 def test_a_dead_worker_fails_only_its_cell_and_is_replaced(tmp_path, capsys, toy_test_checkpoint):
     from benchmark.results import read_failure
 
-    (tmp_path / "dies.py").write_text(DIES)
+    # A name of its own: the registry is the process's, and the Slurm test registered DIES's.
+    (tmp_path / "dies.py").write_text(DIES.replace('"test_dies_in_training"', '"test_dies_in_a_worker"'))
     code = reproduce(tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", "1",
                      "--methods", "zeroshot", str(tmp_path / "dies.py"))
-    out = capsys.readouterr().out
-    assert code == 1, out
+    captured = capsys.readouterr()
+    assert code == 1, captured
+    out = captured.out
     assert "ran 2 runs, 0 were already done, 0 skipped for missing data, 2 failed" in out
     failed = [line for line in out.splitlines() if line.startswith("FAILED ")]
-    assert len(failed) == 2 and all("test_dies_in_training_toy" in line for line in failed), failed
+    assert len(failed) == 2 and all("test_dies_in_a_worker_toy" in line for line in failed), failed
     assert all("ended without a result, exit code 9" in line for line in failed), failed
-    for record in (tmp_path / "runs").glob("test_dies_in_training_*.failed.json"):
+    for record in (tmp_path / "runs").glob("test_dies_in_a_worker_*.failed.json"):
         assert "ended without a result" in read_failure(record.with_name(record.name[:-len(".failed.json")]))
     assert len(list((tmp_path / "runs").glob("zeroshot_*/summary.json"))) == 2  # the other cells ran
 
@@ -227,19 +246,21 @@ def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_th
     """SIGTERM to the sweep while its workers run cells: the command exits 143, each running
     cell keeps its last completed round, and the same command run again resumes them to the
     numbers of a sweep never stopped."""
-    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1")
+    (tmp_path / "slow.py").write_text(SLOW)  # long enough cells for both to be running at the signal
+    flags = ("--methods", str(tmp_path / "slow.py"), "--cpus-per-cell", "1")
     reference = tmp_path / "reference"
     reference.mkdir()
-    assert reproduce(reference, write_sweep(reference, sweep), "--cpus-per-cell", "1") == 0
+    assert reproduce(reference, write_sweep(reference, sweep), *flags) == 0
     stopped = tmp_path / "stopped"
     stopped.mkdir()
     runs = stopped / "runs"
     code = reproduce_signalled(stopped, write_sweep(stopped, sweep), lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,
-                               lambda: os.kill(os.getpid(), signal.SIGTERM), "--workers", "2", "--cpus-per-cell", "1")
+                               lambda: os.kill(os.getpid(), signal.SIGTERM), "--workers", "2", *flags)
     assert code == 143
     assert not list(runs.glob("*_seed*/summary.json"))  # neither cell finished ...
     assert len(list(runs.glob(".*.checkpoint.json"))) == 2  # ... and both kept a round
-    assert reproduce(stopped, write_sweep(stopped, sweep), "--workers", "2", "--cpus-per-cell", "1") == 0
+    assert reproduce(stopped, write_sweep(stopped, sweep), "--workers", "2", *flags) == 0
     for run in runs.glob("*_seed*"):
         assert json.loads((run / "timing.json").read_text())["resumed_after_round"] >= 1
     assert run_files(stopped) == run_files(reference)
