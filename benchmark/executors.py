@@ -244,7 +244,9 @@ class _Worker:
 
     def __init__(self, context) -> None:
         self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child,), name="fedbench-cell-worker", daemon=True)
+        # Not a daemon, which could not start a cell's data-loader workers; it still ends with
+        # the sweep, even one killed, as its pipe then closes.
+        self.process = context.Process(target=_serve, args=(child,), name="fedbench-cell-worker")
         self.process.start()
         child.close()
         self.job: CellJob | None = None
@@ -296,7 +298,7 @@ def _stop_cell(signum, frame) -> None:
 
 def _serve(conn) -> None:
     """A worker's loop: run each cell received, send back its outcome, until the pipe closes."""
-    global _cell_running
+    global _cell_running, _stopping
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop_cell)
     while True:
@@ -304,7 +306,7 @@ def _serve(conn) -> None:
             job = conn.recv()
         except (EOFError, OSError):
             return
-        _cell_running = True
+        _cell_running, _stopping = True, False
         try:
             outcome = run_cell(job)
         except RunInterrupted as stop:
