@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 
 from benchmark.client_loop import ClientFabric, read_common_form
-from benchmark.federation import ClientBatches, ClientTrainSet, FederatedSimulator, seed_torch
-from benchmark.method import ClientContext, State
+from benchmark.federation import FederatedSimulator
+from benchmark.method import State
 
 
 @dataclass
@@ -61,18 +61,10 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
             start_round = time.perf_counter()
             updates = []
             for cid in sampled:
-                seed, shard = simulator._seeds[r, cid], simulator.clients[cid]
-                seed_torch(seed)
                 received = {} if r == 0 else method.download(cid, aggregate, bank)
                 method.load_client_state({**states[cid], **received})
-                batches = ClientBatches(
-                    ClientTrainSet(simulator.train_images, simulator.train_labels, shard, seed),
-                    min(s.batch_size, max(1, shard.num_samples)), seed, 0,
-                )
-                method.set_client(ClientContext(
-                    cid, r + 1, tuple(simulator.class_names[c] for c in shard.train_classes), shard.num_samples,
-                    len(simulator.schedule),
-                ))
+                batches, client = simulator.client_data(cid, r)
+                method.set_client(client)
                 fabric.max_epochs, fabric.num_training_batches, fabric.global_step = s.local_epochs, len(batches), 0
                 t = time.perf_counter()
                 optimizer, scheduler = _optimizer_and_scheduler(method, method.configure_optimizers())

@@ -416,6 +416,21 @@ class FederatedSimulator:
 
     def _train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
         """Train one client: its mean training loss and the seconds of model and data work."""
+        batches, client = self.client_data(cid, round_index)
+        self.method.set_client(client)
+        try:
+            trained = self._loop.fit(self.method, batches, self.settings.local_epochs, client.class_names)
+        except NonFiniteLoss as bad:
+            # Past a non-finite loss every later number of the run is meaningless (NaN losses,
+            # metrics at chance) yet would look like a result.
+            raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
+        finally:
+            self.method.set_client(None)
+        return trained
+
+    def client_data(self, cid: int, round_index: int) -> tuple[ClientBatches, ClientContext]:
+        """Client `cid`'s batches and context in round `round_index`, torch seeded for its
+        local training: what any loop that trains the client-round starts from."""
         shard = self.clients[cid]
         s = self.settings
         seed = self._seeds[round_index, cid]
@@ -426,16 +441,7 @@ class FederatedSimulator:
             cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
             len(self.schedule),
         )
-        self.method.set_client(client)
-        try:
-            trained = self._loop.fit(self.method, batches, s.local_epochs, client.class_names)
-        except NonFiniteLoss as bad:
-            # Past a non-finite loss every later number of the run is meaningless (NaN losses,
-            # metrics at chance) yet would look like a result.
-            raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
-        finally:
-            self.method.set_client(None)
-        return trained
+        return batches, client
 
     def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
                     lr: float | None = None) -> DivergenceError:
