@@ -112,9 +112,10 @@ def accuracy(
         classes = class_features(method, split, class_ids)
     targets = torch.tensor([to_local[split.labels[i]] for i in indices])
     correct = 0
+    kind_of = flops.evaluation_kinds(method, classes)
 
     def score(inputs, start: int) -> int:
-        with flops.charge_kind("evaluation", flops.evaluation_kind(method, inputs, classes)):
+        with flops.charge_kind("evaluation", kind_of(inputs)):
             logits = method.classify(method.image_features(inputs), classes)
         return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
 

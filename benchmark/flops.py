@@ -26,7 +26,7 @@ counted whole.
 
 `ledger()` opens the account of one run; `charge(part)` counts the code inside into it
 (nothing when no ledger is open); `charge_kind(part, kind)` counts it once per kind;
-`TrainSteps` and `evaluation_kind` name the kinds of training steps and evaluation batches.
+`TrainSteps` and `evaluation_kinds` name the kinds of training steps and evaluation batches.
 """
 
 from __future__ import annotations
@@ -259,15 +259,20 @@ def _shapes(value: Any) -> Hashable:
     raise _Unknown(type(value).__name__)
 
 
-def evaluation_kind(module: torch.nn.Module, inputs: Any, classes: Any) -> Hashable | None:
-    """The kind of an evaluation batch: what its FLOPs can depend on (None: count it, or
-    no ledger is open, where no kind is needed)."""
-    if _LEDGER.get() is None:
-        return None
-    batch, class_features = shapes(inputs), shapes(classes)
-    if batch is None or class_features is None:
-        return None
-    return ("evaluation", batch, class_features, discrete_state(module))
+def evaluation_kinds(module: torch.nn.Module, classes: Any) -> Callable[[Any], Hashable | None]:
+    """The kind of each evaluation batch scored against `classes`: what its FLOPs can depend
+    on (None: count it, or no ledger is open, where no kind is needed). The class features'
+    shapes and the method's discrete state are read once: evaluation changes neither."""
+    class_features = shapes(classes) if _LEDGER.get() is not None else None
+    if class_features is None:
+        return lambda inputs: None
+    fixed = ("evaluation", class_features, discrete_state(module))
+
+    def kind(inputs: Any) -> Hashable | None:
+        batch = shapes(inputs)
+        return None if batch is None else (*fixed, batch)
+
+    return kind
 
 
 def discrete_state(module: torch.nn.Module) -> tuple:

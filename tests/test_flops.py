@@ -79,17 +79,21 @@ def test_code_of_a_kind_is_counted_once_and_charged_at_its_count_after(sample):
 def test_an_evaluation_batch_kind_names_shapes_not_values():
     from benchmark.backbone import ImagePrefix
 
+    def kind_of(module, inputs, classes):  # as `accuracy` reads it: kinds for the classes, then a batch's
+        return flops.evaluation_kinds(module, classes)(inputs)
+
     module = nn.Linear(2, 2)
     module.register_buffer("experts", torch.tensor([3]))
     with flops.ledger():
-        kind = flops.evaluation_kind(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
-        assert kind == flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "dog")))
-        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 1), (torch.zeros(3, 6), ("cat", "dog")))
-        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "cow")))
+        kind = kind_of(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
+        assert kind == kind_of(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "dog")))
+        assert kind != kind_of(module, ImagePrefix(torch.ones(4, 5, 6), 1), (torch.zeros(3, 6), ("cat", "dog")))
+        assert kind != kind_of(module, ImagePrefix(torch.ones(4, 5, 6), 2), (torch.zeros(3, 6), ("cat", "cow")))
         module.experts.fill_(2)  # the discrete state: pFedMoAP's expert count changes a batch's work
-        assert kind != flops.evaluation_kind(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
-        assert flops.evaluation_kind(module, torch.zeros(2), object()) is None  # unknown: counted
-    assert flops.evaluation_kind(module, torch.zeros(2), torch.zeros(2)) is None  # no ledger open
+        assert kind != kind_of(module, ImagePrefix(torch.zeros(4, 5, 6), 2), (torch.ones(3, 6), ("cat", "dog")))
+        assert kind_of(module, torch.zeros(2), object()) is None  # unknown: counted
+        assert kind_of(module, object(), torch.zeros(2)) is None
+    assert kind_of(module, torch.zeros(2), torch.zeros(2)) is None  # no ledger open
 
 
 # Exact sampling: PromptFL; pFedMoAP, whose step's work changes between rounds (the
