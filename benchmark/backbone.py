@@ -61,7 +61,7 @@ BlockWrappers = Mapping[int, BlockWrapper]  # 0-based block index -> wrapper
 # Named weight providers beyond open_clip's tags: name -> function returning a local file.
 PRETRAINED_PROVIDERS: dict[str, Callable[[], Path]] = {}
 # name -> function returning a string that changes whenever the provider's weights do,
-# computed without building them (the cell identity, `benchmark/identity.py`).
+# computed without building them (the cell identity, `benchmark/runs/identity.py`).
 PRETRAINED_IDENTITIES: dict[str, Callable[[], str]] = {}
 # name -> function returning the checkpoint path if it is already built, else None.
 PRETRAINED_CACHED: dict[str, Callable[[], "Path | None"]] = {}

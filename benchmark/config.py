@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
-SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.client_sampling_schedule
+SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 
 
 class ConfigError(ValueError):
@@ -127,19 +127,19 @@ class RunConfig:
         return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
 
     def identity(self) -> dict[str, Any]:
-        """Everything that determines this run's numbers (benchmark/identity.py)."""
-        from benchmark.identity import cell_identity
+        """Everything that determines this run's numbers (benchmark/runs/identity.py)."""
+        from benchmark.runs.identity import cell_identity
 
         return cell_identity(self)
 
     def hash(self) -> str:
-        from benchmark.identity import identity_hash
+        from benchmark.runs.identity import identity_hash
 
         return identity_hash(self.identity())
 
     def resolved(self) -> "RunConfig":
         """A copy whose method_args hold every hyperparameter of the method, defaults included."""
-        from benchmark.identity import resolved_method_args
+        from benchmark.runs.identity import resolved_method_args
 
         return dataclasses.replace(self, method_args=resolved_method_args(self.method, self.method_args))
 

@@ -8,7 +8,7 @@ from data.base import DatasetError
 
 
 class CellBusy(RuntimeError):
-    """Another process holds the lock of this cell (benchmark.locks); the message names it."""
+    """Another process holds the lock of this cell (benchmark.runs.locks); the message names it."""
 
 
 USER_ERRORS = (BackboneError, ConfigError, MethodError, DatasetError, CellBusy)

@@ -288,7 +288,7 @@ def discrete_state(module: torch.nn.Module) -> tuple:
 class TrainSteps:
     """Charges each training step of one client-round to the open ledger's "train": counted
     the first time a step of its kind runs (module docstring), its kind's count afterwards.
-    A training step is forward, backward and optimizer step (`benchmark.client_loop`)."""
+    A training step is forward, backward and optimizer step (`benchmark.federation.client_loop`)."""
 
     def __init__(self, class_names: tuple[str, ...]) -> None:
         self.class_names = tuple(class_names)

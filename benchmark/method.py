@@ -2,7 +2,7 @@
 
 A method is a LightningModule. It says *what* to compute (features, logits, a training
 step, optimizers) and *which* of its state travels (uploaded to the server, downloaded
-from it, kept personal). The simulator in `benchmark.federation` says *when*: it never
+from it, kept personal). The simulator in `benchmark.federation.simulator` says *when*: it never
 computes a loss, and a method never loops over clients or rounds.
 
 Client state is the method's `state_dict()` -- plain name -> tensor dicts, never hidden

@@ -29,7 +29,7 @@ from typing import Any, Callable, TypeVar
 
 from lightning import LightningModule
 
-from benchmark.client_loop import UNCALLED_HOOKS
+from benchmark.federation.client_loop import UNCALLED_HOOKS
 from benchmark.config import parse_bool  # noqa: F401  (re-exported: methods and tests import it from here)
 from benchmark.method import Choice, FederatedMethod, LogUniform, Uniform
 
@@ -307,7 +307,7 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
     uncalled = [hook for hook in UNCALLED_HOOKS if getattr(cls, hook, None) is not getattr(LightningModule, hook, None)]
     if uncalled:
         raise MethodError(
-            f"method {name!r} overrides {', '.join(uncalled)}, which local training (benchmark/client_loop.py) "
+            f"method {name!r} overrides {', '.join(uncalled)}, which local training (benchmark/federation/client_loop.py) "
             "does not call; move that work into training_step or a hook it calls (on_train_start, "
             "on_train_batch_start, on_before_optimizer_step, ...)"
         )

@@ -8,7 +8,7 @@ Work whose result cannot change a number is skipped or done once:
   tokens (pFedMMA's "a photo of a {}." through its unadapted blocks) -- is computed once
   per token batch and reused (`Backbone.encode_text`);
 - in evaluation, the image tower's frozen prefix (`FederatedMethod.frozen_image_blocks`)
-  is computed once per test image and shared by every client (`benchmark.evaluation`);
+  is computed once per test image and shared by every client (`benchmark.evaluation.accuracy`);
 - pFedMoAP's downloaded experts, frozen for a client-round, are encoded once per class
   list instead of at every step.
 

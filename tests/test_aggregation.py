@@ -7,7 +7,7 @@ from torch import nn
 
 from benchmark.method import ClientUpdate, FederatedMethod, fedavg
 from benchmark.registry import register_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config
 
 
@@ -51,8 +51,8 @@ def test_uniform_aggregation_is_the_plain_mean_over_clients_of_different_sizes(f
         result = run_experiment(config, write=True, progress=False)
         results[aggregation] = (config, result)
     config, result = results["samples"]
-    from benchmark.protocols import get_protocol
-    from benchmark.runner import load_run_dataset
+    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.runs.runner import load_run_dataset
     from benchmark.backbone import load_backbone
 
     dataset = load_run_dataset(config, load_backbone(config.backbone, None))

@@ -91,7 +91,7 @@ def test_toy_world_writes_its_own_file_from_the_generator(tmp_path):
 
 
 def test_download_without_network_prints_the_manual_step(tmp_path, capsys):
-    from benchmark.commands.datasets import download_attributes
+    from benchmark.cli.commands.datasets import download_attributes
 
     calls = []
 
@@ -108,7 +108,7 @@ def test_download_without_network_prints_the_manual_step(tmp_path, capsys):
 
 
 def test_download_writes_valid_files_and_keeps_existing_ones(tmp_path, capsys):
-    from benchmark.commands.datasets import download_attributes
+    from benchmark.cli.commands.datasets import download_attributes
 
     (tmp_path / "attributes").mkdir()
     (tmp_path / "attributes" / "dtd.json").write_text('{"mine": ["kept"]}')

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.checkpoints import checkpoint_path, sidecar_path
-from benchmark.runner import run_experiment
+from benchmark.runs.checkpoints import checkpoint_path, sidecar_path
+from benchmark.runs.runner import run_experiment
 from conftest import TINY, tiny_config
 
 # pFedMoAP downloads other clients' uploads (the bank); partial participation makes the
@@ -28,7 +28,7 @@ def files(run_dir: Path) -> dict[str, bytes]:
 
 
 def test_a_run_stopped_after_round_2_resumes_there_with_identical_results(fake_data_root, tmp_path, monkeypatch):
-    from benchmark.federation import FederatedSimulator
+    from benchmark.federation.simulator import FederatedSimulator
 
     reference = run_experiment(tiny_config(fake_data_root, tmp_path / "a", **SETTINGS), progress=False)
     config = tiny_config(fake_data_root, tmp_path / "b", checkpoint_every=1, **SETTINGS)
@@ -116,7 +116,7 @@ def test_a_stop_signal_saves_the_last_completed_round(fake_data_root, tmp_path, 
     import signal as signals
 
     from benchmark.errors import RunInterrupted
-    from benchmark.federation import FederatedSimulator
+    from benchmark.federation.simulator import FederatedSimulator
 
     reference = run_experiment(tiny_config(fake_data_root, tmp_path / "a", **SETTINGS), progress=False)
     config = tiny_config(fake_data_root, tmp_path / "b", **SETTINGS)

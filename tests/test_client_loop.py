@@ -16,8 +16,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from benchmark import federation
-from benchmark.client_loop import ClientRoundTraining
+from benchmark.federation import simulator as federation
+from benchmark.federation.client_loop import ClientRoundTraining
 from benchmark.method import ClientContext
 from benchmark.registry import MethodError, check_method_class, register_method
 from conftest import method_config, tiny_config, trained_built_in_methods
@@ -57,7 +57,7 @@ def trainer_train_client(self, cid: int, round_index: int) -> ClientRoundTrainin
 
 
 def run_both(config, monkeypatch):
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     loop = run_experiment(config, write=False, progress=False)
     with monkeypatch.context() as patch:
@@ -166,7 +166,7 @@ def test_on_train_batch_end_receives_what_a_lightning_trainer_hands_it(method, f
     # Automatic: {"loss": a detached copy, **the other entries}; manual: the loss detached.
     config = tiny_config(fake_data_root, tmp_path, method=method, rounds=1, local_epochs=2, batch_size=3)
     BATCH_OUTPUTS.clear()
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     loop = run_experiment(config, write=False, progress=False)
     seen = list(BATCH_OUTPUTS)
@@ -189,8 +189,8 @@ def test_a_method_overriding_a_hook_the_loop_does_not_call_is_refused():
 
 
 def test_a_round_times_the_model_and_the_data_apart_within_its_total(fake_data_root, tmp_path):
-    from benchmark.commands.profile import format_profile
-    from benchmark.runner import run_experiment
+    from benchmark.cli.commands.profile import format_profile
+    from benchmark.runs.runner import run_experiment
 
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, batch_size=3, augment=True)
     result = run_experiment(config, write=False, progress=False)
@@ -237,7 +237,7 @@ def test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_th
         _configure_optimizers, _configure_schedulers_automatic_opt, _configure_schedulers_manual_opt,
     )
 
-    from benchmark.client_loop import read_common_form
+    from benchmark.federation.client_loop import read_common_form
 
     configured = _configure_forms()[form]
     common = read_common_form(configured, automatic)  # first: Lightning's parser edits the dicts it reads

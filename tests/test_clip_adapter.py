@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config
 
 NAMES = ("texture_a", "texture_b", "texture_c")

@@ -197,7 +197,7 @@ def test_few_shot_subset_and_cache(tmp_path):
 def _parse(argv):
     import argparse
 
-    from benchmark.commands import datasets as command
+    from benchmark.cli.commands import datasets as command
 
     parser = argparse.ArgumentParser(prog="fedbench")
     command.add_parser(parser.add_subparsers(dest="command"))
@@ -349,7 +349,7 @@ def test_damaged_classnames_file(tmp_path):
 
 def test_test_only_dataset_cannot_be_trained_on(tmp_path):
     from benchmark.config import ConfigError, build_config
-    from benchmark.runner import load_run_dataset
+    from benchmark.runs.runner import load_run_dataset
 
     make_fake_dataset("imagenet_r", tmp_path)
     config = build_config({"dataset": "imagenet_r", "data_root": str(tmp_path)})

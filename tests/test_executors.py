@@ -92,7 +92,7 @@ def test_local_workers_divide_this_process_threads_unless_told():
 
     import torch
 
-    from benchmark.commands.reproduce import cell_threads
+    from benchmark.cli.commands.reproduce import cell_threads
 
     assert cell_threads(argparse.Namespace(workers=3, cpus_per_cell=None)) == max(1, torch.get_num_threads() // 3)
     assert cell_threads(argparse.Namespace(workers=3, cpus_per_cell=2)) == 2
@@ -117,7 +117,7 @@ def test_ray_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch, capsys):
-    from benchmark.executors import SlurmExecutor
+    from benchmark.sweeps.executors import SlurmExecutor
 
     # No Slurm here: submitit's local cluster runs each task as a process of this machine,
     # through the same pickling, submission and result protocol.
@@ -137,8 +137,8 @@ def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkey
 def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, monkeypatch, toy_test_checkpoint):
     """SIGUSR2 (what Slurm sends a task it preempts) mid-run: submitit calls the job's
     checkpoint hook, the run keeps its last round, the task is requeued and resumes there."""
-    from benchmark.executors import SlurmExecutor
-    from benchmark.locks import lock_path
+    from benchmark.sweeps.executors import SlurmExecutor
+    from benchmark.runs.locks import lock_path
 
     sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
     sweep = sweep.replace("seeds: [1, 2]", "seeds: [1]")
@@ -186,8 +186,8 @@ class DiesInTraining(PromptFL):
 @pytest.mark.slow
 def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tmp_path, monkeypatch, capsys,
                                                                                toy_test_checkpoint):
-    from benchmark.executors import SlurmExecutor
-    from benchmark.results import read_failure
+    from benchmark.sweeps.executors import SlurmExecutor
+    from benchmark.runs.results import read_failure
 
     monkeypatch.setattr(SlurmExecutor, "cluster", "local")
     monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
@@ -224,7 +224,7 @@ class SlowPromptFL(PromptFL):
 
 @pytest.mark.slow
 def test_a_dead_worker_fails_only_its_cell_and_is_replaced(tmp_path, capsys, toy_test_checkpoint):
-    from benchmark.results import read_failure
+    from benchmark.runs.results import read_failure
 
     # A name of its own: the registry is the process's, and the Slurm test registered DIES's.
     (tmp_path / "dies.py").write_text(DIES.replace('"test_dies_in_training"', '"test_dies_in_a_worker"'))
@@ -331,7 +331,7 @@ def test_cpus_per_cell_must_be_positive(tmp_path, capsys):
 @pytest.mark.parametrize("text, minutes", [("240", 240), ("30:30", 31), ("4:00:00", 240), ("1-00:00:00", 1440),
                                            ("2-12", 3600), ("0-1:30", 90)])
 def test_slurm_time_reads_slurms_formats(text, minutes):
-    from benchmark.executors import slurm_minutes
+    from benchmark.sweeps.executors import slurm_minutes
 
     assert slurm_minutes(text) == minutes
 
@@ -341,8 +341,8 @@ def test_a_cell_job_carries_this_process_context_to_its_worker(tmp_path, monkeyp
     the torch thread count, method files -- is the sweep's, and restored after the cell."""
     import torch
 
-    from benchmark.executors import CellJob
-    from benchmark.presets import load_preset
+    from benchmark.sweeps.executors import CellJob
+    from benchmark.sweeps.presets import load_preset
 
     plugin = tmp_path / "half.py"
     plugin.write_text(

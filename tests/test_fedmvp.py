@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from benchmark.method import ClientContext
 from benchmark.registry import build_method, register_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config
 from data.attributes import load_class_attributes
 from methods.fedmvp import FedMVP, attribute_logits, attribute_sentence, pool_prompts

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from benchmark.backbone import load_backbone
 from benchmark.method import ClientContext, ClientUpdate
 from benchmark.registry import build_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config
 from methods.fedpgp import contrastive_loss
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from benchmark.tables import latex_table, paper_comparison
+from benchmark.sweeps.tables import latex_table, paper_comparison
 
 
 def stats_rows(label, grid, values, n=2, hyperparameters="paper", failed=0):
@@ -42,8 +42,8 @@ def test_paper_comparison_keeps_grid_values_apart():
 
 
 def test_dashboard_keeps_per_dataset_filters_in_their_own_panel_grids():
-    from benchmark.dashboard import dashboard_spec, panel_grids
-    from benchmark.presets import load_preset
+    from benchmark.sweeps.dashboard import dashboard_spec, panel_grids
+    from benchmark.sweeps.presets import load_preset
 
     spec = dashboard_spec(load_preset("base2novel"), "fedbench", ("Local", "Base", "Novel", "HM"))
     grids = dict(panel_grids(spec))

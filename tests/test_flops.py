@@ -106,9 +106,9 @@ SAMPLED_EXACTLY = {"promptfl", "pfedmoap", "fedotp"}
 @pytest.mark.parametrize("method", [m if m in SAMPLED_EXACTLY else pytest.param(m, marks=pytest.mark.slow)
                                     for m in trained_built_in_methods()])
 def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
-    from benchmark import runner
-    from benchmark.features import FeatureCache
-    from benchmark.runner import run_experiment
+    from benchmark.runs import runner
+    from benchmark.federation.features import FeatureCache
+    from benchmark.runs.runner import run_experiment
 
     config = method_config(method, fake_data_root, tmp_path / "plain", local_epochs=2, rounds=3)
     # No ledger open: nothing is counted. This run also fills the process's caches of frozen

@@ -1,4 +1,4 @@
-"""Federations on Flower (`benchmark.flower`): a method runs unchanged as a Flower app on
+"""Federations on Flower (`benchmark.runs.flower`): a method runs unchanged as a Flower app on
 Flower's simulation runtime (a real local Ray instance, no network beyond localhost) and
 gives the numbers `fedbench run` gives with the same config; a node keeps its state and
 sends only the method's upload_keys."""
@@ -30,7 +30,7 @@ PFEDMMA = {"first_block": 2, "lr": 0.1}
 
 
 def test_states_cross_flower_bit_for_bit():
-    from benchmark.flower import from_record, to_record
+    from benchmark.runs.flower import from_record, to_record
 
     state = {
         "w": torch.randn(3, 4), "double": torch.randn(5, dtype=torch.float64), "count": torch.tensor([3]),
@@ -45,7 +45,7 @@ def test_states_cross_flower_bit_for_bit():
 def test_a_node_sends_only_the_upload_keys_and_keeps_its_own_state(toy_test_checkpoint, tmp_path):
     from flwr.app import Context, RecordDict
 
-    from benchmark import flower
+    from benchmark.runs import flower
 
     config = toy_config(tmp_path, "pfedmma", **PFEDMMA)
     context = Context(run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 4},
@@ -68,7 +68,7 @@ def test_a_node_sends_only_the_upload_keys_and_keeps_its_own_state(toy_test_chec
 
 
 def test_node_config_holds_only_node_options():
-    from benchmark.flower import config_from_run_config, node_config_overrides
+    from benchmark.runs.flower import config_from_run_config, node_config_overrides
 
     given = {"partition-id": 0, "num-partitions": 4, "data-root": "/data", "device": "cuda:1"}
     assert node_config_overrides(given) == {"data_root": "/data", "device": "cuda:1"}
@@ -79,7 +79,7 @@ def test_node_config_holds_only_node_options():
 
 
 def test_without_flwr_the_command_names_the_extra(fedbench, monkeypatch, tmp_path):
-    for name in [n for n in sys.modules if n == "benchmark.flower" or n.startswith("flwr.")]:
+    for name in [n for n in sys.modules if n == "benchmark.runs.flower" or n.startswith("flwr.")]:
         monkeypatch.delitem(sys.modules, name)  # put back after the test
     monkeypatch.setitem(sys.modules, "flwr", None)  # as if flwr were not installed
     done = fedbench("flower", "--method", "promptfl", "--wandb", "disabled", "--out", tmp_path / "runs")

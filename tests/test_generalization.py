@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from benchmark.config import ConfigError, build_config
-from benchmark.protocols import get_protocol
+from benchmark.evaluation.protocols import get_protocol
 from data.base import DatasetSplits, TensorImages
 from data.combined import combine, members_of
 from data.partition import ChunkGroup, chunk_classes, chunk_count, class_chunk_partition
@@ -242,7 +242,7 @@ def test_classchunk_local_base_new_per_dataset_then_equal_weights():
 
 
 def test_published_hm_is_the_harmonic_mean_of_the_three_averages():
-    from benchmark.evaluation import harmonic_mean
+    from benchmark.evaluation.accuracy import harmonic_mean
 
     # The published rows: HM of the rounded averages is within 0.01 of the published HM
     # (the three-way HM; the two-way 2BN/(B+N) of FedMVP would be 76.58).
@@ -302,7 +302,7 @@ def test_transfer_scores_each_test_dataset_over_its_own_classes_and_averages_the
 
 
 def _toy_run(tmp_path, **options):
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
     from conftest import TINY
 
     base = dict(backbone=TINY, pretrained="none", out=str(tmp_path / "runs"), shots=2, rounds=1, local_epochs=1,
@@ -345,7 +345,7 @@ def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
 
 def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path, capsys):
     from benchmark.cli import main
-    from benchmark.presets import load_preset
+    from benchmark.sweeps.presets import load_preset
 
     nodata = tmp_path / "nodata"
     assert main(["reproduce", "fedmvp_base2new", "--dry-run", "--data-root", str(nodata), "--out", str(tmp_path)]) == 0
@@ -366,15 +366,15 @@ def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path,
 
 
 def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
-    from benchmark.presets import load_preset
-    from benchmark.protocols import FIXED_TARGETS
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.evaluation.protocols import FIXED_TARGETS
     from data.catalog import dataset_info
 
     fixed = load_preset("fedmvp_msst").cells(seeds=[1], methods=["zeroshot"])
     assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
         (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
-    from benchmark.protocols import get_protocol
+    from benchmark.evaluation.protocols import get_protocol
 
     planned = {c.dataset: get_protocol("msst").planned_clients(c.config) for c in fixed}
     assert planned == {"pacs": 3, "office_home": 9, "vlcs": 3, "terra_incognita": 3, "domainnet_full": 5 * 17}
@@ -389,14 +389,14 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
 
 def _finish(cell, metrics: dict) -> None:
     """A finished run folder for `cell` holding `metrics` (tables only read summary.json)."""
-    from benchmark.results import write_run
-    from benchmark.tables import run_dir
+    from benchmark.runs.results import write_run
+    from benchmark.sweeps.tables import run_dir
 
     write_run(run_dir(cell), cell.config, [], {"metrics": metrics}, {})
 
 
 def _toy_lodo_preset(tmp_path):
-    from benchmark.presets import load_preset
+    from benchmark.sweeps.presets import load_preset
 
     path = tmp_path / "lodo.yaml"
     path.write_text(
@@ -408,7 +408,7 @@ def _toy_lodo_preset(tmp_path):
 
 
 def test_lodo_table_keeps_each_target_and_averages_them_unweighted(tmp_path):
-    from benchmark.tables import collect, summarize
+    from benchmark.sweeps.tables import collect, summarize
 
     cells = _toy_lodo_preset(tmp_path).cells()
     assert len(cells) == 2 * 4
@@ -439,9 +439,9 @@ FAKE_METRICS = {
 
 @pytest.mark.parametrize("name", sorted(FAKE_METRICS))
 def test_paper_comparison_of_each_fedmvp_preset_carries_the_published_numbers(name, tmp_path):
-    from benchmark.paper import reference_numbers
-    from benchmark.presets import load_preset
-    from benchmark.sweep import plan_sweep, render_tables
+    from benchmark.sweeps.paper import reference_numbers
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.sweep import plan_sweep, render_tables
 
     preset = load_preset(name)
     cells = preset.cells({"out": str(tmp_path / "runs")})
@@ -492,7 +492,7 @@ def test_transfer_on_imagenet_layouts_scores_each_variant_over_its_own_class_lis
 
 
 def test_training_on_a_test_only_variant_is_refused(tmp_path):
-    from benchmark.runner import load_run_dataset
+    from benchmark.runs.runner import load_run_dataset
 
     config = build_config({"dataset": "imagenet+imagenet_a", "protocol": "classchunk", "data_root": str(tmp_path)})
     with pytest.raises(ConfigError, match="'imagenet_a' is a test set only"):
@@ -501,7 +501,7 @@ def test_training_on_a_test_only_variant_is_refused(tmp_path):
 
 @pytest.mark.parametrize("name", ["pacs", "office_home", "terra_incognita"])
 def test_msst_on_domainbed_layouts_holds_out_the_fixed_target(name, tmp_path):
-    from benchmark.protocols import FIXED_TARGETS
+    from benchmark.evaluation.protocols import FIXED_TARGETS
     from data.catalog import dataset_info
     from data.combined import load_datasets
     from fake_layouts import make_fake_dataset
@@ -528,7 +528,7 @@ def test_msst_on_domainbed_layouts_holds_out_the_fixed_target(name, tmp_path):
 
 
 def test_attribute_methods_refuse_several_datasets_before_loading_any(tmp_path):
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
     from conftest import TINY
 
     config = build_config({"method": "fedmvp", "dataset": "toy+toy_shapes", "protocol": "classchunk", "backbone": TINY,

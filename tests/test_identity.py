@@ -75,7 +75,7 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
 
 
 def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
-    from benchmark.identity import forget_sources
+    from benchmark.runs.identity import forget_sources
     from benchmark.registry import _METHODS, _ORIGINS
 
     source = tmp_path / "edited_method.py"
@@ -126,7 +126,7 @@ def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_r
     """The toy CLIP's float rounding depends on the machine that pretrained it: two builds
     of one recipe are different weights, so they must be different cells."""
     from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS, register_pretrained
-    from benchmark.identity import prepare_weights
+    from benchmark.runs.identity import prepare_weights
 
     checkpoint = tmp_path / "suite-weights.pt"
 
@@ -153,7 +153,7 @@ def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_r
 
 
 def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_root, monkeypatch):
-    import benchmark.identity as identity
+    import benchmark.runs.identity as identity
 
     shared = tmp_path / "shared_code.py"
     shared.write_text('def scale(x):\n    """Doubles x."""\n    return 2 * x  # the factor\n')
@@ -170,6 +170,6 @@ def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_ro
 
 
 def test_the_shared_code_list_names_existing_files():
-    from benchmark.identity import FRAMEWORK_CODE, ROOT
+    from benchmark.runs.identity import FRAMEWORK_CODE, ROOT
 
     assert [f for f in FRAMEWORK_CODE if not (ROOT / f).is_file()] == []

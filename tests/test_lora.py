@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.backbone import load_backbone
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config, write_split_zhou
 from methods.lora import CLIPLoRA
 

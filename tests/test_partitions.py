@@ -187,9 +187,9 @@ def _recording_accuracy(calls):
     ],
 )
 def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, protocol, clients, columns):
-    from benchmark.protocols import get_protocol
-    from benchmark.reporting import format_summary
-    from benchmark.runner import run_experiment
+    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.runs.reporting import format_summary
+    from benchmark.runs.runner import run_experiment
     from conftest import tiny_config
     from fake_layouts import make_fake_dataset
 
@@ -227,7 +227,7 @@ def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, pr
 
 def test_domains_protocol_config_errors(tmp_path):
     from benchmark.config import ConfigError
-    from benchmark.protocols import get_protocol
+    from benchmark.evaluation.protocols import get_protocol
     from conftest import tiny_config
     from data.catalog import load_dataset
     from data.transforms import clip_transforms

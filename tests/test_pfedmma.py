@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import TINY, tiny_config
 from methods.pfedmma import PFedMMA
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from benchmark.backbone import load_backbone
 from benchmark.method import state_bytes
 from benchmark.prompts import ContextPrompts
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import tiny_config, write_split_zhou
 from methods.pfedmoap import MoAPClassFeatures, PFedMoAP
 
@@ -235,7 +235,7 @@ def test_run_experiment_downloads_experts(data_for_four_clients, tmp_path):
 
 
 def seeded_gate(config) -> torch.Tensor:
-    from benchmark.runner import build_seeded_method
+    from benchmark.runs.runner import build_seeded_method
 
     method = build_seeded_method(config, load_backbone(config.backbone, None))
     return method.gate.q.weight.detach()

@@ -21,7 +21,7 @@ from torch import nn
 from benchmark import registry
 from benchmark.method import FederatedMethod
 from benchmark.optim import sgd_with_cosine
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -77,7 +77,7 @@ def test_divergent_toy_run_exits_nonzero_naming_where_and_writes_nothing(fedbenc
 def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):
     """The loss check names the step; NaN state after training is caught too."""
     from benchmark.errors import DivergenceError
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     config = tiny_config(fake_data_root, tmp_path, method="test_nan_after", method_args={"nan_at_step": 2},
                          local_epochs=3)  # one step per epoch here
@@ -88,7 +88,7 @@ def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_a_state_is_finite_exactly_when_every_value_is(dtype):
-    from benchmark.federation import all_finite
+    from benchmark.federation.simulator import all_finite
 
     big = torch.finfo(dtype).max
     state = {"a": torch.full((1000,), big, dtype=dtype), "b": torch.full((3,), -big, dtype=dtype),
@@ -251,7 +251,7 @@ def test_impossible_clients_is_a_clean_cli_error(fedbench, fake_data_root, tmp_p
 
 
 def test_bad_output_location_is_refused_before_any_model(fedbench, fake_data_root, tmp_path, monkeypatch):
-    import benchmark.runner as runner
+    import benchmark.runs.runner as runner
 
     def never(*args, **kwargs):
         raise AssertionError("a model was built before the output location was checked")
@@ -268,7 +268,7 @@ def test_bad_output_location_is_refused_before_any_model(fedbench, fake_data_roo
         locked.mkdir(mode=0o500)
         done = fedbench("run", "--method", "zeroshot", *tiny_flags(fake_data_root, locked / "runs"))
         assert done.returncode == 2 and "cannot be written" in done.stderr
-    import benchmark.results as results
+    import benchmark.runs.results as results
 
     monkeypatch.setattr(results, "RUN_FOLDER_BYTES", 2**62)
     done = fedbench("run", "--method", "zeroshot", *tiny_flags(fake_data_root, tmp_path / "runs"))
@@ -276,8 +276,8 @@ def test_bad_output_location_is_refused_before_any_model(fedbench, fake_data_roo
 
 
 def test_run_folders_follow_the_umask_and_damaged_summaries_count_missing(fake_data_root, tmp_path):
-    from benchmark.results import is_complete, read_summary
-    from benchmark.runner import run_experiment
+    from benchmark.runs.results import is_complete, read_summary
+    from benchmark.runs.runner import run_experiment
 
     previous = os.umask(0o022)
     try:
@@ -324,7 +324,7 @@ def test_signals_end_a_run_with_their_exit_code_and_no_run_folder(fake_data_root
 
 
 def test_wandb_without_network_falls_back_to_offline_once(fake_data_root, tmp_path, monkeypatch):
-    import benchmark.tracking as tracking
+    import benchmark.runs.tracking as tracking
 
     with socket.socket() as probe:  # a local port nothing listens on: connections are refused
         probe.bind(("127.0.0.1", 0))
@@ -361,7 +361,7 @@ def test_a_held_cell_lock_names_its_holder_and_a_dead_holders_lock_is_taken(tmp_
     import fcntl
 
     from benchmark.errors import CellBusy
-    from benchmark.locks import cell_lock, lock_path
+    from benchmark.runs.locks import cell_lock, lock_path
 
     cell = tmp_path / "runs" / "promptfl_dtd_seed1_abc"
     path = lock_path(cell)
@@ -450,7 +450,7 @@ def test_two_concurrent_sweeps_run_each_cell_exactly_once(tmp_path, fake_data_ro
 
 
 def test_augmented_training_gives_the_same_numbers_with_0_and_2_workers(fake_data_root, tmp_path):
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     def run(workers: int):
         config = tiny_config(fake_data_root, tmp_path, method="promptfl", augment=True, num_workers=workers,
@@ -467,7 +467,7 @@ def test_augmented_training_gives_the_same_numbers_with_0_and_2_workers(fake_dat
 
 
 def test_augmentation_differs_between_epochs_and_clients_but_not_between_loads(fake_data_root):
-    from benchmark.federation import ClientTrainSet
+    from benchmark.federation.simulator import ClientTrainSet
     from data.catalog import load_dataset
     from data.partition import ClientShard
     from data.transforms import clip_transforms

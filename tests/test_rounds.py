@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmark.runner import evaluation_rounds, run_experiment
+from benchmark.runs.runner import evaluation_rounds, run_experiment
 from conftest import tiny_config
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from benchmark.config import ConfigError, RunConfig, build_config
-from benchmark.federation import client_sampling_schedule, clients_per_round
-from benchmark.presets import load_preset
-from benchmark.runner import build_seeded_method, run_experiment
+from benchmark.federation.simulator import client_sampling_schedule, clients_per_round
+from benchmark.sweeps.presets import load_preset
+from benchmark.runs.runner import build_seeded_method, run_experiment
 from conftest import tiny_config, write_split_zhou
 
 

@@ -241,8 +241,8 @@ def test_a_wrapper_inside_the_declared_prefix_is_an_error(toy_test_backbone, toy
 def test_evaluation_shares_the_image_prefix_and_scores_the_same(toy_test_backbone, toy_splits, budget):
     """Local/Base/Novel-style accuracies of two clients through the evaluator: the image
     prefix is computed once per test image (or, over the byte budget, recomputed)."""
-    from benchmark.evaluation import Evaluator
-    from benchmark.features import FeatureCache
+    from benchmark.evaluation.accuracy import Evaluator
+    from benchmark.federation.features import FeatureCache
 
     split = toy_splits.test
     torch.manual_seed(0)
@@ -325,7 +325,7 @@ def test_no_shortcuts_flag_is_a_documented_result_setting(fedbench, fake_data_ro
 def test_a_short_toy_run_scores_the_same_with_and_without_shortcuts(method, tmp_path):
     """2 rounds, 3 clients on the toy world: the same Local / Base / Novel either way."""
     from benchmark.config import build_config
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     def run(enabled: bool):
         config = build_config(
@@ -347,7 +347,7 @@ def test_a_short_toy_run_scores_the_same_with_and_without_shortcuts(method, tmp_
 
 def test_evaluation_encodes_each_class_set_once_per_state(toy_test_backbone, toy_splits):
     """Local and Base both classify over all base classes: one encode_classes for both."""
-    from benchmark.evaluation import Evaluator, accuracy
+    from benchmark.evaluation.accuracy import Evaluator, accuracy
 
     split = toy_splits.test
     method = build_method("promptfl", toy_test_backbone)

@@ -12,12 +12,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmark.federation import client_sampling_schedule
+from benchmark.federation.simulator import client_sampling_schedule
 from benchmark.method import ClientUpdate, FederatedMethod, fedavg, state_bytes
 from benchmark.optim import sgd_with_cosine
-from benchmark.protocols import get_protocol
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import register_method
-from benchmark.runner import run_experiment
+from benchmark.runs.runner import run_experiment
 from conftest import TINY, tiny_config
 
 
@@ -94,8 +94,8 @@ TINY_TEXT_WIDTH = 64
 def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_root, tmp_path):
     """Client 0 alone in the last round: the other clients' personal state must be what
     they had after the round before."""
-    from benchmark.federation import FederatedSimulator, TrainerSettings
-    from benchmark.runner import build_seeded_method, load_run_dataset
+    from benchmark.federation.simulator import FederatedSimulator, TrainerSettings
+    from benchmark.runs.runner import build_seeded_method, load_run_dataset
     from benchmark.backbone import load_backbone
 
     config = tiny_config(fake_data_root, tmp_path, method="test_split_prompt")
@@ -121,7 +121,7 @@ def test_state_bytes_counts_tensor_storage():
 
 
 def test_base2novel_metrics_use_the_right_images_and_classes(fake_data_root, tiny_backbone, tmp_path):
-    from benchmark.runner import load_run_dataset
+    from benchmark.runs.runner import load_run_dataset
 
     config = tiny_config(fake_data_root, tmp_path)
     dataset = load_run_dataset(config, tiny_backbone)
@@ -170,7 +170,7 @@ def test_different_seed_changes_the_initialization(fake_data_root, tmp_path):
 
 
 def test_a_failed_run_leaves_no_run_folder(fake_data_root, tmp_path, monkeypatch):
-    import benchmark.results as results
+    import benchmark.runs.results as results
 
     config = tiny_config(fake_data_root, tmp_path, method="zeroshot")
     monkeypatch.setattr(results, "environment", lambda *args: 1 / 0)
@@ -223,7 +223,7 @@ def test_cli_errors_say_what_to_do(fedbench, fake_data_root, tmp_path):
 
 def test_config_precedence_defaults_yaml_flags(tmp_path):
     from benchmark.cli import build_parser
-    from benchmark.cliargs import config_from_args
+    from benchmark.cli.args import config_from_args
 
     yaml_file = tmp_path / "c.yaml"
     yaml_file.write_text("rounds: 7\nseed: 0\nmethod: promptfl\nmethod_args:\n  lr: 0.1\n  n_ctx: 8\n")

@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.plots import radar, radar_values
-from benchmark.tables import AVERAGE, differences, summarize, wide
+from benchmark.sweeps.plots import radar, radar_values
+from benchmark.sweeps.tables import AVERAGE, differences, summarize, wide
 
 
 def long_rows(values: dict[tuple[str, str, int], dict[str, float]], tuned=("promptfl",)) -> pd.DataFrame:

@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from benchmark.backbone import load_backbone
-from benchmark.presets import load_preset
+from benchmark.sweeps.presets import load_preset
 from benchmark.registry import available_methods, build_method
 
 
@@ -25,7 +25,7 @@ def test_every_method_of_the_toy_tables_builds_on_the_toy_clip(preset):
 def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
     """`fedbench demo` calls `reproduce` in-process: its arguments must carry every option
     reproduce reads (a new reproduce flag once broke the demo with an AttributeError)."""
-    from benchmark.commands import demo, reproduce
+    from benchmark.cli.commands import demo, reproduce
 
     seen = {}
     monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)

@@ -32,8 +32,8 @@ def trials(results: Path) -> pd.DataFrame:
 def forbid_test_split(monkeypatch) -> None:
     """Reading any image of a test split raises (the fake layout's images are FileImages);
     the process's frozen-feature cache starts empty, so no earlier test's features can hide a read."""
-    import benchmark.runner as runner
-    from benchmark.features import FeatureCache
+    import benchmark.runs.runner as runner
+    from benchmark.federation.features import FeatureCache
 
     monkeypatch.setattr(runner, "_FEATURES", FeatureCache())
     original = FileImages.load
@@ -67,7 +67,7 @@ def tuned(tmp_path_factory, fake_data_root):
 def test_the_forbidden_test_split_really_bites(fake_data_root, tmp_path, test_split_forbidden):
     # The guard used while tuning stops an ordinary (test-split) run: so tuning passing under it means
     # tuning never read a test image.
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     with pytest.raises(AssertionError, match="read test image"):
         run_experiment(tiny_config(fake_data_root, tmp_path, method="zeroshot"), write=False, progress=False)
@@ -148,7 +148,7 @@ def test_a_different_schedule_cannot_continue_a_study(tuned, fedbench):
 def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data_root, monkeypatch, fedbench):
     """A trial interrupted mid-run (as by Ctrl-C or a kill) is redone; finished ones are not;
     and the resumed search proposes what an uninterrupted one does."""
-    import benchmark.runner as runner
+    import benchmark.runs.runner as runner
 
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
     real = runner.run_experiment
@@ -245,7 +245,7 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
 # -- validation splits --------------------------------------------------------------------------
 def test_holdout_is_deterministic_per_class_and_disjoint(fake_data_root, tiny_backbone):
     from benchmark.config import build_config
-    from benchmark.runner import load_run_dataset
+    from benchmark.runs.runner import load_run_dataset
     from data.validation import HOLDOUT_FRACTION, holdout_indices, validation_view
 
     config = build_config({"dataset": "dtd", "data_root": str(fake_data_root), "backbone": TINY, "pretrained": "none"})
@@ -266,7 +266,7 @@ def test_holdout_is_deterministic_per_class_and_disjoint(fake_data_root, tiny_ba
 
 def test_the_split_files_own_val_split_is_used(tmp_path, tiny_backbone):
     from benchmark.config import build_config
-    from benchmark.runner import load_run_dataset
+    from benchmark.runs.runner import load_run_dataset
     from data.validation import validation_view
 
     root = write_split_zhou(tmp_path, num_classes=4, train_per_class=3, test_per_class=2)

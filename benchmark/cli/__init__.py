@@ -1,0 +1,95 @@
+"""`fedbench`: the command line. Each subcommand is a module in `benchmark/cli/commands/`
+with `add_parser(subparsers)`; its parser sets `func(args) -> exit code`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import signal
+import sys
+import threading
+
+import benchmark.cli.commands
+# benchmark.errors (and torch, which it imports) is loaded only when a command ends in an
+# error: `fedbench --help` must stay fast.
+
+
+class Parser(argparse.ArgumentParser):
+    """No abbreviated flags: `--round 3` must not quietly mean `--rounds 3` today and
+    something else once another flag starting with `--round` exists."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="fedbench",
+        description="Benchmark personalized federated fine-tuning of CLIP (pFedMMA and baselines).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    for info in sorted(pkgutil.iter_modules(benchmark.cli.commands.__path__), key=lambda i: i.name):
+        module = importlib.import_module(f"benchmark.cli.commands.{info.name}")
+        module.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Method hyperparameter flags depend on --method, so commands that take them
+    # (`run`, `profile`) parse the leftovers themselves.
+    args, extra = parser.parse_known_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    if extra and not getattr(args, "takes_method_flags", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
+    previous = _stop_on_signals()
+    try:
+        return int(args.func(args) or 0)
+    except BaseException as exc:
+        from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+
+        if isinstance(exc, USER_ERRORS):
+            print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, DivergenceError):
+            print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
+            return 1
+        if not isinstance(exc, (RunInterrupted, KeyboardInterrupt)):
+            raise
+        stop = exc if isinstance(exc, RunInterrupted) else RunInterrupted(signal.SIGINT)
+        print(
+            f"fedbench {args.command}: {stop}; finished runs are kept, unfinished ones wrote no run folder "
+            "(run the same command again: it resumes from the last round checkpoint, if one was written)",
+            file=sys.stderr,
+        )
+        return stop.exit_code
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:
+                signal.signal(signum, handler)
+
+
+def _stop_on_signals() -> dict[int, object]:
+    """SIGTERM (a scheduler's timeout, preemption) and SIGINT (Ctrl-C) raise RunInterrupted,
+    which ends the command with 128 + the signal number instead of a success (SIGTERM used
+    to exit 0) or Lightning's silent exit 1. Returns the handlers to restore."""
+
+    def stop(signum, frame):
+        from benchmark.errors import RunInterrupted
+
+        raise RunInterrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        previous[signum] = signal.getsignal(signum)
+        signal.signal(signum, stop)
+    return previous
+

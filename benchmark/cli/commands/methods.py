@@ -1,0 +1,126 @@
+"""`fedbench methods`: the registered methods, one line each (`--describe NAME` for one)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "methods",
+        help="list the registered methods",
+        description="List the registered methods, or describe one. With --describe, the method's "
+        "hyperparameter flags (as for `fedbench run`, e.g. --n-ctx 4) set the instance that is counted.",
+    )
+    p.add_argument(
+        "--describe", metavar="NAME",
+        help="hyperparameters, shared state, parameter counts and overridden hooks of one method",
+    )
+    p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
+    p.set_defaults(func=run, takes_method_flags=True)
+
+
+def run(args) -> int:
+    from benchmark import registry
+
+    extra = getattr(args, "extra", [])
+    if args.describe:
+        print(describe(args.describe, args.backbone, method_flags(args.describe, extra)))
+        return 0
+    if extra:
+        raise registry.MethodError(
+            f"unrecognized arguments {' '.join(extra)}; method hyperparameter flags go with --describe NAME"
+        )
+    for name, cls in registry.available_methods().items():
+        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        origin = registry.method_origin(name)
+        suffix = "" if origin == "fedbench" else f"  [{origin}]"
+        print(f"{name:<14} {summary}{suffix}")
+    for plugin, why in registry.PLUGIN_ERRORS.items():
+        print(f"(plugin {plugin} failed to load: {why})")
+    return 0
+
+
+def method_flags(name: str, extra: list[str]) -> dict:
+    """The method hyperparameters given as flags (`--n-ctx 4`), parsed against method `name`."""
+    from benchmark.cli.args import method_parser
+    from benchmark.registry import MethodError
+
+    if not extra:
+        return {}
+    parsed, unknown = method_parser(name).parse_known_args(extra)
+    if unknown:
+        raise MethodError(
+            f"unrecognized arguments {' '.join(unknown)} for method {name!r}; its flags are listed by "
+            f"`fedbench run --method {name} --method-help`"
+        )
+    return vars(parsed)
+
+
+def describe(name: str, backbone_name: str, method_args: dict | None = None) -> str:
+    from benchmark.backbone import load_backbone
+    from benchmark.registry import CLASS_ATTRIBUTES, build_method, get_method, hyperparameters, method_origin
+
+    cls = get_method(name)
+    method_args = dict(method_args or {})
+    lines = [
+        f"{name}: {(cls.__doc__ or '').strip()}",
+        f"(class {cls.__module__}.{cls.__qualname__}, from {method_origin(name)})",
+        "",
+        "hyperparameters (flag = default):",
+    ]
+    for h in hyperparameters(cls):
+        lines.append(f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}"
+                     + (f"  (one of {' | '.join(map(str, h.choices))})" if h.choices else ""))
+        if h.help:
+            lines.append(f"      {h.help}")
+    method = build_method(name, load_backbone(backbone_name, None), method_args)
+    state = method.client_state()
+    uploaded = sorted(k for k in state if method.is_uploaded(k))
+    personal = sorted(k for k in state if not method.is_uploaded(k))
+    counts = method.parameter_counts()
+    given = ", ".join(f"{k} = {v!r}" for k, v in method_args.items())
+    lines += [
+        "",
+        f"on {backbone_name}{f' with {given}' if given else ''}: {counts['trainable_params']:,} trainable parameters, "
+        f"{counts['uploaded_params']:,} uploaded per client per round",
+        *(f"  {key.replace('_', ' ')}: {value:,}" for key, value in counts.items()
+          if key not in ("trainable_params", "uploaded_params")),
+        f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
+        f"personal state: {_short(personal)}",
+        "",
+        # Read from the instance: some are set from hyperparameters (pFedMMA's upload_keys).
+        "class attributes: " + ", ".join(f"{a} = {getattr(method, a)!r}" for a in CLASS_ATTRIBUTES),
+        "hooks (`help(benchmark.method.FederatedMethod.<hook>)` says when each runs and what it returns):",
+    ]
+    lines += hook_lines(cls)
+    return "\n".join(lines)
+
+
+def hook_lines(cls) -> list[str]:
+    """One line per contract hook: where this method overrides it, or the default it keeps."""
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import HOOKS, overrides
+
+    lines = []
+    for hook in HOOKS:
+        if overrides(cls, hook):
+            owner = next(c for c in cls.__mro__ if hook in vars(c))
+            lines.append(f"  * {hook:<21} overridden in {owner.__module__}.{owner.__qualname__}")
+        else:
+            lines.append(f"    {hook:<21} default: {_default_of(getattr(FederatedMethod, hook))}")
+    return lines
+
+
+def _default_of(function) -> str:
+    doc = " ".join((inspect.getdoc(function) or "").split())
+    found = re.search(r"Default: (.*)", doc)
+    return found.group(1).rstrip(".") if found else "(see its docstring)"
+
+
+def _short(keys: list[str], limit: int = 8) -> str:
+    if not keys:
+        return "(none)"
+    more = f" ... (+{len(keys) - limit} more)" if len(keys) > limit else ""
+    return ", ".join(keys[:limit]) + more

@@ -1,0 +1,128 @@
+"""`fedbench new-method NAME`: write a method skeleton with every hook of the contract.
+
+The skeleton's hook docstrings are FederatedMethod's own (when each hook runs, what it
+must return, its default), so the generated file and the contract cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import textwrap
+from pathlib import Path
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "templates" / "method.py.tmpl"
+
+
+def _error(message: str) -> Exception:
+    from benchmark.registry import MethodError  # a user error: the CLI prints it, no traceback
+
+    return MethodError(message)
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "new-method",
+        help="write a skeleton method file (every hook, documented)",
+        description="Write NAME.py: a runnable method skeleton with every hook a method can override, "
+        "each documented. Put it in methods/ (or a package with a 'fedbench.methods' entry point); "
+        "see docs/writing-a-method.md.",
+    )
+    p.add_argument("name", help="the method's name, a Python identifier (used as --method NAME and the file name)")
+    p.add_argument(
+        "--out", default=None,
+        help="folder to write NAME.py into (default: methods/ inside a fedbench checkout; elsewhere a standalone "
+        "package fedbench-NAME/ with an entry point is written)",
+    )
+    p.set_defaults(func=run)
+
+
+def in_fedbench_checkout(folder: Path) -> bool:
+    """Whether `folder` is the root of a fedbench source tree (where methods/ is the plugin folder)."""
+    return (folder / "methods" / "__init__.py").is_file() and (folder / "benchmark" / "registry.py").is_file()
+
+
+def run(args) -> int:
+    name = args.name
+    if args.out is None and not in_fedbench_checkout(Path.cwd()):
+        package = write_package(name, Path.cwd())
+        module = package / f"fedbench_{name}" / "method.py"
+        print(f"wrote the package {package} (entry point {name!r} in the group 'fedbench.methods')")
+        print(f"next: edit {module}, then either `pip install -e {package}` and "
+              f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
+              f"`fedbench run --method {module}:{class_name(name)} ...`")
+        return 0
+    path = write_skeleton(name, Path(args.out or "methods"))
+    print(f"wrote {path}")
+    print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-tiny-vit`")
+    return 0
+
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "fedbench-{name}"
+version = "0.1.0"
+description = "The {name} method for fedbench"
+dependencies = ["fedbench"]
+
+[project.entry-points."fedbench.methods"]
+{name} = "fedbench_{name}.method"
+
+[tool.setuptools]
+packages = ["fedbench_{name}"]
+"""
+
+
+def write_package(name: str, parent: Path) -> Path:
+    """fedbench-NAME/: pyproject.toml with the entry point and fedbench_NAME/method.py."""
+    check_name(name)
+    package = parent / f"fedbench-{name}"
+    if package.exists():
+        raise _error(f"{package} already exists; not overwriting it (choose another name or folder)")
+    (package / f"fedbench_{name}").mkdir(parents=True)
+    (package / "pyproject.toml").write_text(PYPROJECT.format(name=name))
+    (package / f"fedbench_{name}" / "__init__.py").write_text(f'"""The {name} fedbench method (see method.py)."""\n')
+    (package / f"fedbench_{name}" / "method.py").write_text(render(name))
+    return package
+
+
+def check_name(name: str) -> None:
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise _error(f"method name {name!r} must be a Python identifier, e.g. 'my_prompt'")
+    from benchmark.registry import available_methods, method_origin
+
+    if name in available_methods():
+        raise _error(f"method name {name!r} is taken (registered by {method_origin(name)}); choose another name")
+
+
+def write_skeleton(name: str, out: Path) -> Path:
+    check_name(name)
+    path = out / f"{name}.py"
+    if path.exists():
+        raise _error(f"{path} already exists; not overwriting it (choose another name or --out)")
+    out.mkdir(parents=True, exist_ok=True)
+    with path.open("x") as f:  # "x": never clobber a file that appeared meanwhile
+        f.write(render(name))
+    return path
+
+
+def render(name: str) -> str:
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import HOOKS
+
+    text = TEMPLATE.read_text()
+    text = text.replace("@@NAME@@", name).replace("@@CLASS@@", class_name(name))
+    for hook in HOOKS:
+        doc = inspect.getdoc(getattr(FederatedMethod, hook))
+        text = text.replace(f"@@DOC {hook}@@", textwrap.indent(f'"""{doc}"""', " " * 8))
+    if "@@" in text:
+        raise RuntimeError(f"template {TEMPLATE} has a marker this command does not fill")
+    return text
+
+
+def class_name(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Method"

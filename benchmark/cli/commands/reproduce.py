@@ -1,0 +1,241 @@
+"""`fedbench reproduce TABLE`: regenerate a paper table (resumable), or `--dry-run` to plan."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+EXECUTORS = ("local", "ray", "slurm")  # benchmark.sweeps.executors.EXECUTORS (not imported: `--help` stays fast)
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.sweeps.presets import available_presets
+
+    p = subparsers.add_parser(
+        "reproduce",
+        help="regenerate a table of the paper from its preset (resumable)",
+        description="Expands the preset into runs (datasets x methods x seeds x grid), skips runs whose "
+        "results already exist for the same resolved config, runs the rest, and renders the table "
+        "(Markdown, CSV, LaTeX, paper comparison, radar plot, per-round curves) into --results. "
+        f"Presets: {', '.join(available_presets())}; or a path to your own preset YAML.",
+    )
+    p.add_argument("table", help="preset name or path to a preset YAML")
+    p.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
+    p.add_argument("--datasets", nargs="+", help="only these datasets")
+    p.add_argument("--methods", nargs="+", help="only these methods (a registered method not in the preset is added)")
+    p.add_argument("--dry-run", action="store_true", help="list every cell, which are done, and the missing data with how to get it")
+    p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
+    p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
+    p.add_argument("--results", help="folder of the rendered table (default: results/TABLE)")
+    p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
+    p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[], help="override run options, e.g. rounds=5")
+    p.add_argument(
+        "--tuned", action="store_true",
+        help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
+    )
+    scale = p.add_argument_group(
+        "where the cells run",
+        "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
+        "do not depend on the executor or the number of workers, given its torch threads (--cpus-per-cell; the "
+        "run's environment.json records them). Ray and Slurm are extras: "
+        "pip install 'fedbench[ray]' / 'fedbench[slurm]'.",
+    )
+    scale.add_argument(
+        "--executor", choices=EXECUTORS, default="local",
+        help="local: one cell after another in this process (default); ray: each cell a Ray task, with one GPU "
+        "where the cluster has GPUs, else with as many CPUs as it has threads; slurm: a Slurm job array through "
+        "submitit, one task per cell, requeued and resumed from its round checkpoint when preempted",
+    )
+    scale.add_argument(
+        "--workers", type=positive_int, metavar="N",
+        help="local: run N cells at a time, each in a worker process of this machine (default: 1, one after "
+        "another in this process)",
+    )
+    scale.add_argument(
+        "--cpus-per-cell", type=positive_int, metavar="N",
+        help="torch CPU threads each cell computes with, and the CPUs Ray or Slurm reserve for it (default: this "
+        "process's torch thread count, divided among the --workers, as CPU arithmetic may depend on it; "
+        "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
+    )
+    scale.add_argument(
+        "--ray-address", metavar="ADDR",
+        help="join this Ray cluster (ray.init(address=ADDR), e.g. auto or HOST:6379; default: $RAY_ADDRESS, "
+        "else start a local Ray instance over this machine's CPUs and GPUs)",
+    )
+    scale.add_argument("--slurm-partition", metavar="P", help="Slurm partition (default: the cluster's default)")
+    scale.add_argument("--slurm-gpus-per-task", type=natural_int, metavar="N", help="GPUs per cell (default: 1; 0 on a CPU partition)")
+    scale.add_argument(
+        "--slurm-time", metavar="T",
+        help="time limit per task, minutes or [DAYS-]HOURS:MINUTES:SECONDS (default: 4:00:00); 90 s before it "
+        "a task saves its last round and is requeued to resume there (at most 3 times; preemptions: always)",
+    )
+    scale.add_argument("--slurm-mem-gb", type=positive_float, metavar="G", help="memory per task in GB (default: the partition's)")
+    scale.add_argument("--slurm-account", metavar="A", help="Slurm account to charge")
+    scale.add_argument("--slurm-qos", metavar="Q", help="Slurm quality of service")
+    scale.add_argument("--slurm-max-running", type=positive_int, metavar="N", help="at most N tasks of the array at once")
+    scale.add_argument(
+        "--no-wait", action="store_true", default=None,  # None: not given (a flag of the slurm executor only)
+        help="slurm: submit and return; run the same command again once the tasks are done to render the table",
+    )
+    p.set_defaults(func=run)
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, 1)
+
+
+def natural_int(text: str) -> int:
+    return _number(text, int, 0)
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float, 0)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _number(text: str, kind: type, least: int):
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < least or value != value:
+        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} >= {least}, got {text!r}")
+    return value
+
+
+SLURM_FLAGS = ("slurm_partition", "slurm_gpus_per_task", "slurm_time", "slurm_mem_gb", "slurm_account", "slurm_qos",
+               "slurm_max_running", "no_wait")
+
+
+def make_executor(args):
+    """The executor the flags ask for; flags of another executor are an error (exit 2)."""
+    from benchmark.config import ConfigError
+    from benchmark.sweeps.executors import LocalExecutor, RayExecutor, SlurmExecutor, engine, slurm_minutes
+
+    given = {"slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None], "ray": ["ray_address"] if args.ray_address else [],
+             "local": ["workers"] if args.workers is not None else []}
+    for owner, flags in given.items():
+        if flags and args.executor != owner:
+            raise ConfigError(f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
+                              f"(this is --executor {args.executor})")
+    if args.executor == "local":
+        return LocalExecutor(args.workers or 1)
+    if not args.dry_run:
+        engine(args.executor)  # a missing extra is said before anything is planned
+    if args.executor == "ray":
+        return RayExecutor(args.ray_address, args.cpus_per_cell)
+    gpus = 1 if args.slurm_gpus_per_task is None else args.slurm_gpus_per_task
+    return SlurmExecutor(
+        args.slurm_partition, gpus, slurm_minutes(args.slurm_time or "4:00:00"), args.slurm_mem_gb,
+        args.slurm_account, args.slurm_qos, args.slurm_max_running, wait=not args.no_wait,
+    )
+
+
+def cell_threads(args) -> int | None:
+    """The torch threads of each cell: --cpus-per-cell, else this process's shared among the
+    local workers (None: this process's own, see CellJob.prepare)."""
+    if args.cpus_per_cell or not args.workers or args.workers == 1:
+        return args.cpus_per_cell
+    import torch
+
+    return max(1, torch.get_num_threads() // args.workers)
+
+
+def run_tags(preset: str, args) -> tuple[str, ...]:
+    """W&B tags telling runs of one group apart: the preset, the filters, the overrides
+    (a smoke run with `--set rounds=2` is tagged so, never mistaken for the full table)."""
+    tags = [f"preset:{preset}"]
+    for key in ("seeds", "datasets", "methods"):
+        if getattr(args, key):
+            tags.append(f"{key}:{','.join(map(str, getattr(args, key)))}"[:64])
+    tags += [f"set:{item}"[:64] for item in args.set]
+    if args.force:
+        tags.append("forced")
+    return tuple(tags)
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """`--set OPTION=VALUE ...` as a mapping (values are converted by build_config)."""
+    from benchmark.config import ConfigError
+
+    overrides = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set takes OPTION=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key] = value
+    return overrides
+
+
+def run(args) -> int:
+    from benchmark.config import ConfigError
+    from benchmark.runs.identity import prepare_weights
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.sweep import needed_datasets, plan_sweep, run_sweep
+    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned
+
+    executor = make_executor(args)
+    preset = load_preset(args.table)
+    results = Path(args.results or Path("results") / preset.name)
+    if getattr(args, "tuned", False):
+        preset = preset.with_tuned(load_tuned(results / TUNED_YAML), f"see {results / TUNED_YAML}")
+    overrides = {"out": args.out or str(Path("runs") / preset.name)}
+    for key in ("data_root", "device", "wandb"):
+        if getattr(args, key):
+            overrides[key] = getattr(args, key)
+    overrides.update(parse_set(args.set))
+    cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
+    filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
+    shown = preset.cells(overrides) if filtered else None
+    plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+    print(plan.describe(every_cell=args.dry_run))
+    if args.dry_run:
+        return 0
+    if plan.invalid:  # checked before any cell runs or any model is built
+        raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
+    built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
+    if any(built):  # the cells are named by their weights' bytes, which exist only now
+        plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+    pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
+    if pinned and executor.name != "local":
+        raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
+                          "gets a GPU of its own: use --device auto (or cuda)")
+    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args),
+                       executor=executor, threads=cell_threads(args))
+    if report.submitted:
+        print(f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
+              f"{len(report.skipped)} skipped for missing data; run the same command again once the tasks are done "
+              "to render the table")
+        return 0
+    print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
+          f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")
+    if report.busy or report.done_elsewhere:
+        print(f"another process on {cells[0].config.out}: {len(report.done_elsewhere)} cells finished by it meanwhile, "
+              f"{len(report.busy)} being run by it now (not in this table yet)")
+    for name, error in report.failed.items():
+        print(f"FAILED {name}: {error}")
+    if report.files.get("md"):
+        print(report.files["md"].read_text())
+        print("wrote " + ", ".join(str(p) for p in report.files.values()))
+    # A cell that was asked for and did not run is never a silent success.
+    problems = []
+    if report.skipped:
+        problems.append(
+            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing ("
+            + "; ".join(f"{d}: {plan.missing_datasets[d]}" for d in needed_datasets(
+                [c.dataset for c in report.skipped], report.skipped) if d in plan.missing_datasets)
+            + ")"
+        )
+    if report.failed:
+        problems.append(f"{len(report.failed)} cells failed (see FAILED above)")
+    if problems:
+        verdict = "nothing it was asked to run ran" if not report.ran else "the table is incomplete"
+        print(f"fedbench reproduce: {verdict}: " + "; ".join(problems), file=sys.stderr)
+        return 1
+    return 0

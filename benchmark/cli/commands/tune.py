@@ -1,0 +1,69 @@
+"""`fedbench tune TABLE`: the same hyperparameter search for every method, on validation data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_TRIALS = 8
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "tune",
+        help="tune every method of a table with the same budget on validation data",
+        description="For every method of the preset that declares tunable hyperparameters (at least its learning "
+        "rate, log-uniform around the paper default): the same number of trials under the same federation "
+        "schedule, each scored by the protocol's headline metric (HM for base2novel) on the validation split "
+        "(the dataset's own, or a fixed held-out part of train; the test split is never read). Trial 0 is the "
+        "paper default, then Optuna TPE with a fixed seed. Studies live in RESULTS/tuning.db (SQLite): a killed "
+        "run resumes without repeating finished trials. Writes RESULTS/tuning.csv (every trial) and "
+        "RESULTS/tuned.yaml (the chosen values), which `fedbench reproduce TABLE --tuned` applies.",
+    )
+    p.add_argument("table", help="preset name or path to a preset YAML")
+    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"trials per method (default {DEFAULT_TRIALS})")
+    p.add_argument("--seed", type=int, help="run seed of the trials and sampler seed (default: the preset's first seed)")
+    p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
+    p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
+    p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[],
+                   help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)")
+    p.add_argument("--out", help="folder of the trial run folders (default: runs/TABLE/tuning)")
+    p.add_argument("--results", help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE)")
+    p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from benchmark.cli.commands.reproduce import parse_set
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning import plan_tuning, run_tuning
+
+    preset = load_preset(args.table)
+    seed = args.seed if args.seed is not None else preset.seeds[0]
+    overrides = {"out": args.out or str(Path("runs") / preset.name / "tuning")}
+    for key in ("data_root", "device"):
+        if getattr(args, key):
+            overrides[key] = getattr(args, key)
+    schedule = parse_set(args.set)
+    overrides.update(schedule)
+    command = " ".join(
+        ["fedbench tune", args.table, f"--trials {args.trials}", f"--seed {seed}"]
+        + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
+        + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
+        + ([f"--set {' '.join(args.set)}"] if args.set else [])
+    )
+    results = Path(args.results or Path("results") / preset.name)
+    plan = plan_tuning(preset, results, args.trials, seed, overrides, args.methods, args.datasets, command)
+    if not plan.variants:
+        print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
+        return 0
+    print(f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
+          f"selecting by {plan.headline}; studies in {results / 'tuning.db'}")
+    tuned = run_tuning(plan)
+    for label, values in tuned["values"].items():
+        scores = tuned["validation"][label]
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
+        print(f"chosen {label}: {shown} (validation {plan.headline} {scores['tuned']:.2f}; paper default "
+              f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})")
+    print(f"wrote {results / 'tuning.csv'}, {results / 'tuned.yaml'}")
+    return 0

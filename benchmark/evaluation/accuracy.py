@@ -1,0 +1,153 @@
+"""Accuracy of a client's personalized model over a class set: the one function that
+Local, Base, Novel and every protocol's metric go through."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils.data import DataLoader, Subset
+
+from benchmark import flops, shortcuts
+from benchmark.federation.features import FeatureCache
+from benchmark.method import FederatedMethod, State
+from data.base import LabeledImages
+
+AccuracyFn = Callable[[Sequence[int], Sequence[int]], float]  # (test indices, class ids) -> %
+
+
+def harmonic_mean(*values: float) -> float:
+    """HM = n / sum(1/v): DESIGN.md's HM of Local, Base and Novel (0 if any is 0)."""
+    if any(v <= 0 for v in values):
+        return 0.0
+    return len(values) / sum(1.0 / v for v in values)
+
+
+def indices_of_classes(labels: Sequence[int], class_ids: Sequence[int], among: Sequence[int] | None = None) -> list[int]:
+    wanted = set(class_ids)
+    pool = range(len(labels)) if among is None else among
+    return [i for i in pool if labels[i] in wanted]
+
+
+class Evaluator:
+    """Evaluates the method's *current* state on a test split.
+
+    Results are memoized by (state fingerprint, indices, classes): global methods, whose
+    clients share one state, pay for Base and Novel once instead of once per client. The
+    loaded state's class features are kept per class set, so two metrics over the same
+    classes (Local and Base both classify over all base classes) encode them once.
+    """
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        test: LabeledImages,
+        cache: FeatureCache | None,
+        batch_size: int = 256,
+        num_workers: int = 0,
+    ) -> None:
+        self.method = method
+        self.test = test
+        self.cache = cache
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self._memo: dict[tuple, float] = {}
+        self._classes: dict[tuple, Any] = {}  # (fingerprint, class ids) -> class features, loaded state only
+
+    def load(self, state: State) -> AccuracyFn:
+        self.method.load_client_state(state)
+        fingerprint = _fingerprint(state)
+        self._classes = {k: v for k, v in self._classes.items() if k[0] == fingerprint}
+        return lambda indices, class_ids: self._accuracy(fingerprint, indices, class_ids)
+
+    def _accuracy(self, fingerprint: str, indices: Sequence[int], class_ids: Sequence[int]) -> float:
+        key = (fingerprint, tuple(indices), tuple(class_ids))
+        if key not in self._memo:
+            classes = (fingerprint, tuple(class_ids))
+            if classes not in self._classes:
+                with flops.charge("evaluation"):
+                    self._classes[classes] = class_features(self.method, self.test, class_ids)
+            self._memo[key] = accuracy(
+                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
+                self._classes[classes],
+            )
+        return self._memo[key]
+
+
+@torch.no_grad()
+def class_features(method: FederatedMethod, split: LabeledImages, class_ids: Sequence[int]) -> Any:
+    """`encode_classes` of classes `class_ids` of `split`, in evaluation mode."""
+    method.eval()
+    return method.encode_classes([split.class_names[c] for c in class_ids])
+
+
+@torch.no_grad()
+def accuracy(
+    method: FederatedMethod,
+    split: LabeledImages,
+    indices: Sequence[int],
+    class_ids: Sequence[int],
+    cache: FeatureCache | None = None,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    classes: Any = None,
+) -> float:
+    """Top-1 accuracy (%) of `method` on images `indices` of `split`, classifying over
+    `class_ids` only (the images' labels must be among them). With a `cache`, frozen work
+    on the images is done once per image for every client: all of it for
+    `frozen_image_features` methods, the first `frozen_image_blocks` image blocks for
+    others (under shortcuts). `classes`: `class_features(method, split, class_ids)`
+    when the caller has them already."""
+    indices = list(indices)
+    if not indices:
+        return float("nan")
+    to_local = {c: i for i, c in enumerate(class_ids)}
+    stray = next((i for i in indices if split.labels[i] not in to_local), None)
+    if stray is not None:
+        raise ValueError(f"image {stray} of {split.name} has label {split.labels[stray]}, not among the classes scored")
+    method.eval()
+    device = method.device
+    if classes is None:
+        classes = class_features(method, split, class_ids)
+    targets = torch.tensor([to_local[split.labels[i]] for i in indices])
+    correct = 0
+    kind_of = flops.evaluation_kinds(method, classes)
+
+    def score(inputs, start: int) -> int:
+        with flops.charge_kind("evaluation", kind_of(inputs)):
+            logits = method.classify(method.image_features(inputs), classes)
+        return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
+
+    prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0
+    if cache is not None and method.frozen_image_features:
+        features = cache.features(method, split, indices)[indices]
+        for start in range(0, len(indices), batch_size):
+            correct += score(features[start : start + batch_size].to(device), start)
+    elif cache is not None and prefix_blocks > 0:
+        # The frozen first blocks of the image tower: once per test image, for every client.
+        for start in range(0, len(indices), batch_size):
+            batch = indices[start : start + batch_size]
+            correct += score(cache.image_prefix(method.backbone, split, batch, prefix_blocks, device), start)
+    else:
+        loader = DataLoader(Subset(split, indices), batch_size=batch_size, num_workers=num_workers)
+        start = 0
+        for images, _ in loader:
+            correct += score(images.to(device), start)
+            start += len(images)
+    return 100.0 * correct / len(indices)
+
+
+def shares_image_work(method: FederatedMethod) -> bool:
+    """Whether `accuracy` with a cache reuses work on the images across calls (frozen
+    features; the frozen image prefix under shortcuts). The order of the calls then decides
+    the batches that work was computed in, which can change a feature's last bits."""
+    return method.frozen_image_features or (shortcuts.active() and method.frozen_image_blocks > 0)
+
+
+def _fingerprint(state: State) -> str:
+    digest = hashlib.sha1()
+    for key in sorted(state):
+        digest.update(key.encode())
+        digest.update(state[key].detach().cpu().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

@@ -1,0 +1,480 @@
+"""The federated simulator: rounds x sampled clients x local epochs, one resident module.
+
+Each round: every sampled client gets its own state swapped into the one resident
+method module, receives the server's download, trains (`benchmark.federation.client_loop`: the
+module's Lightning hooks with a fresh optimizer and scheduler, so nothing leaks from the
+previous client), and uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
+of each client's latest upload. State is plain name -> tensor dicts throughout.
+
+After the last round every client receives the final download (the method's `download`
+with the last aggregate and the bank) before evaluation, unless the method evaluates the
+state its own training left (`evaluate_after_download = False`, pFedMoAP). One rule holds
+for every method: a client that never trained (possible under partial participation)
+always receives the final download, since it has no state of its own to evaluate; the
+run flags it (`rounds_trained` = 0 in metrics.csv, `clients_never_trained` in summary.json).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+
+from benchmark import flops
+from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
+from benchmark.config import SAMPLING_RULES
+from benchmark.errors import DivergenceError
+from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
+from data.base import LabeledImages
+from data.partition import ClientShard
+
+
+def clients_per_round(rule: str, num_clients: int, participation: float) -> int:
+    """How many clients a sampled round trains. "authors": int(participation * N), the
+    expression of the FedOTP / FedPGP / pFedMMA code (a float floor: 0.29 * 100 gives 28);
+    "uniform": the nearest integer. At least 1 either way."""
+    if rule == "authors":
+        return max(1, int(participation * num_clients))
+    if rule == "uniform":
+        return max(1, round(participation * num_clients))
+    raise ValueError(f"client_sampling must be one of {', '.join(SAMPLING_RULES)}, got {rule!r}")
+
+
+def client_sampling_schedule(
+    num_clients: int, participation: float, rounds: int, seed: int, rule: str = "authors"
+) -> list[list[int]]:
+    """The clients of every round, fixed by (clients, participation, rounds, seed, rule)
+    alone, so every method sees the same stream.
+
+    "authors" (default): round 1 trains every client, later rounds sample
+    `clients_per_round` without replacement, as the FedOTP, FedPGP and pFedMMA code does.
+    "uniform": every round, the first included, samples `clients_per_round`.
+    With full participation both give every client every round."""
+    per_round = clients_per_round(rule, num_clients, participation)
+    everyone = list(range(num_clients))
+    rng = np.random.default_rng([seed, 0x5EED])
+    schedule = []
+    for round_index in range(rounds):
+        if per_round >= num_clients or (rule == "authors" and round_index == 0):
+            schedule.append(list(everyone))
+        else:
+            schedule.append(sorted(rng.choice(num_clients, per_round, replace=False).tolist()))
+    return schedule
+
+
+def describe_sampling(rule: str, num_clients: int, participation: float) -> str:
+    """For plans and summaries, e.g. "authors (round 1: all 100 clients, then 10 of 100 per round)"."""
+    per_round = clients_per_round(rule, num_clients, participation)
+    if per_round >= num_clients:
+        return f"{rule} (all {num_clients} clients every round)"
+    if rule == "authors":
+        return f"{rule} (round 1: all {num_clients} clients, then {per_round} of {num_clients} per round)"
+    return f"{rule} ({per_round} of {num_clients} clients every round)"
+
+
+def client_seed(seed: int, round_index: int, client_id: int) -> int:
+    """Randomness of one client-round, independent of the order clients are run in."""
+    return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1)[0])
+
+
+def seed_torch(seed: int) -> None:
+    """`torch.manual_seed` for the devices a run uses: the CPU and, once a run has put its
+    model there, CUDA. Cheaper per client-round than torch.manual_seed, which queues a lazy
+    seeding (with a captured stack trace) for every backend not in use, and than
+    `torch.cuda.is_available()`, which retries the driver on a machine without one (~0.4 ms)."""
+    torch.default_generator.manual_seed(seed)
+    if torch.cuda.is_initialized():
+        torch.cuda.manual_seed_all(seed)
+
+
+class ClientTrainSet(Dataset):
+    """A client's training images with labels mapped into its own label space.
+
+    Items are fetched by (epoch, position) (see `EpochTaggedSampler`). An image's random
+    augmentation is drawn from a generator seeded by (client-round seed, epoch, position),
+    never from whatever RNG state the loading process has, so results are the same with
+    any `num_workers` (each worker's RNG would otherwise depend on the worker layout).
+    """
+
+    def __init__(
+        self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard, seed: int = 0
+    ) -> None:
+        self.images = images  # a LabeledImages split, or precomputed features [N, D]
+        self.indices = list(shard.train_indices)
+        to_local = {c: i for i, c in enumerate(shard.train_classes)}
+        self.labels = [to_local[labels[i]] for i in self.indices]
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, key: int | tuple[int, int]):
+        epoch, i = key if isinstance(key, tuple) else (0, key)
+        index = self.indices[i]
+        if isinstance(self.images, torch.Tensor):  # cached features: nothing random
+            return self.images[index], self.labels[i]
+        sample_seed = int(np.random.SeedSequence([self.seed, epoch, i]).generate_state(1, np.uint64)[0])
+        with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's CPU RNG
+            torch.default_generator.manual_seed(sample_seed)
+            image = self.images.load(index)
+        return image, self.labels[i]
+
+    def batch(self, keys: Sequence[tuple[int, int]]):
+        """The items of `keys` collated as a DataLoader collates them; cached features are
+        gathered in one indexing instead of one tensor per item."""
+        if isinstance(self.images, torch.Tensor):
+            positions = [i for _, i in keys]
+            inputs = self.images[[self.indices[i] for i in positions]]
+            return [inputs, torch.tensor([self.labels[i] for i in positions])]
+        return default_collate([self[key] for key in keys])
+
+
+class EpochTaggedSampler(Sampler):
+    """Yields (epoch, position) in a shuffled order that is a function of (seed, epoch) only --
+    not of how many iterators the loader made or of generator draws that depend on the
+    worker layout -- so each local epoch gets its own order and its own augmentations.
+    Lightning calls `set_epoch` at the start of every epoch; without it, passes are counted."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        self.size, self.seed, self.epoch = size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        order_seed = int(np.random.SeedSequence([self.seed, epoch]).generate_state(1, np.uint64)[0])
+        for position in torch.randperm(self.size, generator=torch.Generator().manual_seed(order_seed)).tolist():
+            yield epoch, position
+
+
+class ClientBatches:
+    """A client-round's training batches, one pass per iteration: the order of
+    `EpochTaggedSampler`, collated as a DataLoader collates. With `num_workers` > 0 a
+    DataLoader's worker processes load them; in this process (0) they are collated
+    directly, without a DataLoader iterator's per-pass setup (~0.1 ms a pass)."""
+
+    def __init__(self, dataset: ClientTrainSet, batch_size: int, seed: int, num_workers: int) -> None:
+        self.dataset, self.batch_size = dataset, batch_size
+        self.sampler = EpochTaggedSampler(len(dataset), seed)
+        self.loader = None
+        if num_workers > 0:
+            self.loader = DataLoader(
+                dataset, batch_size=batch_size, sampler=self.sampler, num_workers=num_workers,
+                generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs, which nothing here draws from
+            )
+
+    def __len__(self) -> int:
+        return -(-len(self.dataset) // self.batch_size)
+
+    def __iter__(self):
+        if self.loader is not None:
+            yield from self.loader
+            return
+        keys = list(self.sampler)
+        for start in range(0, len(keys), self.batch_size):
+            yield self.dataset.batch(keys[start:start + self.batch_size])
+
+
+@dataclass
+class RoundLog:
+    round: int
+    clients: list[int]
+    train_loss: dict[int, float]
+    bytes_up: int
+    bytes_down: int
+    model_seconds: float  # forward + backward + optimizer step, summed over batches
+    total_seconds: float  # the whole round: state swaps, optimizer setup, data loading, aggregation
+    train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
+    data_seconds: float = 0.0  # fetching and collating the training batches
+    optimizer_seconds: float = 0.0  # the method's configure_optimizers, once per client-round
+
+
+@dataclass
+class ClientRound:
+    """What one client's local training left: its whole state (kept by the client) and the
+    part of it that is uploaded (the method's `upload_keys`)."""
+
+    state: State
+    upload: State
+    loss: float  # mean training loss of the client-round
+    model_seconds: float
+    data_seconds: float
+    optimizer_seconds: float
+
+
+@dataclass
+class FederationResult:
+    client_states: dict[int, State]  # each client's personalized state for evaluation
+    rounds: list[RoundLog] = field(default_factory=list)
+    final_download_bytes: int = 0
+    rounds_trained: dict[int, int] = field(default_factory=dict)  # client -> rounds it trained in ({}: nothing trains)
+
+    @property
+    def never_trained(self) -> list[int]:
+        """Clients that never trained: evaluated with the final download alone."""
+        return sorted(cid for cid, n in self.rounds_trained.items() if n == 0)
+
+
+@dataclass
+class FederationSnapshot:
+    """Everything the simulator needs to continue after round `next_round` - 1 exactly as if
+    it had never stopped: every client's state, the server's aggregate and bank, the rounds
+    so far and the RNG states. Plain tensors and numbers, so `torch.save` writes it."""
+
+    next_round: int  # 0-based index of the first round still to run
+    states: dict[int, State]
+    aggregate: State
+    bank: dict[int, State]
+    rounds: list[RoundLog]
+    rounds_trained: dict[int, int]
+    rng: dict[str, Any]
+
+
+def rng_states() -> dict[str, Any]:
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+@dataclass
+class TrainerSettings:
+    accelerator: str = "cpu"
+    precision: str = "32-true"
+    num_workers: int = 0
+    batch_size: int = 32
+    local_epochs: int = 1
+    aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
+
+
+class FederatedSimulator:
+    """Runs one federation for one method; `run()` returns every client's final state."""
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        train_images: LabeledImages | torch.Tensor,
+        train_labels: Sequence[int],
+        class_names: Sequence[str],
+        clients: Sequence[ClientShard],
+        schedule: list[list[int]],
+        seed: int,
+        settings: TrainerSettings,
+        on_round_end: Callable[[RoundLog], None] | None = None,
+        progress: bool = True,
+        on_snapshot: Callable[[FederationSnapshot], None] | None = None,
+        eval_rounds: frozenset[int] = frozenset(),
+        on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
+    ) -> None:
+        self.method = method
+        self.train_images = train_images
+        self.train_labels = list(train_labels)
+        self.class_names = list(class_names)
+        self.clients = {c.client_id: c for c in clients}
+        self.schedule = schedule
+        # Every client-round's seed, drawn up front: numpy's SeedSequence costs ~100 us when
+        # it runs between training steps (their compute evicts its code and data from the
+        # caches), ~7 us in a row.
+        self._seeds = {
+            (round_index, cid): client_seed(seed, round_index, cid)
+            for round_index, sampled in enumerate(schedule) for cid in sampled
+        }
+        self.seed = seed
+        self.settings = settings
+        self.on_round_end = on_round_end
+        self.progress = progress
+        self.on_snapshot = on_snapshot  # called after every round (the caller decides what to save)
+        # Rounds (1-based) after which every client's model is evaluated; the final round is
+        # the caller's (it evaluates `FederationResult.client_states`).
+        self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
+        self.on_evaluate = on_evaluate
+        self._loop = ClientLoop(settings.accelerator, settings.precision)
+
+    def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
+        """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
+        method = self.method
+        initial = method.client_state()
+        # Every client starts from the same initial state (the method built with the run seed).
+        states: dict[int, State] = {cid: {k: v.clone() for k, v in initial.items()} for cid in self.clients}
+        if not method.trains:  # nothing changes between rounds: the same state is evaluated
+            for round_number in sorted(self.eval_rounds):
+                if self.on_evaluate:
+                    self.on_evaluate(round_number, states)
+            return FederationResult(states)
+        result = FederationResult(states, rounds_trained={cid: 0 for cid in self.clients})
+        aggregate: State = {}
+        bank: dict[int, State] = {}
+        first_round = 0
+        if resume is not None:
+            states.update(resume.states)
+            aggregate, bank, first_round = resume.aggregate, resume.bank, resume.next_round
+            result.rounds, result.rounds_trained = list(resume.rounds), dict(resume.rounds_trained)
+            restore_rng_states(resume.rng)
+        bar = _progress(len(self.schedule), "rounds", self.progress)
+        bar.update(first_round)
+        try:
+            for round_index, sampled in enumerate(self.schedule):
+                if round_index < first_round:
+                    continue
+                t_round = time.perf_counter()
+                updates: list[ClientUpdate] = []
+                log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
+                for cid in sampled:
+                    received = None
+                    if round_index > 0:
+                        received = method.download(cid, aggregate, bank)
+                        log.bytes_down += state_bytes(received)
+                    account = flops.current()
+                    before = account.totals.get("train", 0) if account else 0
+                    trained = self.client_round(cid, round_index, states[cid], received)
+                    log.train_flops += (account.totals.get("train", 0) - before) if account else 0
+                    states[cid] = trained.state
+                    log.train_loss[cid] = trained.loss
+                    result.rounds_trained[cid] += 1
+                    log.model_seconds += trained.model_seconds
+                    log.data_seconds += trained.data_seconds
+                    log.optimizer_seconds += trained.optimizer_seconds
+                    log.bytes_up += state_bytes(trained.upload)
+                    updates.append(self.client_update(cid, trained.upload))
+                aggregate = method.aggregate(updates) if updates and updates[0].state else {}
+                self._check_finite(aggregate, "the server's aggregate", round_index, None)
+                bank.update({u.client_id: u.state for u in updates})
+                log.total_seconds = time.perf_counter() - t_round
+                result.rounds.append(log)
+                if self.on_round_end:
+                    self.on_round_end(log)
+                if self.on_evaluate and log.round in self.eval_rounds:
+                    self.on_evaluate(log.round, self._evaluation_states(states, aggregate, bank, result)[0])
+                if self.on_snapshot:
+                    # Shallow copies: the next round replaces entries (never tensors in place), and a
+                    # snapshot may be saved only after a stop in the middle of that round.
+                    self.on_snapshot(FederationSnapshot(
+                        round_index + 1, dict(states), aggregate, dict(bank), list(result.rounds),
+                        dict(result.rounds_trained), rng_states(),
+                    ))
+                bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
+                bar.update()
+        finally:
+            self._loop.release(method)  # the module leaves the Fabric it trained under
+        bar.close()
+        result.client_states, result.final_download_bytes = self._evaluation_states(states, aggregate, bank, result)
+        return result
+
+    def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> "ClientRound":
+        """One client's part of a round, wherever it runs (this simulator, or a Flower
+        ClientApp on the client's own node): its `state`, then the server's download
+        `received` (None in round 1) loaded into the resident module, local training, and
+        the state and upload it leaves."""
+        method = self.method
+        method.load_client_state(state if received is None else {**state, **received})  # the download wins
+        training = self._train_client(cid, round_index)
+        trained = method.client_state()
+        self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
+        return ClientRound(
+            trained, method.upload_of(trained), training.loss, training.model_seconds, training.data_seconds,
+            training.optimizer_seconds,
+        )
+
+    def client_update(self, cid: int, upload: State) -> ClientUpdate:
+        """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""
+        n_i = self.clients[cid].num_samples
+        return ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0)
+
+    def _evaluation_states(self, states: dict[int, State], aggregate: State, bank: dict[int, State], result):
+        """Every client's model as evaluated now: with the server's download applied when the
+        method says so (`evaluate_after_download`) or the client never trained yet (it has
+        nothing but the download); `states` itself is left as it is.
+        Returns (states, bytes of those downloads)."""
+        method = self.method
+        evaluated, download_bytes = dict(states), 0
+        for cid, state in states.items():
+            if method.evaluate_after_download or result.rounds_trained[cid] == 0:
+                method.load_client_state(state)
+                received = method.download(cid, aggregate, bank)
+                method.load_client_state(received)
+                download_bytes += state_bytes(received)
+                evaluated[cid] = method.client_state()
+        return evaluated, download_bytes
+
+    def _train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
+        """Train one client: its mean training loss and the seconds of model and data work."""
+        batches, client = self.client_data(cid, round_index)
+        self.method.set_client(client)
+        try:
+            trained = self._loop.fit(self.method, batches, self.settings.local_epochs, client.class_names)
+        except NonFiniteLoss as bad:
+            # Past a non-finite loss every later number of the run is meaningless (NaN losses,
+            # metrics at chance) yet would look like a result.
+            raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
+        finally:
+            self.method.set_client(None)
+        return trained
+
+    def client_data(self, cid: int, round_index: int) -> tuple[ClientBatches, ClientContext]:
+        """Client `cid`'s batches and context in round `round_index`, torch seeded for its
+        local training: what any loop that trains the client-round starts from."""
+        shard = self.clients[cid]
+        s = self.settings
+        seed = self._seeds[round_index, cid]
+        seed_torch(seed)
+        dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
+        batches = ClientBatches(dataset, min(s.batch_size, max(1, shard.num_samples)), seed, s.num_workers)
+        client = ClientContext(
+            cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
+            len(self.schedule),
+        )
+        return batches, client
+
+    def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
+                    lr: float | None = None) -> DivergenceError:
+        where = [f"round {round_index + 1}"] + ([f"client {cid}"] if cid is not None else [])
+        where += [f"step {step}"] if step is not None else []
+        rate = f" with lr {lr:g}" if lr is not None else ""
+        return DivergenceError(
+            f"method {self.method.name!r} diverged at {', '.join(where)}{rate}: {what}. The run is stopped and "
+            "no run folder is written; lower the learning rate (or check the method's numerics) and run again."
+        )
+
+    def _check_finite(self, state: State, what: str, round_index: int, cid: int | None) -> None:
+        if all_finite(state):
+            return
+        bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+        if bad:
+            more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
+            raise self._divergence(f"{what} holds non-finite values in {', '.join(bad[:3])}{more}", round_index, cid)
+
+
+def all_finite(state: State) -> bool:
+    """Whether every floating-point tensor of `state` is finite, with one device sync (the
+    per-tensor check is three operations and a sync per tensor). A NaN or infinity anywhere
+    makes the float64 sum of all values NaN or infinite, and finite float16/bfloat16/float32
+    values cannot overflow it (their largest, 3.4e38, times any tensor size stays far below
+    float64's 1.8e308)."""
+    sums = [v.sum(dtype=torch.float64) for v in state.values() if v.is_floating_point() and v.dtype != torch.float64]
+    wide = [v for v in state.values() if v.dtype == torch.float64]  # could overflow: checked as they are
+    total = (sums[0] if len(sums) == 1 else torch.stack(sums).sum()).item() if sums else 0.0
+    return math.isfinite(total) and all(bool(torch.isfinite(v).all()) for v in wide)
+
+
+def _progress(total: int, unit: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True)

@@ -1,0 +1,166 @@
+"""Round checkpoints: a run that is killed or preempted resumes at the last round it saved
+and ends with the same metrics.csv and summary.json as a run never interrupted.
+
+A checkpoint is the hidden file `<out>/.<run name>.checkpoint.pt` beside the run folder
+(the run name carries the config hash, so only the same cell can resume from it): the
+simulator's `FederationSnapshot` (every client's state, aggregate, bank, rounds so far,
+RNG states), the metric rows written so far and the W&B run id, which a small sidecar
+`.<run name>.checkpoint.json` also holds so that tracking can resume the same W&B run
+before the checkpoint is read. Both are replaced atomically (write, then rename) and
+removed once the run folder exists, unless `keep_checkpoints` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+
+from benchmark.federation.simulator import FederationSnapshot
+
+FORMAT = 1
+# checkpoint_every = -1: save at the end of a round once this long has passed since the
+# last save (or the start), so short runs never pay for checkpoints and long ones lose
+# at most a few minutes.
+AUTO_INTERVAL_SECONDS = 300.0
+
+
+# What each run in progress in this process does to keep its last completed round now
+# (`save_before_preemption`).
+_KEEP_NOW: list[Callable[[], None]] = []
+
+
+@contextmanager
+def kept_on_preemption(keep: Callable[[], None]) -> Iterator[None]:
+    """While in this block, `save_before_preemption()` calls `keep`."""
+    _KEEP_NOW.append(keep)
+    try:
+        yield
+    finally:
+        _KEEP_NOW.remove(keep)
+
+
+def save_before_preemption() -> None:
+    """Save the last completed round of every run in progress in this process, for a
+    scheduler that stops the process right after (submitit's checkpoint hook on Slurm
+    preemption or timeout): the requeued job resumes there, losing only the round in progress."""
+    for keep in list(_KEEP_NOW):
+        keep()
+
+
+def checkpoint_path(run_dir: Path) -> Path:
+    run_dir = Path(run_dir)
+    return run_dir.parent / f".{run_dir.name}.checkpoint.pt"
+
+
+def sidecar_path(run_dir: Path) -> Path:
+    return checkpoint_path(run_dir).with_suffix(".json")
+
+
+def saved_wandb_run_id(run_dir: Path) -> str | None:
+    """The W&B run id of the cell's checkpoint, so a resumed run continues that W&B run."""
+    try:
+        return json.loads(sidecar_path(run_dir).read_text()).get("wandb_run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+@dataclass
+class RunCheckpoint:
+    federation: FederationSnapshot
+    rows: list  # benchmark.runs.results.MetricRow, in the order they were written
+    wandb_run_id: str | None
+    partition_hash: str
+
+
+class Checkpointer:
+    """Decides when a round is saved (`every` K rounds, -1 = by time, 0 = never), saves,
+    loads and removes the checkpoint of one run folder."""
+
+    def __init__(self, run_dir: Path, every: int, partition_hash: str) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = checkpoint_path(run_dir)
+        self.every = every
+        self.partition_hash = partition_hash
+        self.last_save = time.monotonic()
+        self.saved_round = 0
+        self._saving = False  # a save asked for from a signal handler while one is being written
+
+    def saved(self, completed_rounds: int) -> bool:
+        return self.saved_round >= completed_rounds
+
+    def due(self, completed_rounds: int) -> bool:
+        if self.every > 0:
+            return completed_rounds % self.every == 0
+        if self.every < 0:
+            return time.monotonic() - self.last_save >= AUTO_INTERVAL_SECONDS
+        return False
+
+    def save(self, checkpoint: RunCheckpoint) -> None:
+        if self._saving:  # called again from a signal handler: the save under way is the same round
+            return
+        self._saving = True
+        try:
+            self._save(checkpoint)
+        finally:
+            self._saving = False
+
+    def _save(self, checkpoint: RunCheckpoint) -> None:
+        payload = {
+            "format": FORMAT,
+            "partition_hash": checkpoint.partition_hash,
+            "federation": {**checkpoint.federation.__dict__, "rounds": [r.__dict__ for r in checkpoint.federation.rounds]},
+            "rows": [row.__dict__ for row in checkpoint.rows],
+            "wandb_run_id": checkpoint.wandb_run_id,
+        }
+        _atomic(self.path, lambda tmp: torch.save(payload, tmp))
+        sidecar = {"round": checkpoint.federation.next_round, "wandb_run_id": checkpoint.wandb_run_id}
+        _atomic(sidecar_path(self.run_dir), lambda tmp: Path(tmp).write_text(json.dumps(sidecar)))
+        self.last_save = time.monotonic()
+        self.saved_round = checkpoint.federation.next_round
+
+    def load(self) -> RunCheckpoint | None:
+        """The saved checkpoint, or None when there is none or it cannot be used (then the
+        run starts over, with a warning: a checkpoint can only save time, never change numbers)."""
+        from benchmark.federation.simulator import RoundLog
+        from benchmark.runs.results import MetricRow
+
+        if not self.path.is_file():
+            return None
+        try:
+            payload = torch.load(self.path, map_location="cpu", weights_only=False)
+            if payload.get("format") != FORMAT:
+                raise ValueError(f"format {payload.get('format')!r}, expected {FORMAT}")
+            if payload["partition_hash"] != self.partition_hash:
+                raise ValueError("it was made on another partition of the data")
+            federation = dict(payload["federation"])
+            federation["rounds"] = [RoundLog(**r) for r in federation["rounds"]]
+            return RunCheckpoint(
+                FederationSnapshot(**federation), [MetricRow(**row) for row in payload["rows"]],
+                payload.get("wandb_run_id"), payload["partition_hash"],
+            )
+        except Exception as exc:  # a damaged or foreign checkpoint must not stop the run
+            warnings.warn(f"round checkpoint {self.path} cannot be used ({exc.__class__.__name__}: {exc}); "
+                          "the run starts from round 1")
+            return None
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+        sidecar_path(self.run_dir).unlink(missing_ok=True)
+
+
+def _atomic(path: Path, write) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)

@@ -1,0 +1,430 @@
+"""Federations on Flower: any registered method as a Flower app (the `[flower]` extra).
+
+The same federation as `fedbench run`, with its two sides on Flower's runtime:
+
+- `client_app` (a ClientApp): one client per Flower node, its client id the node's
+  `partition-id`. A `train` message brings the round and the server's download; the node
+  loads its own state from its Flower context, runs the simulator's client-round
+  (`FederatedSimulator.client_round`: the same Lightning loop, seeds and checks), keeps its
+  whole new state in its context and replies with the method's `upload_keys` only. An
+  `evaluate` message scores the node's own model under the run's protocol and replies
+  with its metrics. Personal state never leaves the node.
+- `MethodStrategy` (a Flower Strategy, driven by `Strategy.start`): the method's server. It
+  samples each round's clients by `client_sampling_schedule`, sends each its
+  `download(client, aggregate, bank)`, and aggregates the uploads with the method's
+  `aggregate`, in client-id order, as the simulator does.
+
+Every message carries the run's config, so a node (re)builds the run (`prepare_run`: the
+same seeded method, data and partition) from it alone; node-local options (data_root,
+device, ...) come from the node's `--node-config`. `simulate` runs it on Flower's
+simulation runtime (`fedbench flower`); `server_app` is the ServerApp for `flwr run` on a
+real federation of SuperNodes (README "Scaling out").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import numpy as np
+import torch
+
+from benchmark import shortcuts
+from benchmark.config import ConfigError, RunConfig, build_config
+from benchmark.errors import DivergenceError
+from benchmark.federation.simulator import FederationResult, RoundLog
+from benchmark.method import State, state_bytes
+
+try:
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import Grid, ServerApp
+    from flwr.serverapp.strategy import Strategy
+except ImportError as exc:  # imported only by what runs on Flower: `fedbench flower`, `flwr run`
+    raise ConfigError(
+        f"federations on Flower need the flwr package, which is not installed ({exc}); install the extra "
+        "from the fedbench checkout: pip install -c constraints.txt -e '.[flower]'"
+    ) from None
+
+# Options a node may set for itself (`flower-supernode --node-config "data-root='/data'"`):
+# where things are on that machine, never what changes a result.
+NODE_OPTIONS = ("data_root", "attributes", "device", "num_workers", "eval_batch_size")
+STATE = "fedbench.state"  # the node's own client state, in its Flower context
+NODES_TIMEOUT_S = 600  # how long the server waits for every client's node to connect
+
+
+# -- state <-> Flower records ------------------------------------------------------------
+def to_record(state: State) -> ArrayRecord:
+    """Tensors as Flower arrays, bit for bit (bf16 has no NumPy type: sent as its raw int16)."""
+    record = ArrayRecord()
+    for key, value in state.items():
+        value = value.detach().cpu().contiguous()
+        if value.dtype == torch.bfloat16:
+            key, value = key + "@bf16", value.view(torch.int16)
+        record[key] = Array(value.numpy())
+    return record
+
+
+def from_record(record: ArrayRecord) -> State:
+    state = {}
+    for key, array in record.items():
+        value = torch.from_numpy(np.array(array.numpy()))  # a copy: Flower's buffer is read-only
+        if key.endswith("@bf16"):
+            key, value = key[: -len("@bf16")], value.view(torch.bfloat16)
+        state[key] = value
+    return state
+
+
+def config_record(config: RunConfig, round_number: int) -> ConfigRecord:
+    return ConfigRecord({"config": json.dumps(config.to_dict()), "round": round_number})
+
+
+def node_config_overrides(node_config: dict[str, Any]) -> dict[str, Any]:
+    """The node's own options (NODE_OPTIONS) from its `--node-config`; partition-id and
+    num-partitions are Flower's."""
+    options = {}
+    for key, value in node_config.items():
+        name = key.replace("-", "_")
+        if name in ("partition_id", "num_partitions"):
+            continue
+        if name not in NODE_OPTIONS:
+            raise ConfigError(
+                f"node config {key!r} is not a node option; a node may set "
+                f"{', '.join(o.replace('_', '-') for o in NODE_OPTIONS)} (and Flower's partition-id, num-partitions)"
+            )
+        options[name] = value
+    return options
+
+
+# -- the client side ---------------------------------------------------------------------
+class ClientWorld:
+    """What a node builds once per run and process: the prepared run (seeded method, data,
+    partition), the simulator whose client-round it runs, and the evaluator."""
+
+    def __init__(self, config: RunConfig) -> None:
+        from benchmark.evaluation.accuracy import shares_image_work
+        from benchmark.runs.runner import autocast_context, evaluate_clients, prepare_run
+
+        self.run = run = prepare_run(config, progress=False)
+        self.initial = run.method.client_state()  # every client starts here (the run seed)
+        self.simulator = run.simulator()
+        self.evaluator = run.evaluator()
+        if shares_image_work(run.method):
+            # `fedbench run` computes the frozen image work of evaluation in the order its
+            # first evaluation asks for it: every client, in partition order. Asked for in
+            # another order (this node's client first), batches and so last bits could
+            # differ; scoring the initial state of every client first gives the same batches.
+            clients = {c.client_id: self.initial for c in run.partition.clients}
+            with autocast_context(run.device, run.precision):
+                evaluate_clients(self.evaluator, run.protocol, run.dataset, run.partition, clients, progress=False)
+
+
+_WORLD: dict[str, ClientWorld] = {}  # one run per process at a time, keyed by its config
+
+
+@contextlib.contextmanager
+def _on_node(content: RecordDict, context: Context) -> Iterator[tuple[ClientWorld, int, int]]:
+    """(the run's world, this node's client id, the round) for a message from the server,
+    with the run's `shortcuts` setting on for the body, as `fedbench run` has it."""
+    sent = content["fedbench"]
+    config = build_config(json.loads(str(sent["config"])), node_config_overrides(dict(context.node_config)))
+    with shortcuts.use(config.shortcuts):
+        key = json.dumps(config.to_dict(), sort_keys=True)
+        if key not in _WORLD:
+            _WORLD.clear()
+            _WORLD[key] = ClientWorld(config)
+        world = _WORLD[key]
+        if "partition-id" not in context.node_config:
+            raise ConfigError("this node has no partition-id: start it with --node-config \"partition-id=K\"")
+        cid = int(context.node_config["partition-id"])
+        clients = len(world.run.partition.clients)
+        if not 0 <= cid < clients:
+            raise ConfigError(f"this node's partition-id is {cid}, but the run has clients 0..{clients - 1}")
+        yield world, cid, int(sent["round"])
+
+
+def _own_state(world: ClientWorld, context: Context) -> State:
+    """The node's state: what its last local training left, or the initial state."""
+    return from_record(context.state[STATE]) if STATE in context.state.array_records else world.initial
+
+
+def _received(content: RecordDict) -> State | None:
+    return from_record(content["download"]) if "download" in content.array_records else None
+
+
+def client_describe(content: RecordDict, context: Context) -> RecordDict:
+    """Which client this node holds, and its training-set size."""
+    with _on_node(content, context) as (world, cid, _):
+        n_i = world.run.partition.clients[cid].num_samples
+    return RecordDict({"client": MetricRecord({"client-id": cid, "num-examples": n_i})})
+
+
+def client_train(content: RecordDict, context: Context) -> RecordDict:
+    """The node's client-round: its own state, the download, the simulator's local training;
+    the whole new state stays in the node's context, the upload goes back."""
+    with _on_node(content, context) as (world, cid, round_number):
+        trained = world.simulator.client_round(cid, round_number - 1, _own_state(world, context), _received(content))
+    context.state[STATE] = to_record(trained.state)
+    metrics = MetricRecord({
+        "client-id": cid, "num-examples": world.run.partition.clients[cid].num_samples,
+        "train-loss": trained.loss, "model-seconds": trained.model_seconds,
+        "data-seconds": trained.data_seconds, "optimizer-seconds": trained.optimizer_seconds,
+    })
+    return RecordDict({"upload": to_record(trained.upload), "metrics": metrics})
+
+
+def client_evaluate(content: RecordDict, context: Context) -> RecordDict:
+    """The node's model (its state, with the download if one came) under the run's protocol;
+    the node's own state is left as it was."""
+    from benchmark.runs.runner import autocast_context, evaluate_client
+
+    with _on_node(content, context) as (world, cid, _):
+        run, method = world.run, world.run.method
+        method.load_client_state(_own_state(world, context))
+        if (received := _received(content)) is not None:
+            method.load_client_state(received)
+        with autocast_context(run.device, run.precision):
+            metrics = evaluate_client(
+                world.evaluator, run.protocol, run.dataset, run.partition, run.partition.clients[cid],
+                method.client_state(),
+            )
+    return RecordDict({"metrics": MetricRecord({"client-id": cid, **metrics})})
+
+
+client_app = ClientApp()
+
+
+@client_app.query()
+def describe(msg: Message, context: Context) -> Message:
+    return Message(client_describe(msg.content, context), reply_to=msg)
+
+
+@client_app.train()
+def train(msg: Message, context: Context) -> Message:
+    return Message(client_train(msg.content, context), reply_to=msg)
+
+
+@client_app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    return Message(client_evaluate(msg.content, context), reply_to=msg)
+
+
+# -- the server side ---------------------------------------------------------------------
+def _replies(replies: Iterable[Message], what: str, expected: int) -> dict[int, RecordDict]:
+    """client id -> reply content; a client's error (divergence included) stops the run."""
+    by_client: dict[int, RecordDict] = {}
+    for reply in replies:
+        if reply.has_error():
+            reason = reply.error.reason  # the node's traceback, as Flower reports it
+            for error in (DivergenceError, ConfigError):  # the node's own message, as `fedbench run` gives it
+                if found := re.search(rf"\b{error.__name__}: (.+)", reason):
+                    raise error(found.group(1).strip())
+            raise RuntimeError(f"a Flower client failed during {what}: {reason}")
+        by_client[int(reply.content["metrics"]["client-id"])] = reply.content
+    if len(by_client) != expected:
+        raise RuntimeError(
+            f"{what}: {len(by_client)} of {expected} clients replied; a node stopped or timed out "
+            "(its log says why), and a federation with missing clients is not the run it was configured as"
+        )
+    return by_client
+
+
+class MethodStrategy(Strategy):
+    """The method's server as a Flower Strategy: `configure_train` sends each of the
+    round's clients its download, `aggregate_train` applies the method's `aggregate`,
+    `configure_evaluate` / `aggregate_evaluate` score every client on its node in the
+    rounds `fedbench run` evaluates. State: the aggregate and the bank of latest uploads."""
+
+    def __init__(self, run, nodes: dict[int, int], on_round_end: Callable, on_evaluate: Callable,
+                 eval_rounds: frozenset[int]) -> None:
+        self.run, self.method, self.nodes = run, run.method, nodes
+        self.on_round_end, self.on_evaluate, self.eval_rounds = on_round_end, on_evaluate, eval_rounds
+        self.server = run.simulator()  # the simulator's server-side rules (weights, finiteness)
+        self.aggregate: State = {}
+        self.bank: dict[int, State] = {}
+        self.result = FederationResult({}, rounds_trained={c.client_id: 0 for c in run.partition.clients})
+        self.final_scores: dict[int, dict[str, float]] = {}
+        self._log: RoundLog | None = None
+
+    def summary(self) -> None:
+        pass  # Strategy.start logs this; the run's own summary is the run folder
+
+    def _message(self, cid: int, round_number: int, kind: str, download: State | None) -> Message:
+        content = RecordDict({"fedbench": config_record(self.run.config, round_number)})
+        if download is not None:
+            content["download"] = to_record(download)
+        return Message(content, dst_node_id=self.nodes[cid], message_type=kind)
+
+    def configure_train(self, server_round: int, arrays, config, grid) -> list[Message]:
+        sampled = self.run.schedule[server_round - 1]
+        self._log = RoundLog(server_round, sampled, {}, 0, 0, 0.0, 0.0)
+        self._started = time.perf_counter()
+        messages = []
+        for cid in sampled:
+            download = self.method.download(cid, self.aggregate, self.bank) if server_round > 1 else None
+            self._log.bytes_down += state_bytes(download) if download is not None else 0
+            messages.append(self._message(cid, server_round, MessageType.TRAIN, download))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        log = self._log
+        by_client = _replies(replies, f"round {server_round}'s training", len(log.clients))
+        updates = []
+        for cid in log.clients:  # the simulator's order: the sum in `aggregate` is order-sensitive
+            metrics, upload = by_client[cid]["metrics"], from_record(by_client[cid]["upload"])
+            if int(metrics["num-examples"]) != self.run.partition.clients[cid].num_samples:
+                raise RuntimeError(
+                    f"client {cid} trained on {int(metrics['num-examples'])} images, the server's partition gives it "
+                    f"{self.run.partition.clients[cid].num_samples}: the node's data differs from the server's"
+                )
+            log.train_loss[cid] = float(metrics["train-loss"])
+            log.model_seconds += float(metrics["model-seconds"])
+            log.data_seconds += float(metrics["data-seconds"])
+            log.optimizer_seconds += float(metrics["optimizer-seconds"])
+            log.bytes_up += state_bytes(upload)
+            self.result.rounds_trained[cid] += 1
+            updates.append(self.server.client_update(cid, upload))
+        self.aggregate = self.method.aggregate(updates) if updates and updates[0].state else {}
+        self.server._check_finite(self.aggregate, "the server's aggregate", server_round - 1, None)
+        self.bank.update({u.client_id: u.state for u in updates})
+        log.total_seconds = time.perf_counter() - self._started
+        self.result.rounds.append(log)
+        self.on_round_end(log)
+        return ArrayRecord(), MetricRecord({"train-loss": float(np.mean(list(log.train_loss.values())))})
+
+    def configure_evaluate(self, server_round: int, arrays, config, grid) -> list[Message]:
+        if server_round not in self.eval_rounds:
+            return []
+        messages, last = [], server_round == len(self.run.schedule)
+        for client in self.run.partition.clients:
+            cid, download = client.client_id, None
+            # As the simulator evaluates: with the server's download when the method says so,
+            # or when the client never trained (it has nothing else).
+            if self.method.evaluate_after_download or self.result.rounds_trained[cid] == 0:
+                download = self.method.download(cid, self.aggregate, self.bank)
+                if last:
+                    self.result.final_download_bytes += state_bytes(download)
+            messages.append(self._message(cid, server_round, MessageType.EVALUATE, download))
+        return messages
+
+    def aggregate_evaluate(self, server_round: int, replies) -> MetricRecord | None:
+        if server_round not in self.eval_rounds:
+            return None
+        by_client = _replies(replies, f"round {server_round}'s evaluation", len(self.run.partition.clients))
+        per_client = {  # in partition order, as `fedbench run` averages them
+            c.client_id: {k: float(v) for k, v in by_client[c.client_id]["metrics"].items() if k != "client-id"}
+            for c in self.run.partition.clients
+        }
+        if server_round == len(self.run.schedule):
+            self.final_scores = per_client  # the caller records the final round
+            return None
+        self.on_evaluate(server_round, per_client)
+        return None
+
+
+def connect(grid: Grid, run) -> dict[int, int]:
+    """Wait for one node per client and ask each which client it holds: client id -> node id."""
+    clients = len(run.partition.clients)
+    deadline = time.monotonic() + NODES_TIMEOUT_S
+    while len(nodes := list(grid.get_node_ids())) < clients:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{len(nodes)} of {clients} Flower nodes connected within {NODES_TIMEOUT_S} s; the run needs one "
+                "SuperNode per client (partition-id 0..N-1)"
+            )
+        time.sleep(0.2)
+    content = RecordDict({"fedbench": config_record(run.config, 0)})
+    asked = [Message(content, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
+    replies = list(grid.send_and_receive(asked))
+    holders: dict[int, list[int]] = {}
+    for reply in replies:
+        if reply.has_error():
+            raise RuntimeError(f"a Flower node could not set up the run: {reply.error.reason}")
+        holders.setdefault(int(reply.content["client"]["client-id"]), []).append(reply.metadata.src_node_id)
+    wrong = {cid: ids for cid, ids in holders.items() if len(ids) > 1}
+    missing = sorted(set(range(clients)) - set(holders))
+    if wrong or missing:
+        raise RuntimeError(
+            f"every client needs exactly one node: partition-ids held twice {sorted(wrong)}, missing {missing}"
+        )
+    return {cid: ids[0] for cid, ids in holders.items()}
+
+
+def _check_trains(run) -> None:
+    if not run.method.trains:
+        raise ConfigError(
+            f"method {run.method.name!r} trains nothing, so there is no federation to run on Flower; "
+            "score it with `fedbench run`"
+        )
+
+
+def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[FederationResult, dict]:
+    """The run's rounds on the nodes of `grid` (a `benchmark.runs.runner.Engine` once `grid` is bound)."""
+    _check_trains(run)
+    with shortcuts.use(run.config.shortcuts):  # a ServerApp thread does not inherit the caller's setting
+        strategy = MethodStrategy(run, connect(grid, run), on_round_end, on_evaluate, eval_rounds)
+        strategy.start(grid, ArrayRecord(), num_rounds=len(run.schedule), timeout=24 * 3600)
+    return strategy.result, strategy.final_scores
+
+
+# -- running it --------------------------------------------------------------------------
+def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
+    """An engine (`benchmark.runs.runner.Engine`) running the federation on Flower's simulation
+    runtime: one virtual SuperNode per client, `parallel` ClientApps at a time, each with
+    `client_cpus` CPUs (its torch threads) and `client_gpus` GPUs."""
+    from flwr.simulation import run_simulation
+
+    def engine(run, on_round_end, on_evaluate, eval_rounds):
+        _check_trains(run)  # before Ray starts
+        outcome: list = []
+        app = ServerApp()
+
+        @app.main()
+        def main(grid: Grid, context: Context) -> None:
+            outcome.append(federate(grid, run, on_round_end, on_evaluate, eval_rounds))
+
+        resources = {"num_cpus": client_cpus, "num_gpus": client_gpus}
+        init = {"num_cpus": parallel * client_cpus}
+        if client_gpus:
+            init["num_gpus"] = parallel * client_gpus
+        run_simulation(app, client_app, num_supernodes=len(run.partition.clients),
+                       backend_config={"client_resources": resources, "init_args": init})
+        if not outcome:
+            raise RuntimeError("the Flower simulation ended without a result (its log above says why)")
+        return outcome[0]
+
+    return engine
+
+
+def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
+    """The run of Flower's run config (`[tool.flwr.app.config]` of flower/pyproject.toml,
+    `flwr run --run-config`): `config` names a fedbench YAML file; any other key is a run
+    option that overrides it."""
+    from benchmark.config import load_yaml
+
+    options = dict(run_config)
+    path = str(options.pop("config", "") or "")
+    if not path:
+        raise ConfigError(
+            "the Flower run config names no fedbench YAML: flwr run flower/ <superlink> --run-config "
+            "\"config='/abs/path/run.yaml'\" (write one with `fedbench run ... --print-config > run.yaml`)"
+        )
+    return build_config(load_yaml(path), options)
+
+
+server_app = ServerApp()
+
+
+@server_app.main()
+def serve(grid: Grid, context: Context) -> None:
+    """`flwr run`: the run of Flower's run config, written to its run folder on the server."""
+    from benchmark.runs.reporting import format_summary
+    from benchmark.runs.runner import run_experiment
+
+    config = config_from_run_config(dict(context.run_config))
+    result = run_experiment(config, progress=False, engine=lambda *a: federate(grid, *a))
+    print(format_summary(result.summary, result.timing))
+    print(f"run folder: {result.run_dir}")

@@ -1,0 +1,34 @@
+"""Everything about a run that can be checked before a model is built or pretrained.
+
+`fedbench run` and `fedbench reproduce` call `validate_run` first, so an unknown method, a
+bad hyperparameter, a missing dataset or missing weights are reported in a second rather
+than after the toy CLIP's pretraining or a backbone download. What needs the built model
+(a hyperparameter value the method's constructor rejects) is still checked when it is built.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from benchmark.config import RunConfig
+
+
+def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:
+    """Raise the user error of the first thing that cannot work; return notes about weights
+    that are not on this machine yet (built or downloaded by the run)."""
+    from benchmark.backbone import check_backbone
+    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.registry import check_method_args
+    from data.catalog import dataset_info, require_dataset
+
+    get_protocol(config.protocol)
+    check_method_args(config.method, config.method_args)  # unknown method, names, types
+    for name in config.datasets + config.test_datasets:
+        dataset_info(name)
+        if check_data:
+            require_dataset(name, config.resolved_data_root())
+    import data.toy  # noqa: F401  (registers the toy CLIP's weights)
+
+    note = check_backbone(config.backbone, config.pretrained)
+    return [note] if note else []

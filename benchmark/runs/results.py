@@ -1,0 +1,220 @@
+"""Run folders: what one run produced, written so that a crash never looks like a result.
+
+A run folder holds
+  config.yaml      the resolved RunConfig (every method hyperparameter) and the cell's
+                   identity (method source hash, weights, data: benchmark/runs/identity.py)
+  environment.json code version, package versions, plugin packages, machine, torch's
+                   CPU thread count (CPU reductions split across threads add in
+                   another order, so the last bits of a loss can depend on it)
+  partition.json   the partition manifest (client -> indices, classes) and its hash
+  metrics.csv      long format: round, client, metric, value (client -1 = over clients)
+  summary.json     headline metrics of the final round, parameter counts, bytes
+  timing.json      wall time, and the round a resumed run continued after (it differs
+                   between runs that summary.json says are the same)
+It is assembled in a hidden sibling folder and renamed into place at the end, so a
+folder named like a run is always complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmark.config import RunConfig, save_yaml
+
+METRICS_COLUMNS = ["round", "client", "metric", "value"]
+ALL_CLIENTS = -1
+PACKAGES = ("torch", "torchvision", "lightning", "open_clip_torch", "torchmetrics", "wandb", "pandas", "numpy")
+
+
+@dataclass
+class MetricRow:
+    round: int
+    client: int
+    metric: str
+    value: float
+
+
+def code_version() -> dict[str, Any]:
+    root = Path(__file__).resolve().parents[2]
+    version = {"fedbench": _package_version("fedbench")}
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+        version.update(git_commit=commit, git_dirty=bool(dirty))
+    except (OSError, subprocess.SubprocessError):
+        version.update(git_commit=None, git_dirty=None)
+    return version
+
+
+def environment(method: str | None = None) -> dict[str, Any]:
+    import torch
+
+    from benchmark.registry import method_package, plugin_packages
+
+    return {
+        "code": code_version(),
+        "method_package": method_package(method) if method else None,
+        "plugin_packages": plugin_packages(),  # every installed fedbench.methods distribution
+        "packages": {name: _package_version(name) for name in PACKAGES},
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_run(
+    run_dir: Path,
+    config: RunConfig,
+    rows: list[MetricRow],
+    summary: dict[str, Any],
+    partition_manifest: dict[str, Any],
+    timing: dict[str, Any] | None = None,
+) -> Path:
+    """Write the run folder atomically (see module doc); replaces an older folder of the same run."""
+    run_dir = Path(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in run_dir.parent.glob(f".{run_dir.name}.*.partial"):  # left by a killed process
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".partial", dir=run_dir.parent))
+    staging.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: run folders are shared like any other
+    try:
+        save_yaml(config, staging / "config.yaml")
+        _write_json(staging / "environment.json", environment(config.method))
+        _write_json(staging / "partition.json", partition_manifest)
+        frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
+        frame.to_csv(staging / "metrics.csv", index=False)
+        _write_json(staging / "timing.json", timing or {})
+        _write_json(staging / "summary.json", summary)  # last: its presence marks completion
+        if run_dir.exists():
+            old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")
+            os.replace(run_dir, old)
+            os.replace(staging, run_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, run_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    failure_path(run_dir).unlink(missing_ok=True)  # an earlier failure of this cell is now history
+    return run_dir
+
+
+# Free space a run needs beyond its checkpoints: the run folder (metrics, partition manifest,
+# config) is well under a megabyte for the paper's settings; the margin covers W&B's files.
+RUN_FOLDER_BYTES = 64 * 2**20
+
+
+def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
+    """Fail before any compute when `out` cannot receive a run folder: it is a file, it
+    cannot be created or written, or its file system lacks `needed_bytes` (default
+    RUN_FOLDER_BYTES). (Found after
+    training, the same problem would lose the whole run.)"""
+    from benchmark.config import ConfigError
+
+    out = Path(out).absolute()
+    existing = next(p for p in (out, *out.parents) if p.exists())  # created later, when the run ends
+    if not existing.is_dir():
+        what = "is a file" if existing == out else f"lies under the file {existing}"
+        raise ConfigError(f"output folder {out} {what}, not a folder: choose another --out")
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".fedbench-write-test."):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"output folder {out} cannot be written ({existing}: {exc.strerror or exc}): choose a writable --out"
+        ) from None
+    needed_bytes = RUN_FOLDER_BYTES if needed_bytes is None else needed_bytes
+    free = shutil.disk_usage(existing).free
+    if free < needed_bytes:
+        raise ConfigError(
+            f"output folder {out} has {free / 2**20:.1f} MiB free; a run needs about {needed_bytes / 2**20:.0f} MiB: "
+            "free some space or choose another --out"
+        )
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def is_complete(run_dir: Path) -> bool:
+    """Whether `run_dir` holds a finished run whose summary can be read (a damaged
+    summary.json counts as missing, with a warning, so `reproduce` runs the cell again)."""
+    return (Path(run_dir) / "summary.json").is_file() and read_summary(run_dir) is not None
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's summary, or None (and a warning naming the file) when it is damaged."""
+    path = Path(run_dir) / "summary.json"
+    try:
+        summary = json.loads(path.read_text())
+        metrics = summary["metrics"]
+        if not isinstance(metrics, dict) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in metrics.values()
+        ):
+            raise ValueError("metrics must map names to numbers")
+        return summary
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        warnings.warn(f"{path} is damaged ({exc.__class__.__name__}: {exc}); the cell counts as missing and "
+                      "will be run again", stacklevel=2)
+        return None
+
+
+def failure_path(run_dir: Path) -> Path:
+    """Where a failed run of `run_dir`'s cell is recorded (beside it, never inside it)."""
+    run_dir = Path(run_dir)
+    return run_dir.with_name(f"{run_dir.name}.failed.json")
+
+
+def record_failure(run_dir: Path, error: str) -> Path:
+    """Note that the cell of `run_dir` failed: tables show it as failed, not as a gap, until
+    a later run of the cell succeeds (`write_run` removes the note)."""
+    path = failure_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(path, {"error": error, "host": platform.node(), "pid": os.getpid()})
+    return path
+
+
+def read_failure(run_dir: Path) -> str | None:
+    """The recorded error of the cell's last failed run, or None when none is recorded."""
+    path = failure_path(run_dir)
+    if not path.is_file():
+        return None
+    try:
+        return str(json.loads(path.read_text()).get("error", "unknown error"))
+    except (OSError, ValueError, AttributeError):
+        return "unknown error (the failure record is damaged)"
+
+
+def read_metrics(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(Path(run_dir) / "metrics.csv")
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")

@@ -1,0 +1,390 @@
+"""One experiment from a RunConfig to a run folder: the flow of DESIGN.md in one place."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Protocol as Interface
+
+import torch
+
+from benchmark import flops, shortcuts
+from benchmark.backbone import Backbone, load_backbone
+from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
+from benchmark.config import ConfigError, RunConfig
+from benchmark.errors import RunInterrupted
+from benchmark.evaluation.accuracy import Evaluator
+from benchmark.federation.features import FeatureCache
+from benchmark.federation.simulator import (
+    FederatedSimulator,
+    FederationResult,
+    TrainerSettings,
+    client_sampling_schedule,
+    describe_sampling,
+)
+from benchmark.runs.identity import prepare_weights
+from benchmark.runs.locks import cell_lock
+from benchmark.method import FederatedMethod, state_bytes
+from benchmark.evaluation.protocols import get_protocol
+from benchmark.registry import build_method, get_method
+from benchmark.runs.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
+from benchmark.runs.prechecks import validate_run
+from data.attributes import load_class_attributes
+from data.base import DatasetSplits
+from data.catalog import dataset_info
+from data.combined import load_datasets
+from data.partition import Partition
+from data.validation import validation_view
+from data.transforms import clip_transforms
+
+# Frozen features survive across runs in one process (a sweep, the demo): same backbone,
+# same split, same transform -> same features.
+_FEATURES = FeatureCache()
+
+
+@dataclass
+class RunResult:
+    config: RunConfig
+    summary: dict[str, Any]
+    per_client: dict[int, dict[str, float]]
+    run_dir: Path | None
+    federation: FederationResult
+    timing: dict[str, Any]  # wall_seconds, resumed_after_round (timing.json)
+
+
+def resolve_device(config: RunConfig) -> tuple[str, str]:
+    """(torch device, Lightning precision) for the config's `device` and `precision`."""
+    device = config.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    precision = config.precision
+    if precision == "auto":  # the method says what it needs on a GPU (FederatedMethod.gpu_precision)
+        precision = get_method(config.method).gpu_precision if device.startswith("cuda") else "32-true"
+    if precision == "16-mixed" and not device.startswith("cuda"):
+        # Lightning would train in bf16 instead, while evaluation (autocast_context) ran in fp16.
+        raise ConfigError(
+            f"precision 16-mixed needs a CUDA device (device is {device!r}); on CPU use bf16-mixed or 32-true"
+        )
+    return device, precision
+
+
+def autocast_context(device: str, precision: str) -> contextlib.AbstractContextManager:
+    """The autocast Lightning's training step runs under for `precision`, entered around the
+    run's other forward passes (frozen features, evaluation): a model is evaluated with the
+    numerics it was trained with."""
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}[precision]
+    return torch.autocast("cuda" if device.startswith("cuda") else "cpu", dtype=dtype, cache_enabled=False)
+
+
+def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
+    for name in config.datasets:
+        if dataset_info(name).test_only:  # no train split: training on it would silently train nothing
+            raise ConfigError(
+                f"dataset {name!r} is a test set only (no train split); train on another dataset "
+                "(e.g. imagenet) and test on it with --protocol transfer --eval-datasets."
+            )
+    transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
+    return load_datasets(config.datasets, config.resolved_data_root(), transforms, config.test_datasets)
+
+
+def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:
+    # Initialization depends on the run seed and nothing else.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        return build_method(config.method, backbone, config.method_args)
+
+
+def run_experiment(
+    config: RunConfig, write: bool = True, progress: bool = True, tracker=None, engine: "Engine | None" = None
+) -> RunResult:
+    """Run `config` end to end; write its run folder under `config.out` when `write`,
+    holding the cell's lock throughout (another process on the same cell: CellBusy).
+    `engine` None: the in-process simulator; otherwise another engine that runs the
+    federation (`benchmark.runs.flower`), everything else (rows, summary, run folder) as here."""
+    with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
+        if not write:
+            return _run_experiment(config, False, progress, tracker, engine)
+        check_output_location(Path(config.out))  # before any model is built: never lose a run to it
+        validate_run(config)  # a typo fails before minutes of pretraining
+        prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
+        with cell_lock(Path(config.out) / config.run_name()):
+            return _run_experiment(config, True, progress, tracker, engine)
+
+
+PerClient = dict[int, dict[str, float]]
+
+
+class Engine(Interface):
+    """Runs a prepared federation elsewhere (Flower): the rounds of `run.schedule`, calling
+    `on_round_end(RoundLog)` after each and `on_evaluate(round, per_client metrics)` after
+    each round of `eval_rounds` but the last, where the clients' states live. Returns the
+    federation (its `client_states` may be empty: they stay with the clients) and every
+    client's metrics after the last round. No round checkpoints: it runs from round 1."""
+
+    def __call__(
+        self, run: "PreparedRun", on_round_end: Callable, on_evaluate: Callable[[int, PerClient], Any],
+        eval_rounds: frozenset[int],
+    ) -> tuple[FederationResult, PerClient]: ...
+
+
+@dataclass
+class PreparedRun:
+    """Everything a run builds from its config before the first round: the seeded method,
+    the data, the partition and the schedule. `fedbench run` and the Flower apps (server
+    and every client) build it with the same function, so both engines start equal."""
+
+    config: RunConfig
+    protocol: Any
+    device: str
+    precision: str
+    method: FederatedMethod
+    dataset: DatasetSplits
+    validation: dict[str, Any] | None  # the validation split's manifest (eval_split = val)
+    partition: Partition
+    schedule: list[list[int]]
+    train_inputs: Any  # the training split, or its cached frozen features
+    cache_train: bool
+    settings: TrainerSettings
+    attributes: Any
+
+    def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
+        return FederatedSimulator(
+            self.method, self.train_inputs, self.dataset.train.labels, self.dataset.class_names,
+            self.partition.clients, self.schedule, self.config.seed, self.settings, progress=progress, **hooks,
+        )
+
+    def evaluator(self) -> Evaluator:
+        """One evaluator for every evaluated round: it memoizes by state, so a client whose
+        state did not change (or a global method's shared state) is scored once."""
+        return Evaluator(self.method, self.dataset.test, _FEATURES, self.config.eval_batch_size, self.config.num_workers)
+
+
+def prepare_run(config: RunConfig, progress: bool = True, train_features: bool = True) -> PreparedRun:
+    """Build `config`'s method, data, partition and schedule (under `shortcuts.use(config.shortcuts)`,
+    as the caller runs everything); `train_features` False skips caching the training
+    images' frozen features (a Flower server trains nothing)."""
+    _FEATURES.progress = progress
+    validate_run(config)  # before any backbone is built or pretrained
+    protocol = get_protocol(config.protocol)
+    protocol.check(config)
+    device, precision = resolve_device(config)
+    backbone = load_backbone(config.backbone, config.pretrained, device)
+    method = build_seeded_method(config, backbone)  # validates --method before data loads
+    if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
+        # One attribute file and one sentence frame per run: a federation over several
+        # datasets would need one of each per dataset, which the hook does not take yet.
+        raise ConfigError(
+            f"{config.method} reads one dataset's class attribute file; it cannot run over several datasets "
+            f"yet (dataset = {config.dataset!r}, eval_datasets = {config.eval_datasets!r}). "
+            "Run it on one dataset (base2novel, msst)."
+        )
+    dataset = load_run_dataset(config, backbone)
+    validation = None
+    if config.eval_split == "val":  # tuning: `test` becomes the validation split, the test split is dropped
+        dataset, validation = validation_view(dataset)
+    partition = protocol.partition(dataset, config)
+    # The partition fixes the client count (class-chunk protocols derive it from the classes).
+    schedule = client_sampling_schedule(
+        len(partition.clients), config.participation, config.rounds, config.seed, config.client_sampling
+    )
+    method.to(device)
+
+    # Without augmentation the training inputs are deterministic, so frozen-feature
+    # methods train on cached features: exact, and the image tower runs once per image.
+    cache_train = method.frozen_image_features and not config.augment
+    train_inputs = dataset.train
+    if cache_train and train_features:
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        with autocast_context(device, precision):
+            train_inputs = _FEATURES.features(method, dataset.train, needed)
+
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    settings = TrainerSettings(
+        accelerator, precision, config.num_workers, config.batch_size, config.local_epochs, config.aggregation
+    )
+    attributes = None
+    if method.uses_class_attributes:
+        attributes = load_class_attributes(
+            config.dataset, dataset.class_names, config.resolved_data_root(), config.attributes
+        )
+        method.set_class_attributes(attributes)
+    return PreparedRun(
+        config, protocol, device, precision, method, dataset, validation, partition, schedule, train_inputs,
+        cache_train, settings, attributes,
+    )
+
+
+def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None) -> RunResult:
+    with flops.ledger() as account:  # the FLOPs this process executes for the run (timing.json)
+        return _run_counted(config, write, progress, tracker, engine, account)
+
+
+def _run_counted(
+    config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None, account: flops.FlopLedger
+) -> RunResult:
+    started = time.perf_counter()
+    run = prepare_run(config, progress, train_features=engine is None)
+    protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
+    dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
+    rows: list[MetricRow] = []
+
+    run_dir = Path(config.out) / config.run_name()
+    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write and engine is None else 0, partition.hash)
+    resume = checkpointer.load() if write else None
+    if resume is not None:
+        rows.extend(resume.rows)
+        if progress:
+            print(f"resuming {run_dir.name} after round {resume.federation.next_round} from its round checkpoint")
+    if write and checkpointer.every > 0:  # the space the checkpoint will take, before any round
+        check_output_location(Path(config.out), RUN_FOLDER_BYTES + 2 * len(partition.clients) * state_bytes(
+            method.client_state()))
+
+    last_round: list[RunCheckpoint] = []  # the latest completed round, saved or not
+
+    def on_snapshot(snapshot) -> None:
+        wandb_id = getattr(getattr(tracker, "run", None), "id", None)
+        last_round[:] = [RunCheckpoint(snapshot, list(rows), wandb_id, partition.hash)]
+        if checkpointer.due(snapshot.next_round):
+            checkpointer.save(last_round[0])
+
+    def on_round_end(log) -> None:
+        for cid, loss in log.train_loss.items():
+            rows.append(MetricRow(log.round, cid, "train_loss", loss))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))
+        if tracker is not None:
+            tracker.log_round(log)
+
+    evaluator = run.evaluator()
+
+    def evaluate_round(round_number: int, client_states):
+        with autocast_context(device, precision):  # evaluation under the training step's autocast
+            per_client, _ = evaluate_clients(evaluator, protocol, dataset, partition, client_states, progress)
+        return record_evaluation(round_number, per_client)
+
+    def record_evaluation(round_number: int, per_client: PerClient):
+        summary_metrics = protocol.summarize(per_client, partition)
+        details = protocol.details(per_client, partition)
+        for cid, metrics in per_client.items():
+            rows.extend(MetricRow(round_number, cid, m, v) for m, v in metrics.items())
+        rows.extend(MetricRow(round_number, ALL_CLIENTS, m, v) for m, v in {**summary_metrics, **details}.items())
+        if tracker is not None:
+            tracker.log_evaluation(round_number, summary_metrics)
+        return per_client, summary_metrics, details
+
+    def keep_last_round() -> None:
+        # Stopped (preemption, a time limit): keep the last completed round if checkpoints are
+        # on, so the rerun loses only the round in progress.
+        if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
+            checkpointer.save(last_round[0])
+
+    eval_rounds = evaluation_rounds(config.rounds, config.eval_every)
+    final_round = config.rounds
+    if engine is not None:
+        federation, final_scores = engine(run, on_round_end, record_evaluation, eval_rounds)
+        per_client, summary_metrics, details = record_evaluation(final_round, final_scores)
+    else:
+        simulator = run.simulator(
+            progress, on_round_end=on_round_end, on_snapshot=on_snapshot if write else None,
+            eval_rounds=eval_rounds, on_evaluate=evaluate_round,
+        )
+        try:
+            with kept_on_preemption(keep_last_round):
+                federation = simulator.run(resume.federation if resume is not None else None)
+        except RunInterrupted:
+            keep_last_round()
+            raise
+        per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)
+    # 0 flags a client that never trained: evaluated with the final download alone.
+    rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
+    if federation.never_trained:
+        warnings.warn(
+            f"{len(federation.never_trained)} of {len(partition.clients)} clients never trained under client_sampling="
+            f"{config.client_sampling}, participation {config.participation}, {config.rounds} rounds "
+            f"(clients {federation.never_trained[:10]}{' ...' if len(federation.never_trained) > 10 else ''}); "
+            "they are evaluated with the final download and flagged rounds_trained = 0 in metrics.csv"
+        )
+
+    counts = method.parameter_counts()
+    rounds = federation.rounds
+    summary = {
+        "method": config.method,
+        "dataset": config.dataset,
+        "protocol": config.protocol,
+        "shots": config.shots,
+        "seed": config.seed,
+        "config_hash": config.hash(),
+        "round": final_round,
+        "eval_split": config.eval_split,
+        "metrics": summary_metrics,
+        **({"details": details} if details else {}),
+        "clients": len(partition.clients),
+        **counts,
+        "client_sampling": describe_sampling(config.client_sampling, len(partition.clients), config.participation),
+        "clients_never_trained": federation.never_trained,
+        "bytes_up_per_round": [r.bytes_up for r in rounds],
+        "bytes_down_per_round": [r.bytes_down for r in rounds],
+        "bytes_up_total": sum(r.bytes_up for r in rounds),
+        "bytes_down_total": sum(r.bytes_down for r in rounds) + federation.final_download_bytes,
+        "partition_hash": partition.hash,
+        "train_features_cached": run.cache_train,
+        **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
+        "device": device,
+        "precision": precision,
+    }
+    # Apart from summary.json (which a resumed run reproduces byte for byte, and another engine
+    # equals): how long it took and the FLOPs this process executed for it -- they depend on
+    # what it had cached before (shared features, memoized scores), on the rounds a resumed
+    # run redid, and on the engine (Flower's clients train elsewhere: nothing counted here).
+    timing = {
+        "wall_seconds": round(time.perf_counter() - started, 3),
+        "resumed_after_round": resume.federation.next_round if resume is not None else None,
+        "flops": {**account.summary(), "train_steps": account.steps, "train_steps_counted": account.steps_counted},
+    }
+    if write:
+        manifest = {"hash": partition.hash, **partition.manifest(), **({"validation": validation} if validation else {})}
+        write_run(run_dir, config, rows, summary, manifest, timing)
+        if not config.keep_checkpoints:
+            checkpointer.remove()
+    if tracker is not None:
+        tracker.log_final(summary, per_client, timing)
+        if write and run_dir is not None:
+            tracker.log_run_folder(run_dir)
+    return RunResult(config, summary, per_client, run_dir if write else None, federation, timing)
+
+
+def evaluation_rounds(rounds: int, every: int) -> frozenset[int]:
+    """The rounds evaluated: every `every`-th and the last; `every` 0 = about 5 points per run."""
+    every = every or max(1, math.ceil(rounds / 5))
+    return frozenset([*range(every, rounds + 1, every), rounds])
+
+
+def evaluate_clients(
+    evaluator: Evaluator,
+    protocol,
+    dataset: DatasetSplits,
+    partition: Partition,
+    client_states,
+    progress: bool = True,
+) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
+    """Every client's personalized model under the protocol's metrics, then the summary."""
+    from tqdm.auto import tqdm
+
+    per_client: dict[int, dict[str, float]] = {}
+    for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
+        per_client[client.client_id] = evaluate_client(
+            evaluator, protocol, dataset, partition, client, client_states[client.client_id]
+        )
+    return per_client, protocol.summarize(per_client, partition)
+
+
+def evaluate_client(evaluator: Evaluator, protocol, dataset: DatasetSplits, partition: Partition, client, state):
+    """One client's personalized model (`state`) under the protocol's client metrics (a
+    Flower ClientApp calls this on the client's own node)."""
+    return protocol.client_metrics(evaluator.load(state), client, partition, dataset)

@@ -1,0 +1,230 @@
+"""Weights & Biases tracking that never stops the benchmark.
+
+One W&B run per experiment:
+  config   the resolved RunConfig (every method hyperparameter), the device actually used,
+           the config hash and the cell's identity; no local paths;
+  tags     what distinguishes runs of one group: the preset, filters, `--set` overrides;
+  history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, and
+           Local / Base / Novel / HM (or the protocol's metrics) at every evaluated round;
+           per-client numbers go in the `per_client` table, never one key per client;
+  summary  the final metrics (the last evaluated round), parameter counts, bytes, wall time;
+  artifact the run folder (config.yaml, metrics.csv, summary.json, ...).
+A run that raises is finished with exit code 1 (W&B shows it failed). Mode 'auto' logs
+online when a login is present and offline otherwise; offline runs are written under
+$WANDB_DIR (default: the run's --out folder) and the exact `wandb sync` command is printed.
+Any tracking failure becomes a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from benchmark.config import RunConfig
+
+ROUND = "round"
+# Run options that are paths or W&B's own settings: not part of what a run *is*.
+UNLOGGED_FIELDS = ("out", "data_root", "wandb", "wandb_project", "wandb_group")
+
+
+class Tracker:
+    """Wraps one wandb run; every call is guarded so tracking failures only warn."""
+
+    def __init__(self, run: Any | None) -> None:
+        self.run = run
+
+    @classmethod
+    @contextmanager
+    def for_run(
+        cls, config: RunConfig, job_type: str | None = None, name: str | None = None,
+        run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = (),
+    ) -> Iterator["Tracker"]:
+        """`name` and `run_config` replace the cell's run name and config (the table run)."""
+        tracker = cls(_start(config, job_type, name, run_config, tags))
+        try:
+            yield tracker
+        except BaseException:
+            tracker.finish(exit_code=1)  # W&B marks the run failed
+            raise
+        tracker.finish()
+
+    def _guard(self, what: str, fn, *args, **kwargs) -> None:
+        if self.run is None:
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # tracking must never stop the benchmark
+            warnings.warn(f"W&B {what} failed ({exc.__class__.__name__}: {exc}); the run goes on untracked")
+
+    def log_round(self, log) -> None:
+        if self.run is None:
+            return
+        values = {ROUND: log.round, "bytes_up": log.bytes_up, "bytes_down": log.bytes_down,
+                  "round_seconds": log.total_seconds}
+        if log.train_loss:
+            values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
+        self._guard("log", self.run.log, values)
+
+    def log_evaluation(self, round_number: int, metrics: dict[str, float]) -> None:
+        """The protocol's metrics (mean over clients) of an evaluated round."""
+        if self.run is None:
+            return
+        self._guard("log", self.run.log, {ROUND: round_number, **metrics})
+
+    def log_final(
+        self, summary: dict[str, Any], per_client: dict[int, dict[str, float]], timing: dict[str, Any] | None = None
+    ) -> None:
+        def log() -> None:
+            import wandb
+
+            for key, value in summary["metrics"].items():
+                self.run.summary[key] = value
+            for key in ("trainable_params", "uploaded_params", "bytes_up_total", "bytes_down_total"):
+                self.run.summary[key] = summary[key]
+            if timing:
+                self.run.summary["wall_seconds"] = timing["wall_seconds"]
+            metrics = list(next(iter(per_client.values())).keys()) if per_client else []
+            table = wandb.Table(columns=["client", *metrics])
+            for cid, values in per_client.items():
+                table.add_data(cid, *(values[m] for m in metrics))
+            self.run.log({ROUND: summary["round"], "per_client": table})
+
+        self._guard("final log", log)
+
+    def log_run_folder(self, run_dir: Path) -> None:
+        """The finished run folder as an artifact (type 'run-folder', named after the run)."""
+
+        def log() -> None:
+            import wandb
+
+            artifact = wandb.Artifact(Path(run_dir).name, type="run-folder")
+            artifact.add_dir(str(run_dir))
+            self.run.log_artifact(artifact)
+
+        self._guard("artifact", log)
+
+    def log_artifacts(self, tables: dict[str, Any], images: dict[str, Path]) -> None:
+        def log() -> None:
+            import wandb
+
+            payload = {name: wandb.Table(dataframe=frame) for name, frame in tables.items()}
+            payload.update({name: wandb.Image(str(path)) for name, path in images.items()})
+            self.run.log(payload)
+
+        self._guard("table log", log)
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.run is None:
+            return
+        run, self.run = self.run, None
+        offline = run.settings.mode == "offline" if hasattr(run, "settings") else False
+        folder = Path(run.dir).parent if getattr(run, "dir", None) else None
+        try:
+            run.finish(exit_code=exit_code)
+        except Exception as exc:
+            warnings.warn(f"W&B finish failed ({exc.__class__.__name__}: {exc})")
+            return
+        if offline and folder is not None:
+            print(f"W&B: offline run saved in {folder}; upload it with: wandb sync {folder}", file=sys.stderr)
+
+
+def wandb_config(config: RunConfig) -> dict[str, Any]:
+    """What a W&B run records as its config: the resolved run, the device actually used,
+    the hash naming its run folder and the rest of its identity."""
+    from benchmark.runs.runner import resolve_device
+
+    values = {k: v for k, v in config.resolved().to_dict().items() if k not in UNLOGGED_FIELDS}
+    values["device"], values["precision"] = resolve_device(config)
+    identity = config.identity()
+    values.update(config_hash=config.hash(), method_version=identity["method"], weights=identity["weights"],
+                  data=identity["data"])
+    return values
+
+
+def run_directory(config: RunConfig) -> Path:
+    """Where W&B writes its files: $WANDB_DIR when set, else the run's --out folder."""
+    return Path(os.environ.get("WANDB_DIR") or config.out)
+
+
+# How long an online start may take before the run logs offline instead. W&B's own default
+# (90 s) stalled every cell of a sweep on a machine with a key but no network.
+INIT_TIMEOUT_ENV = "FEDBENCH_WANDB_INIT_TIMEOUT"
+DEFAULT_INIT_TIMEOUT = 20.0
+_server_unreachable = False  # set by the first failed online start: later runs go offline at once
+
+
+def init_timeout() -> float:
+    try:
+        return float(os.environ.get(INIT_TIMEOUT_ENV, DEFAULT_INIT_TIMEOUT))
+    except ValueError:
+        return DEFAULT_INIT_TIMEOUT
+
+
+def _start(config: RunConfig, job_type: str | None, name: str | None = None,
+           run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = ()) -> Any | None:
+    global _server_unreachable
+    if config.wandb == "disabled":
+        return None
+    try:
+        import wandb
+
+        mode = config.wandb
+        logged_in = bool(os.environ.get("WANDB_API_KEY")) or _has_netrc_login()
+        if mode == "auto":
+            mode = "online" if logged_in else "offline"
+        elif mode == "online" and not logged_in:
+            warnings.warn("W&B: no login found (run `wandb login`); logging offline instead")
+            mode = "offline"
+        if mode == "online" and _server_unreachable:
+            mode = "offline"
+        directory = run_directory(config)
+        directory.mkdir(parents=True, exist_ok=True)
+        resumed = _resumed_run_id(config) if name is None else None
+        kwargs = dict(
+            project=config.wandb_project,
+            group=config.wandb_group or f"{config.protocol}-{config.dataset}",
+            job_type=job_type or config.method,
+            name=name or config.run_name(),
+            config=run_config if run_config is not None else wandb_config(config),
+            tags=list(dict.fromkeys(tags)),
+            dir=str(directory),
+            reinit="finish_previous",
+            settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=init_timeout()),
+            # A run resuming from a round checkpoint continues its W&B run instead of starting another.
+            **({"id": resumed, "resume": "allow"} if resumed else {}),
+        )
+        run = None
+        if mode == "online":
+            try:
+                run = wandb.init(mode="online", **kwargs)
+            except Exception as exc:
+                _server_unreachable = True
+                warnings.warn(
+                    f"W&B did not answer within {init_timeout():g} s ({exc.__class__.__name__}: "
+                    f"{str(exc).splitlines()[0] if str(exc) else ''}); this and later runs of this process log "
+                    f"offline under {directory / 'wandb'} (`wandb sync` uploads them later; {INIT_TIMEOUT_ENV} "
+                    "sets the wait)"
+                )
+        if run is None:
+            run = wandb.init(mode="offline", **kwargs)
+        run.define_metric(ROUND)
+        run.define_metric("*", step_metric=ROUND)  # every history key is plotted against the round
+        return run
+    except Exception as exc:
+        warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
+        return None
+
+
+def _resumed_run_id(config: RunConfig) -> str | None:
+    from benchmark.runs.checkpoints import saved_wandb_run_id
+
+    return saved_wandb_run_id(Path(config.out) / config.run_name())
+
+
+def _has_netrc_login() -> bool:
+    netrc = Path.home() / ".netrc"
+    return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")

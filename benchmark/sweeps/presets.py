@@ -1,0 +1,206 @@
+"""Presets: one YAML per paper table, expanded into the cells (runs) that fill it.
+
+A preset file holds
+  title, paper_table (optional key into the paper reference numbers),
+  run:      RunConfig options shared by every cell,
+  datasets: names, or {name, dataset, targets, run: {per-dataset options}}: `name` labels the
+            table section, `dataset` (default: name) is what the runs load, one or a list;
+  targets:  msst only: fixed | lodo | [domains] (per dataset too): one cell per target domain,
+            the table averages them unweighted (leave-one-domain-out),
+  methods:  names, or {label, method, method_args} variants (ablations),
+  seeds:    list of seeds,
+  grid:     optional {option: [values]} axes (shots, beta, ...),
+  tuned:    optional {command, values: {label: {hyperparameter: value}}}: values chosen by
+            `fedbench tune` (stored with the command that produced them), applied over the
+            variant's own method_args; `fedbench reproduce --tuned` replaces them with the
+            table's results/<table>/tuned.yaml.
+Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
+
+PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
+
+
+@dataclass(frozen=True)
+class MethodVariant:
+    label: str
+    method: str
+    method_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a table: the row label (method variant), the column keys, and its config.
+    `part`: the target domain when the table cell is the mean of several runs (msst)."""
+
+    label: str
+    dataset: str
+    grid: tuple[tuple[str, Any], ...]
+    config: RunConfig
+    part: str = ""
+    hyperparameters: str = "paper"  # "tuned" when `fedbench tune`'s values apply to this row
+
+
+@dataclass
+class Preset:
+    name: str
+    title: str
+    run: dict[str, Any]
+    datasets: list[dict[str, Any]]
+    methods: list[MethodVariant]
+    seeds: list[int]
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    paper_table: str | None = None
+    targets: Any = None  # msst: fixed | lodo | [domains]
+    tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> tuned hyperparameters
+    tuned_command: str = ""  # the `fedbench tune` command that chose them
+
+    def cells(
+        self,
+        overrides: dict[str, Any] | None = None,
+        seeds: list[int] | None = None,
+        datasets: list[str] | None = None,
+        methods: list[str] | None = None,
+        tuned: dict[str, dict[str, Any]] | None = None,
+    ) -> list[Cell]:
+        """Expand into cells; the filters keep only the named seeds/datasets/methods
+        (a method filter matches a variant's method name or its label). `tuned` (label ->
+        hyperparameters; default: the preset's own) goes over each variant's method_args."""
+        tuned = self.tuned if tuned is None else tuned
+        chosen_datasets = [d for d in self.datasets if datasets is None or d["name"] in datasets]
+        _check_filter("dataset", datasets, [d["name"] for d in self.datasets], self.name)
+        chosen_methods = self.select_methods(methods)
+        axes = list(self.grid.items())
+        cells = []
+        for ds in chosen_datasets:
+            data = ds.get("dataset", ds["name"])
+            targets = ds.get("targets", self.targets)
+            parts = [""] if targets is None else self._targets(data, targets)
+            for values in itertools.product(*(v for _, v in axes)):
+                grid = tuple((k, v) for (k, _), v in zip(axes, values))
+                for variant in chosen_methods:
+                    for seed in seeds if seeds is not None else self.seeds:
+                        for part in parts:
+                            config = build_config(
+                                self.run,
+                                ds.get("run", {}),
+                                dict(grid),
+                                {"dataset": data, "method": variant.method, "seed": seed,
+                                 "wandb_group": self.name},
+                                {"target": part} if part else {},
+                                {"method_args": variant.method_args},
+                                {"method_args": tuned.get(variant.label, {})},
+                                overrides or {},
+                            )
+                            if part and config.protocol != "msst":
+                                raise ConfigError(
+                                    f"preset {self.name}: targets are msst target domains, but dataset "
+                                    f"{ds['name']} runs protocol {config.protocol}"
+                                )
+                            origin = "tuned" if variant.label in tuned else "paper"
+                            cells.append(Cell(variant.label, ds["name"], grid, config, part, origin))
+        return cells
+
+    def _targets(self, dataset, targets) -> list[str]:
+        from benchmark.evaluation.protocols import msst_targets
+
+        if isinstance(dataset, (list, tuple)) or "+" in str(dataset):
+            raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
+        return msst_targets(str(dataset), targets)
+
+    def with_tuned(self, values: dict[str, dict[str, Any]], command: str = "") -> "Preset":
+        """This preset with `values` (label -> hyperparameters) as its tuned values."""
+        from dataclasses import replace
+
+        unknown = sorted(set(values) - {m.label for m in self.methods})
+        if unknown:
+            raise ConfigError(
+                f"tuned values for {', '.join(unknown)}, which preset {self.name!r} does not list "
+                f"(its methods: {', '.join(m.label for m in self.methods)})"
+            )
+        return replace(self, tuned={k: dict(v) for k, v in values.items()}, tuned_command=command)
+
+    def select_methods(self, wanted: list[str] | None) -> list[MethodVariant]:
+        """The preset's variants named in `wanted`; a registered method the preset does not
+        list (your own plugin) joins the table with default hyperparameters."""
+        if wanted is None:
+            return list(self.methods)
+        from benchmark.registry import get_method
+
+        chosen = [m for m in self.methods if m.method in wanted or m.label in wanted]
+        known = {m.method for m in self.methods} | {m.label for m in self.methods}
+        for name in wanted:
+            if name not in known:
+                cls = get_method(name)  # unknown everywhere: the registry's error says what exists
+                chosen.append(MethodVariant(cls.name, cls.name))  # a file spec joins under its registered name
+        return chosen
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+def load_preset(name_or_path: str) -> Preset:
+    """A preset by name (`benchmark/presets/NAME.yaml`) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PRESET_DIR / f"{name_or_path}.yaml"
+    if not path.is_file():
+        raise ConfigError(
+            f"unknown table {name_or_path!r}: no preset {path}. Presets: {', '.join(available_presets())}; "
+            "or pass the path of your own preset YAML."
+        )
+    data = parse_yaml(path.read_text(), f"preset {path}") or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"preset {path} must hold a mapping (title, run, datasets, methods, seeds)")
+    missing = [k for k in ("run", "datasets", "methods", "seeds") if k not in data]
+    if missing:
+        raise ConfigError(f"preset {path} lacks {', '.join(missing)}; see benchmark/presets/base2novel.yaml")
+    for key, kind in (("run", dict), ("datasets", list), ("methods", list), ("seeds", list), ("grid", (dict, type(None)))):
+        if not isinstance(data.get(key), kind):
+            raise ConfigError(f"preset {path}: {key} must be a {'mapping' if key in ('run', 'grid') else 'list'}, "
+                              f"got {data.get(key)!r}")
+    if any(not isinstance(s, int) or isinstance(s, bool) for s in data["seeds"]):
+        raise ConfigError(f"preset {path}: seeds must be integers, got {data['seeds']!r}")
+    if any(not isinstance(d, (str, dict)) or isinstance(d, dict) and "name" not in d for d in data["datasets"]):
+        raise ConfigError(f"preset {path}: each dataset is a name or {{name, run}}, got {data['datasets']!r}")
+    if any(not isinstance(m, (str, dict)) or isinstance(m, dict) and "method" not in m for m in data["methods"]):
+        raise ConfigError(f"preset {path}: each method is a name or {{label, method, method_args}}, got {data['methods']!r}")
+    datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
+    methods = [
+        MethodVariant(m, m) if isinstance(m, str)
+        else MethodVariant(m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})))
+        for m in data["methods"]
+    ]
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
+    tuned = data.get("tuned") or {}
+    if tuned and not isinstance(tuned.get("values"), dict):
+        raise ConfigError(f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'")
+    preset = Preset(
+        name=path.stem,
+        title=data.get("title", path.stem),
+        run=dict(data["run"]),
+        datasets=datasets,
+        methods=methods,
+        seeds=[int(s) for s in data["seeds"]],
+        grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
+        paper_table=data.get("paper_table"),
+        targets=data.get("targets"),
+    )
+    return preset.with_tuned(tuned.get("values", {}), str(tuned.get("command", ""))) if tuned else preset
+
+
+def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:
+    unknown = sorted(set(wanted or []) - set(known))
+    if unknown:
+        raise ConfigError(f"preset {preset!r} has no {kind} {', '.join(unknown)}; it has: {', '.join(dict.fromkeys(known))}")

@@ -1,0 +1,274 @@
+"""`fedbench reproduce`: expand a preset, run the cells that have no finished run folder,
+render the table. Each run folder appears atomically when its run ends, so a sweep that
+is killed and restarted redoes only the cells that were running. Each cell is run under its
+lock (benchmark.runs.locks), so sweeps sharing a folder split the cells and never run one twice.
+The cells run here, one after another, or on Ray or Slurm (benchmark.sweeps.executors)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.federation.simulator import describe_sampling
+from benchmark.sweeps.paper import reference_numbers
+from benchmark.sweeps.plots import method_colours, radar, round_curves
+from benchmark.sweeps.presets import Cell, Preset
+from benchmark.errors import RunInterrupted
+from benchmark.runs.results import is_complete
+from benchmark.sweeps.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
+from benchmark.runs.prechecks import validate_run
+from data.catalog import dataset_info
+
+
+HEADLINE_METHOD = "pfedmma"  # the row the paired differences compare with every other row
+
+
+@dataclass
+class SweepPlan:
+    preset: Preset
+    cells: list[Cell]
+    done: list[Cell]
+    todo: list[Cell]
+    missing_datasets: dict[str, str]  # dataset -> what to do to get it
+    # What the table shows: every cell of the preset under the same settings, whatever the
+    # filters selected to run (filters choose what runs, never which rows survive).
+    shown: list[Cell] = field(default_factory=list)
+    weights_notes: list[str] = field(default_factory=list)  # weights to build or download first
+    invalid: dict[str, str] = field(default_factory=dict)  # method label -> why its cells cannot run
+    force: bool = False  # rerun the cells even where a finished folder exists (`reproduce --force`)
+
+    def describe(self, every_cell: bool = False) -> str:
+        failed_before = len(failed_cells(self.todo))
+        lines = [
+            f"{self.preset.name}: {self.preset.title}",
+            f"{len(self.cells)} cells: {len(self.done)} done, {len(self.todo)} to run"
+            + (f" ({failed_before} failed last time: run again)" if failed_before else ""),
+        ]
+        sampling = {(c.config.client_sampling, _planned_clients(c.config), c.config.participation) for c in self.cells}
+        lines.extend(
+            f"client sampling: {describe_sampling(*s)}" if s[1] else f"client sampling: {s[0]} (clients follow from the data)"
+            for s in sorted(sampling, key=str)
+        )
+        by_dataset: dict[str, list[int]] = {}
+        for cell in self.cells:
+            counts = by_dataset.setdefault(cell.dataset, [0, 0])
+            counts[0] += 1
+            counts[1] += cell in self.done
+        for name, (total, done) in by_dataset.items():
+            lacking = [d for d in needed_datasets([name], self.cells) if d in self.missing_datasets]
+            status = f"MISSING {', '.join(lacking)}" if lacking else "present"
+            lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {status}")
+        if every_cell:
+            lines.append("cells (label | dataset | grid | target | seed | status):")
+            for cell in self.cells:
+                lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
+                status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
+                grid = ", ".join(f"{k}={v}" for k, v in cell.grid) or "-"
+                lines.append(
+                    f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
+                )
+        for name, how in self.missing_datasets.items():
+            lines.append(f"missing dataset {name}: {how}")
+        for note in self.weights_notes:
+            lines.append(f"missing weights: {note}")
+        for label, why in self.invalid.items():
+            lines.append(f"cannot run {label}: {why}")
+        return "\n".join(lines)
+
+    def can_run(self, cell: Cell) -> bool:
+        return not any(d in self.missing_datasets for d in needed_datasets([cell.dataset], [cell]))
+
+
+def _planned_clients(config) -> int | None:
+    from benchmark.evaluation.protocols import get_protocol
+
+    return get_protocol(config.protocol).planned_clients(config)
+
+
+def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
+    """Every dataset the cells of these table sections load: trained on and tested on."""
+    names: dict[str, None] = {}
+    for cell in cells:
+        if cell.dataset in sections:
+            names.update(dict.fromkeys(cell.config.datasets + cell.config.test_datasets))
+    return list(names)
+
+
+def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
+    """A cell is done when a finished run folder of its identity exists (`force`: none is).
+    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
+    from data.base import DatasetError
+
+    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
+    todo = [c for c in cells if c not in done]
+    missing = {}
+    for cell in cells:
+        for name in cell.config.datasets + cell.config.test_datasets:
+            if name in missing:
+                continue
+            try:
+                info = dataset_info(name)
+            except DatasetError as exc:
+                missing[name] = str(exc)
+                continue
+            folder = info.path(cell.config.resolved_data_root())
+            if not info.generated and not folder.is_dir():
+                missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
+    # Method, hyperparameters, protocol and weights of every cell, before anything is built.
+    from benchmark.errors import USER_ERRORS
+
+    weights_notes: list[str] = []
+    invalid: dict[str, str] = {}  # cell label -> why it cannot run
+    for cell in cells:
+        try:
+            notes = validate_run(cell.config, check_data=False)
+        except USER_ERRORS as exc:
+            invalid.setdefault(cell.label, str(exc).splitlines()[0])
+            continue
+        for note in notes:
+            if note not in weights_notes:
+                weights_notes.append(note)
+    names = {c.config.run_name() for c in shown or []}
+    shown = list(shown or []) + [c for c in cells if c.config.run_name() not in names]
+    return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid, force)
+
+
+@dataclass
+class SweepReport:
+    ran: list[Cell] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # run name -> error
+    skipped: list[Cell] = field(default_factory=list)  # data missing
+    busy: dict[str, str] = field(default_factory=dict)  # run name -> who is running it now
+    done_elsewhere: list[Cell] = field(default_factory=list)  # finished by another sweep meanwhile
+    submitted: list[Cell] = field(default_factory=list)  # handed to a scheduler that is not waited for
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def record(self, cell: Cell, outcome) -> None:
+        """What an executor reported for one cell (benchmark.sweeps.executors.Outcome)."""
+        name = cell.config.run_name()
+        if outcome.status == "ran":
+            self.ran.append(cell)
+        elif outcome.status == "done_elsewhere":
+            self.done_elsewhere.append(cell)
+        elif outcome.status == "busy":
+            self.busy[name] = outcome.detail
+        else:
+            self.failed[name] = outcome.detail
+
+    @property
+    def finished(self) -> int:
+        return len(self.ran) + len(self.failed) + len(self.busy) + len(self.done_elsewhere)
+
+
+def run_sweep(
+    plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None, tags: tuple[str, ...] = (),
+    executor=None, threads: int | None = None,
+) -> SweepReport:
+    """Run the missing cells on `executor` (default: here, one after another; see
+    benchmark.sweeps.executors), a failing cell reported while the others go on, then render the
+    table -- unless the executor only submitted them. `threads`: each cell's torch threads
+    (default: this process's)."""
+    from tqdm.auto import tqdm
+
+    from benchmark.sweeps.executors import CellJob, LocalExecutor
+
+    executor = executor or LocalExecutor()
+    report = SweepReport(skipped=[c for c in plan.todo if not plan.can_run(c)])
+    jobs = [CellJob.prepare(c, plan.force, tags, threads) for c in plan.todo if plan.can_run(c)]
+    # A bar of the table's cells: those done before count from the start, the ETA follows
+    # the cells finished in this call.
+    bar = tqdm(total=len(plan.done) + len(jobs), initial=len(plan.done), desc=f"reproduce {plan.preset.name}",
+               unit="cell", disable=not progress or not jobs, dynamic_ncols=True)
+
+    def started(job) -> None:
+        bar.set_postfix_str(f"{job.cell.label} / {job.cell.dataset} / seed {job.cell.config.seed}")
+
+    try:
+        for job, outcome in executor.run(jobs, started) if jobs else ():
+            report.record(job.cell, outcome)
+            if outcome.traceback and progress:
+                print(outcome.traceback, file=sys.stderr)
+            bar.update()
+    except RunInterrupted:
+        bar.close()
+        _report_interrupted(plan, report, jobs)
+        raise
+    bar.close()
+    if jobs and not executor.waits:  # submitted, not waited for: the table is rendered by the next call
+        report.submitted = [job.cell for job in jobs]
+        return report
+    report.files = render_tables(plan, results_dir, wandb_mode, tags)
+    return report
+
+
+def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> None:
+    """What a stopped sweep leaves: which cells are finished, which were cut short."""
+    print(f"reproduce {plan.preset.name} stopped; finished in this call: {len(report.ran)}, "
+          f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
+          f"not finished: {len(jobs) - report.finished}")
+    for cell in report.ran:
+        print(f"finished {cell.config.run_name()}")
+    print("run the same command again to do the rest")
+
+
+def render_tables(
+    plan: SweepPlan, results_dir: Path, wandb_mode: str | None = None, tags: tuple[str, ...] = ()
+) -> dict[str, Path]:
+    """Tables (md/csv/tex), the paper comparison, the headline method's paired differences
+    and the figures, from every finished cell of the table (filters select what runs, not
+    what is shown)."""
+    from benchmark.evaluation.protocols import get_protocol
+
+    long = collect(plan.shown)
+    stats = summarize(long, failed_cells(plan.shown))
+    if stats.empty:
+        return {}
+    reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
+    preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
+    comparison = paper_comparison(stats, reference if reference is not None else _empty(), preset_methods)
+    headline = get_protocol(plan.shown[0].config.protocol).headline
+    diffs = differences(long, HEADLINE_METHOD, headline)
+    notes = []
+    if any(c.hyperparameters == "tuned" for c in plan.shown):
+        notes.append(f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`." if plan.preset.tuned_command
+                     else "Tuned rows use the values chosen by `fedbench tune`.")
+    out = Path(results_dir)
+    files = render(stats, comparison, out, plan.preset.title, diffs, notes)
+    colours = method_colours([c.label for c in plan.shown])  # the same colour for a method in every figure
+    figures = (("radar", radar(stats, out / "radar.png", colours)),
+               ("curves", round_curves(plan.shown, out / "curves.png", colours)))
+    for name, path in figures:
+        if path is not None:
+            files[name] = path
+    if wandb_mode and wandb_mode != "disabled":
+        _log_tables(plan, stats, comparison, files, wandb_mode, tags)
+    return files
+
+
+def _empty():
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
+def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wandb_mode: str, tags=()) -> None:
+    """The rendered table and plots, logged once per reproduction in a run of their own."""
+    from dataclasses import replace
+
+    from benchmark.runs.tracking import Tracker
+
+    config = replace(plan.cells[0].config, wandb=wandb_mode)  # project, group and output folder
+    images = {k: v for k, v in files.items() if v.suffix == ".png"}
+    tables: dict[str, Any] = {"table": stats}
+    if not comparison.empty:
+        tables["paper_comparison"] = comparison
+    table_config = {
+        "preset": plan.preset.name, "title": plan.preset.title, "paper_table": plan.preset.paper_table,
+        "cells": len(plan.shown),
+        "methods": sorted({c.label for c in plan.shown}), "datasets": sorted({c.dataset for c in plan.shown}),
+    }
+    with Tracker.for_run(config, job_type="table", name=f"table-{plan.preset.name}", run_config=table_config,
+                         tags=(*tags, "table")) as tracker:
+        tracker.log_artifacts(tables, images)

@@ -1,0 +1,312 @@
+"""Tables are pandas views over run folders: long rows in, pivots out.
+
+`collect` reads every finished cell into long rows (one per run x metric); `summarize`
+gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
+HM is averaged, never the HM of averages: DESIGN.md); `differences` pairs the headline
+method with each other row run by run (same dataset, grid and seed) and gives the mean
+difference with a bootstrap interval and a signed-rank test; `render` writes Markdown, CSV
+and LaTeX. Every row says whether its hyperparameters are the paper's or `fedbench tune`'s.
+A cell with no finished run is simply absent: `fedbench reproduce` fills it. A cell whose
+last run failed (diverged, crashed) is shown as "failed" -- never as a number, and never as
+the mean of the seeds that happened to work -- until a rerun succeeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from benchmark.sweeps.presets import Cell
+from benchmark.runs.results import is_complete, read_failure, read_summary
+
+AVERAGE = "Average"
+KEYS = ["label", "hyperparameters", "method", "dataset", "grid"]
+BOOTSTRAP_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+
+
+def run_dir(cell: Cell) -> Path:
+    return Path(cell.config.out) / cell.config.run_name()
+
+
+# A table cell made of several runs (msst, one per target domain) shows each run's
+# accuracy under the target's name and, once every target has run, their unweighted mean.
+PART_METRIC = "Acc"
+
+
+def collect(cells: Sequence[Cell]) -> pd.DataFrame:
+    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value) of the
+    finished cells."""
+    rows = []
+    parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
+    for cell in cells:
+        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        key = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
+               "dataset": cell.dataset, "grid": grid, "seed": cell.config.seed}
+        if cell.part:
+            parts.setdefault(tuple(key.values()), {})[cell.part] = None
+        folder = run_dir(cell)
+        summary = read_summary(folder) if (folder / "summary.json").is_file() else None
+        if summary is None:
+            continue
+        metrics = summary["metrics"]
+        if cell.part:
+            parts[tuple(key.values())][cell.part] = float(metrics[PART_METRIC])
+            metrics = {cell.part: metrics[PART_METRIC]}
+        rows.extend({**key, "metric": metric, "value": float(value)} for metric, value in metrics.items())
+    for key, values in parts.items():
+        if all(v is not None for v in values.values()):
+            rows.append({**dict(zip(KEYS + ["seed"], key)), "metric": PART_METRIC, "value": sum(values.values()) / len(values)})
+    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
+
+
+def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
+    """The cells with no finished run whose last run failed."""
+    return [c for c in cells if not is_complete(run_dir(c)) and read_failure(run_dir(c)) is not None]
+
+
+def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
+    """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
+    per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
+    row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds."""
+    columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
+    if long.empty:
+        return _mark_failed(pd.DataFrame(columns=columns), failed)
+    per_dataset = _over_seeds(long)
+    datasets = long["dataset"].unique()
+    # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
+    # Only metrics every dataset reports (domain names differ between datasets).
+    shared = long.groupby("metric")["dataset"].nunique()
+    common = long[long["metric"].isin(shared[shared == len(datasets)].index)]
+    complete = common.groupby(["label", "grid", "seed", "metric"])["dataset"].transform("nunique") == len(datasets)
+    by_seed = (
+        common[complete]
+        .groupby(["label", "hyperparameters", "method", "grid", "seed", "metric"], as_index=False, sort=False)["value"]
+        .mean()
+    )
+    by_seed["dataset"] = AVERAGE
+    per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
+    per_dataset["failed"] = 0
+    return _mark_failed(per_dataset[columns], failed)
+
+
+def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
+    if not failed:
+        return stats
+    from benchmark.evaluation.protocols import get_protocol
+
+    stats = stats.copy()
+    for cell in failed:
+        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        metrics = list(get_protocol(cell.config.protocol).metrics) or ["status"]
+        for dataset in (cell.dataset, AVERAGE):
+            for metric in metrics:
+                here = (stats["label"] == cell.label) & (stats["grid"] == grid) & (stats["dataset"] == dataset) & (
+                    stats["metric"] == metric
+                )
+                if here.any():
+                    stats.loc[here, "failed"] += 1
+                else:
+                    row = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
+                           "dataset": dataset, "grid": grid, "metric": metric, "n": 0, "failed": 1}
+                    stats = pd.concat([stats, pd.DataFrame([row])], ignore_index=True)
+    stats["failed"] = stats["failed"].fillna(0).astype(int)
+    stats.loc[stats["failed"] > 0, ["mean", "std"]] = float("nan")
+    return stats
+
+
+def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
+    grouped = long.groupby([*KEYS, "metric"], as_index=False, sort=False)["value"]
+    stats = grouped.agg(mean="mean", std="std", n="count")
+    stats["std"] = stats["std"].fillna(0.0)
+    return stats
+
+
+def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """Our mean next to the paper's number for every paper row of the methods in the table:
+    `methods` (the preset's), else those with results. A cell still to run shows as NaN so
+    the gap is visible, never dropped. One row per grid value (a shots ablation compares
+    each setting, never their average)."""
+    columns = ["method", "hyperparameters", "dataset", "grid", "metric", "ours", "paper", "delta"]
+    if reference.empty:
+        return pd.DataFrame(columns=columns)
+    ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
+    wanted = set(ours["method"]) | set(methods or ())
+    reference = reference[reference["method"].isin(wanted)]
+    merged = reference.merge(ours[["method", "hyperparameters", "dataset", "grid", "metric", "ours"]],
+                             on=["method", "dataset", "metric"], how="left")
+    merged["grid"] = merged["grid"].fillna("")
+    merged["delta"] = merged["ours"] - merged["paper"]
+    return merged[columns]
+
+def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
+    """`reference` minus every other row label on `metric`, paired run by run (same dataset,
+    grid, seed). Per dataset and over all pairs (seeds x datasets): the number of pairs, the
+    mean difference, a 95 % percentile bootstrap interval of that mean (resampling pairs;
+    fixed seed) and the two-sided Wilcoxon signed-rank p-value. With one pair there is no
+    interval and no test (NaN), never a made-up one."""
+    columns = ["reference", "baseline", "grid", "dataset", "pairs", "mean_diff", "ci_low", "ci_high", "p_wilcoxon"]
+    part = long[long["metric"] == metric]
+    if part.empty or reference not in set(part["label"]):
+        return pd.DataFrame(columns=columns)
+    keys = ["dataset", "grid", "seed"]
+    ours = part[part["label"] == reference][[*keys, "value"]]
+    rows = []
+    for baseline in dict.fromkeys(part["label"]):
+        if baseline == reference:
+            continue
+        theirs = part[part["label"] == baseline][[*keys, "value"]]
+        paired = ours.merge(theirs, on=keys, suffixes=("_ref", "_base"))
+        paired["diff"] = paired["value_ref"] - paired["value_base"]
+        for grid, by_grid in paired.groupby("grid", sort=False):
+            groups = [(d, g["diff"].to_numpy()) for d, g in by_grid.groupby("dataset", sort=False)]
+            if len(groups) > 1:
+                groups.append(("all (seeds x datasets)", by_grid["diff"].to_numpy()))
+            for dataset, diffs in groups:
+                low, high, p = _interval_and_test(diffs)
+                rows.append({"reference": reference, "baseline": baseline, "grid": grid, "dataset": dataset,
+                             "pairs": len(diffs), "mean_diff": float(diffs.mean()), "ci_low": low, "ci_high": high,
+                             "p_wilcoxon": p})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _interval_and_test(diffs) -> tuple[float, float, float]:
+    import numpy as np
+
+    if len(diffs) < 2:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = diffs[rng.integers(0, len(diffs), size=(BOOTSTRAP_RESAMPLES, len(diffs)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    if np.all(diffs == 0):
+        p = 1.0
+    else:
+        from scipy.stats import wilcoxon
+
+        p = float(wilcoxon(diffs).pvalue)
+    return float(low), float(high), p
+
+
+def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
+    """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'."""
+    part = stats[stats["dataset"] == dataset].copy()
+    part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
+    index = ["label", "hyperparameters", "grid"] if (part["grid"] != "").any() else ["label", "hyperparameters"]
+    table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
+    table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
+    table.columns.name = None
+    return table
+
+
+def _fmt(mean: float, std: float, n: int, failed: int = 0) -> str:
+    if failed:
+        return f"failed ({failed} of {n + failed} seeds)" if n else "failed"
+    return f"{mean:.2f} ± {std:.2f}" if n > 1 else f"{mean:.2f}"
+
+
+def render(
+    stats: pd.DataFrame,
+    comparison: pd.DataFrame,
+    out_dir: Path,
+    title: str,
+    diffs: pd.DataFrame | None = None,
+    notes: Sequence[str] = (),
+) -> dict[str, Path]:
+    """Write table.md, table.csv (long stats), table.tex, paper_comparison.csv and
+    differences.csv (`differences`); `notes` are lines printed under the title."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    datasets = list(dict.fromkeys(stats["dataset"]))
+    order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
+    md = [
+        f"# {title}", "",
+        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); Average = per-seed mean over datasets "
+        "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
+        "hyperparameters: paper = the method's defaults (and the preset's settings), "
+        "tuned = chosen by `fedbench tune` on validation data.", "", *notes, *([""] if notes else []),
+    ]
+    tex = []
+    for dataset in order:
+        table = wide(stats, dataset)
+        md += [f"## {dataset}", "", _markdown(table), ""]
+        tex.append(latex_table(stats[stats["dataset"] == dataset], f"{title}: {dataset}"))
+    if diffs is not None and not diffs.empty:
+        reference = diffs["reference"].iloc[0]
+        md += [
+            f"## {reference} minus each baseline", "",
+            "Paired run by run (same dataset, grid and seed); interval: 95 % bootstrap of the mean difference over "
+            "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.", "",
+            _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])), "",
+        ]
+    if not comparison.empty:
+        shown = comparison if (comparison["grid"] != "").any() else comparison.drop(columns="grid")
+        md += ["## Paper comparison", "", _markdown(shown.round(2).set_index(["method", "dataset", "metric"])), ""]
+    paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
+    paths["md"].write_text("\n".join(md))
+    stats.to_csv(paths["csv"], index=False)
+    paths["tex"].write_text("\n".join(tex))
+    if not comparison.empty:
+        paths["paper"] = out_dir / "paper_comparison.csv"
+        comparison.to_csv(paths["paper"], index=False)
+    if diffs is not None and not diffs.empty:
+        paths["differences"] = out_dir / "differences.csv"
+        diffs.to_csv(paths["differences"], index=False)
+    return paths
+
+
+def latex_table(part: pd.DataFrame, caption: str) -> str:
+    """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
+    of each column in bold (ties all bold), a failed cell as `failed` (never a number), a
+    column saying paper/tuned when any row is tuned, the caption escaped for LaTeX."""
+    metrics = list(dict.fromkeys(part["metric"]))
+    has_grid = (part["grid"] != "").any()
+    has_tuned = (part["hyperparameters"] != "paper").any()
+    keys = ["label", "hyperparameters", "grid"]
+    rows = list(dict.fromkeys(zip(*(part[k] for k in keys))))
+    best = {m: part.loc[(part["metric"] == m) & (part["failed"] == 0), "mean"].max() for m in metrics}
+    header = ["Method", *(["Hyperparameters"] if has_tuned else []), *(["Setting"] if has_grid else []), *metrics]
+    lines = [
+        "\\begin{table}[t]",
+        "\\centering",
+        f"\\caption{{{latex_escape(caption)}}}",
+        f"\\begin{{tabular}}{{l{'l' if has_tuned else ''}{'l' if has_grid else ''}{'r' * len(metrics)}}}",
+        "\\toprule",
+        " & ".join(latex_escape(h) for h in header) + " \\\\",
+        "\\midrule",
+    ]
+    for label, hyperparameters, grid in rows:
+        cells = [latex_escape(label), *([latex_escape(hyperparameters)] if has_tuned else []), *([latex_escape(grid)] if has_grid else [])]
+        here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
+        for metric in metrics:
+            row = here[here["metric"] == metric]
+            if row.empty:
+                cells.append("--")
+                continue
+            mean, std, n, failed = row[["mean", "std", "n", "failed"]].iloc[0]
+            if failed:
+                cells.append(latex_escape(_fmt(mean, std, n, failed)))
+                continue
+            text = f"{mean:.2f}" + (f" $\\pm$ {std:.2f}" if n > 1 else "")
+            cells.append(f"\\textbf{{{text}}}" if round(mean, 2) == round(best[metric], 2) else text)
+        lines.append(" & ".join(cells) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    return "\n".join(lines)
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "`": ""}
+
+
+def latex_escape(text: str) -> str:
+    """Plain text for LaTeX; backticks (Markdown code marks in preset titles) are dropped."""
+    return "".join(LATEX_SPECIALS.get(c, c) for c in str(text))
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    """A GitHub Markdown table without the optional `tabulate` dependency."""
+    frame = table.reset_index()
+    header = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([header, rule, *body])

@@ -1,0 +1,436 @@
+"""`fedbench tune`: every method of a table gets the same hyperparameter search on
+validation data, and the test split is never read.
+
+For each method variant of a preset whose method declares `tunable` hyperparameters:
+`trials` trials (the same number for every method), each one run of every (dataset x grid)
+cell of the table at the tuning seed under the table's own federation schedule (plus the
+same `--set` overrides for every method), scored by the protocol's headline metric (HM for
+base2novel) on the validation split (`RunConfig.eval_split = "val"`, `data.validation`),
+averaged over the cells. Trial 0 is always the method's paper default; then Optuna's TPE.
+
+Storage: one Optuna study per method label in `<results>/tuning.db` (SQLite), so a killed
+run resumes without repeating finished trials and the trials can be inspected with Optuna's
+own tools. Each study records what its trials depend on (search space, seed, resolved
+configs); resuming it under anything else is an error, never a silent mix. The sampler is
+re-seeded from a hash of (seed, number of finished trials) before each trial, so a resumed
+search proposes exactly what an uninterrupted one would have.
+
+Outputs, rewritten after every trial: `<results>/tuning.csv` (every trial: method, trial,
+state, hyperparameters, validation metric, chosen) and `<results>/tuned.yaml` (the chosen
+values of every method whose budget is spent, with the command that produced them), which
+`fedbench reproduce TABLE --tuned` applies.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import math
+import os
+import tempfile
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pandas as pd
+import yaml
+
+from benchmark.config import ConfigError
+from benchmark.sweeps.presets import Cell, MethodVariant, Preset
+
+TUNING_DB = "tuning.db"
+TUNING_CSV = "tuning.csv"
+TUNED_YAML = "tuned.yaml"
+STARTUP_TRIALS = 4  # trials (the paper default included) before TPE models the results
+
+
+@dataclass
+class TrialResult:
+    label: str
+    number: int
+    params: dict[str, Any]
+    value: float | None
+    error: str | None = None
+
+
+@dataclass
+class TuningPlan:
+    """What `fedbench tune` searches: the variants with something to tune, the budget, the
+    seed and the run options every trial shares (the table's schedule plus `overrides`)."""
+
+    preset: Preset
+    trials: int
+    seed: int
+    overrides: dict[str, Any]  # run options for every trial of every method (--set, out, data_root, ...)
+    results_dir: Path
+    variants: list[MethodVariant]
+    untunable: list[str] = field(default_factory=list)  # labels whose method declares nothing to tune
+    datasets: list[str] | None = None
+    command: str = ""
+
+    @property
+    def headline(self) -> str:
+        from benchmark.evaluation.protocols import get_protocol
+
+        protocols = {c.config.protocol for v in self.variants for c in self.cells(v, {})}
+        if len(protocols) != 1:
+            raise ConfigError(f"table {self.preset.name} mixes protocols {sorted(protocols)}; tune one protocol at a time")
+        return get_protocol(protocols.pop()).headline
+
+    def space(self, variant: MethodVariant) -> dict[str, Any]:
+        from benchmark.registry import get_method
+
+        return dict(get_method(variant.method).tunable)
+
+    def cells(self, variant: MethodVariant, params: dict[str, Any]) -> list[Cell]:
+        """The runs of one trial: every (dataset x grid) cell at the tuning seed, on the
+        validation split, with the trial's hyperparameters over the variant's own."""
+        layer = {**self.overrides, "eval_split": "val", "wandb": "disabled", "method_args": dict(params)}
+        return self.preset.cells(layer, [self.seed], self.datasets, [variant.label], tuned={})
+
+    def identity(self, variant: MethodVariant) -> dict[str, Any]:
+        """What a study's trials depend on; a study is resumed only under the same identity."""
+        space = self.space(variant)
+        configs = []
+        for cell in self.cells(variant, {}):
+            key = cell.config.result_key()
+            key["method_args"] = {k: v for k, v in key["method_args"].items() if k not in space}
+            configs.append(key)
+        return {
+            "space": {k: repr(v) for k, v in sorted(space.items())},
+            "seed": self.seed,
+            "startup_trials": STARTUP_TRIALS,
+            "metric": self.headline,
+            "configs": configs,
+        }
+
+
+def plan_tuning(
+    preset: Preset,
+    results_dir: Path,
+    trials: int,
+    seed: int,
+    overrides: dict[str, Any],
+    methods: list[str] | None = None,
+    datasets: list[str] | None = None,
+    command: str = "",
+) -> TuningPlan:
+    from benchmark.registry import get_method
+
+    if trials < 1:
+        raise ConfigError(f"--trials {trials} is invalid: expected an integer >= 1")
+    chosen = preset.select_methods(methods)
+    variants, untunable = [], []
+    for variant in chosen:
+        (variants if get_method(variant.method).tunable else untunable).append(variant)
+    untunable_labels = [v.label for v in untunable]
+    plan = TuningPlan(preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command)
+    if variants:
+        plan.cells(variants[0], {})  # validates the filters and the overrides before anything runs
+    return plan
+
+
+# -- the search ------------------------------------------------------------------------------
+def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the trials still missing, round-robin over the methods (at any moment the budgets
+    differ by at most one trial), then write tuning.csv and tuned.yaml. Several processes may
+    tune different methods of one table at once (`--methods`); each method's study is locked
+    by the process tuning it. Returns tuned.yaml's content."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    plan.results_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as locks:
+        for variant in plan.variants:
+            locks.enter_context(_exclusive(plan.results_dir / f".tuning-{variant.label}.lock", variant.label))
+        studies = {v.label: _open_study(plan, v) for v in plan.variants}
+        for label, study in studies.items():
+            _fail_interrupted(study, report)
+        for label in plan.untunable:
+            report(f"{label}: declares no tunable hyperparameters; runs with its defaults")
+        for round_index in range(plan.trials):
+            for variant in plan.variants:
+                study = studies[variant.label]
+                if len(_finished(study)) > round_index:
+                    continue
+                result = _run_trial(plan, variant, study)
+                shown = ", ".join(f"{k}={_short(v)}" for k, v in result.params.items())
+                outcome = f"{plan.headline} {result.value:.2f}" if result.error is None else f"FAILED: {result.error}"
+                report(f"{variant.label} trial {round_index + 1}/{plan.trials}: {shown} -> {outcome} (validation)")
+                write_outputs(plan, report)
+        return write_outputs(plan, report)
+
+
+def _storage(plan: TuningPlan):
+    import optuna
+
+    url = f"sqlite:///{(plan.results_dir / TUNING_DB).resolve()}"
+    # processes tuning other methods of the table write to the same file: wait for its lock
+    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+
+
+def _open_study(plan: TuningPlan, variant: MethodVariant):
+    import optuna
+
+    study = optuna.create_study(
+        study_name=variant.label, storage=_storage(plan), direction="maximize", load_if_exists=True
+    )
+    identity = json.dumps(plan.identity(variant), sort_keys=True, default=str)
+    recorded = study.user_attrs.get("identity")
+    if recorded is None:
+        if study.trials:
+            raise ConfigError(f"{plan.results_dir / TUNING_DB}: study {variant.label!r} has trials but no identity; "
+                              "it was not written by `fedbench tune`. Use another --results folder.")
+        study.set_user_attr("identity", identity)
+        study.set_user_attr("method", variant.method)
+    elif recorded != identity:
+        changed = _changed_keys(json.loads(recorded), json.loads(identity))
+        raise ConfigError(
+            f"{plan.results_dir / TUNING_DB} holds a search for {variant.label!r} made under other settings "
+            f"({', '.join(changed)} differ), so its trials cannot be continued with these. Delete that file (and "
+            f"{TUNING_CSV}, {TUNED_YAML}) to start over, or pass another --results folder."
+        )
+    return study
+
+
+def _changed_keys(old: dict, new: dict) -> list[str]:
+    changed = [k for k in sorted(set(old) | set(new)) if k != "configs" and old.get(k) != new.get(k)]
+    old_cfgs, new_cfgs = old.get("configs", []), new.get("configs", [])
+    if len(old_cfgs) != len(new_cfgs):
+        changed.append("datasets/grid")
+    else:
+        for a, b in zip(old_cfgs, new_cfgs):
+            changed += [f"run option {k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+    return list(dict.fromkeys(changed)) or ["configs"]
+
+
+def _finished(study) -> list:
+    """Trials that count against the budget: completed ones and ones that failed with an
+    error (a trial that errors is a spent trial, as it would be for its authors)."""
+    from optuna.trial import TrialState
+
+    return [
+        t for t in study.get_trials(deepcopy=False)
+        if t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and "error" in t.user_attrs)
+    ]
+
+
+def _fail_interrupted(study, report: Callable[[str], None]) -> None:
+    """Trials left RUNNING by a killed process (we hold the table's lock, so no live process
+    owns them) become FAIL without an error: they do not count and are run again."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+        study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
+        report(f"{study.study_name}: trial {trial.number} was interrupted; it will be run again")
+
+
+def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
+    from optuna.samplers import TPESampler
+    from optuna.trial import TrialState
+
+    from benchmark.registry import hyperparameters, get_method
+
+    finished = len(_finished(study))
+    study.sampler = TPESampler(seed=sampler_seed(plan.seed, finished), n_startup_trials=STARTUP_TRIALS)
+    space = plan.space(variant)
+    if finished == 0:  # trial 0: the paper's values, so tuning can only improve on them (on validation)
+        defaults = {h.name: h.default for h in hyperparameters(get_method(variant.method))}
+        study.enqueue_trial({k: defaults[k] for k in space})
+    trial = study.ask()
+    params = {name: space[name].suggest(trial, name) for name in sorted(space)}
+    try:
+        value, per_cell = _score(plan, variant, params)
+    except Exception as exc:  # a diverging or crashing trial is a spent trial, recorded as failed
+        error = f"{exc.__class__.__name__}: {exc}"
+        trial.set_user_attr("error", error[:500])
+        study.tell(trial, state=TrialState.FAIL)
+        return TrialResult(variant.label, trial.number, params, None, error)
+    trial.set_user_attr("per_cell", per_cell)
+    study.tell(trial, value)
+    return TrialResult(variant.label, trial.number, params, value)
+
+
+def sampler_seed(seed: int, finished: int) -> int:
+    """The sampler's seed before trial `finished`: hashed, because consecutive integer seeds
+    give correlated first draws in numpy's Mersenne Twister (measured: 0.303, 0.312, 0.305)."""
+    digest = hashlib.sha256(f"fedbench-tune/{seed}/{finished}".encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def _score(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> tuple[float, dict[str, float]]:
+    """Mean headline metric on validation over the trial's cells (a finished identical run
+    is read, not rerun: trials are deterministic)."""
+    from benchmark.runs.results import is_complete, read_summary
+    from benchmark.runs.runner import run_experiment
+    from benchmark.sweeps.tables import run_dir
+
+    metric = plan.headline
+    per_cell: dict[str, float] = {}
+    for cell in plan.cells(variant, params):
+        folder = run_dir(cell)
+        summary = read_summary(folder) if is_complete(folder) else run_experiment(cell.config, progress=False).summary
+        if summary.get("eval_split") != "val":
+            raise RuntimeError(f"run {folder} was not scored on the validation split")  # never select on test
+        value = float(summary["metrics"][metric])
+        if not math.isfinite(value):
+            raise FloatingPointError(f"{metric} is {value} on {cell.dataset}")
+        per_cell[" ".join([cell.dataset, *(f"{k}={v}" for k, v in cell.grid)])] = value
+    return sum(per_cell.values()) / len(per_cell), per_cell
+
+
+# -- outputs ---------------------------------------------------------------------------------
+def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> dict:
+    """The studies in tuning.db of every tunable method of the table (whichever process ran
+    them) that were made under this plan's settings; others are reported and left out."""
+    import optuna
+
+    from benchmark.registry import get_method
+
+    storage = _storage(plan)
+    names = set(optuna.get_all_study_names(storage))
+    studies = {}
+    for variant in plan.preset.methods:
+        if variant.label not in names or not get_method(variant.method).tunable:
+            continue
+        study = optuna.load_study(study_name=variant.label, storage=storage)
+        identity = json.dumps(plan.identity(variant), sort_keys=True, default=str)
+        if study.user_attrs.get("identity") != identity:
+            report(f"{variant.label}: its study in {TUNING_DB} ran under other settings; left out of the outputs")
+            continue
+        studies[variant.label] = study
+    return studies
+
+
+def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
+    """Every trial of every study: method, trial, state, hyperparameters, the selection
+    metric and value, chosen, and every metric of the protocol on validation (mean over the
+    trial's cells, read from its run folders: what a choice traded, e.g. Base for Novel)."""
+    variants = {v.label: v for v in plan.preset.methods}
+    rows = []
+    for label, study in studies.items():
+        best = _best(study)
+        for t in study.get_trials(deepcopy=False):
+            interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
+            metrics = _validation_metrics(plan, variants[label], t.params) if t.state.name == "COMPLETE" else {}
+            rows.append({
+                "method": label,
+                "trial": t.number,
+                "state": "INTERRUPTED" if interrupted else t.state.name,
+                **{f"param_{k}": v for k, v in sorted(t.params.items())},
+                "metric": f"{plan.headline} (validation)",
+                "value": t.value,
+                "chosen": best is not None and t.number == best.number,
+                **{f"val_{k}": v for k, v in metrics.items()},
+                "error": t.user_attrs.get("error", ""),
+            })
+    return pd.DataFrame(rows)
+
+
+def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> dict[str, float]:
+    from benchmark.runs.results import is_complete, read_summary
+    from benchmark.sweeps.tables import run_dir
+
+    summaries = [read_summary(run_dir(c)) for c in plan.cells(variant, params) if is_complete(run_dir(c))]
+    if not summaries:
+        return {}
+    names = list(summaries[0]["metrics"])
+    return {m: round(sum(float(s["metrics"][m]) for s in summaries) / len(summaries), 4) for m in names}
+
+
+def _best(study):
+    """The completed trial with the highest value; ties go to the earlier trial."""
+    from optuna.trial import TrialState
+
+    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    return max(done, key=lambda t: (t.value, -t.number)) if done else None
+
+
+def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
+    """tuning.csv and tuned.yaml from every study of the table; a method's values enter
+    tuned.yaml once its budget (`plan.trials`) is spent."""
+    from benchmark.registry import get_method
+    from benchmark.runs.results import code_version
+
+    studies = table_studies(plan, report)
+    frame = trials_frame(plan, studies)
+    _atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
+    values, validation, pending = {}, {}, []
+    for variant in plan.preset.methods:
+        if not get_method(variant.method).tunable:
+            continue
+        study = studies.get(variant.label)
+        best = None if study is None else _best(study)
+        if study is None or len(_finished(study)) < plan.trials or best is None:
+            pending.append(variant.label)
+            continue
+        values[variant.label] = dict(sorted(best.params.items()))
+        first = _first(study)
+        paper = next((t for t in study.get_trials(deepcopy=False) if t.number == first and t.state.name == "COMPLETE"), None)
+        validation[variant.label] = {
+            "tuned": round(best.value, 4), "trial": best.number,
+            "paper_default": None if paper is None else round(paper.value, 4),
+        }
+    tuned = {
+        "table": plan.preset.name,
+        "command": plan.command,
+        "code": code_version(),
+        "selection": {
+            "metric": plan.headline, "split": "validation", "trials_per_method": plan.trials,
+            "sampler": f"optuna TPESampler(seed=sha256('fedbench-tune/{plan.seed}/<finished trials>'), "
+            f"n_startup_trials={STARTUP_TRIALS}); trial 0 = the paper default",
+            "seed": plan.seed,
+            "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
+        },
+        "values": values,
+        "validation": validation,
+    }
+    if pending:
+        tuned["unfinished"] = pending
+    header = "# written by `fedbench tune`; applied by `fedbench reproduce TABLE --tuned`\n"
+    _atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
+    return tuned
+
+
+def _first(study) -> int:
+    """Number of the study's first finished trial (the paper default)."""
+    finished = _finished(study)
+    return min(t.number for t in finished) if finished else -1
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@contextmanager
+def _exclusive(path: Path, label: str) -> Iterator[None]:
+    with open(path, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ConfigError(
+                f"another `fedbench tune` is tuning {label} in {path.parent}; wait for it, tune other methods "
+                "(--methods), or use another --results folder"
+            ) from None
+        yield
+
+
+def load_tuned(path: Path) -> dict[str, dict[str, Any]]:
+    """The chosen values of a tuned.yaml (label -> hyperparameters), with a clear error."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no tuned values at {path}: run `fedbench tune` on this table first (it writes {TUNED_YAML})")
+    data = yaml.safe_load(path.read_text()) or {}
+    values = data.get("values")
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path} has no 'values:' mapping of method -> hyperparameters; was it written by `fedbench tune`?")
+    return {str(k): dict(v) for k, v in values.items()}
