@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fedbench-installed
 
-.PHONY: install test test-slow demo clean
+.PHONY: install test test-slow demo docs clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test-slow: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/fedbench demo
+
+# The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or anchor.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache
