@@ -45,10 +45,10 @@ from typing import Callable, Mapping, Sequence
 
 import open_clip
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark import shortcuts
+from benchmark.errors import UserError
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
@@ -67,7 +67,7 @@ PRETRAINED_IDENTITIES: dict[str, Callable[[], str]] = {}
 PRETRAINED_CACHED: dict[str, Callable[[], "Path | None"]] = {}
 
 
-class BackboneError(RuntimeError):
+class BackboneError(UserError, RuntimeError):
     """A backbone cannot be built or its weights cannot be loaded. The message says what to do."""
 
 

@@ -8,10 +8,8 @@ flags (`--lr 0.01`); both are validated against the method's `__init__` signatur
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import math
 import functools
+import math
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,11 +17,13 @@ from typing import Any
 
 import yaml
 
+from benchmark.errors import UserError
+
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
 SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration value is wrong; the message names it and says what is expected."""
 
 
@@ -126,34 +126,6 @@ class RunConfig:
     def result_key(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
 
-    def identity(self) -> dict[str, Any]:
-        """Everything that determines this run's numbers (benchmark/runs/identity.py)."""
-        from benchmark.runs.identity import cell_identity
-
-        return cell_identity(self)
-
-    def hash(self) -> str:
-        from benchmark.runs.identity import identity_hash
-
-        return identity_hash(self.identity())
-
-    def resolved(self) -> "RunConfig":
-        """A copy whose method_args hold every hyperparameter of the method, defaults included."""
-        from benchmark.runs.identity import resolved_method_args
-
-        return dataclasses.replace(self, method_args=resolved_method_args(self.method, self.method_args))
-
-    def run_name(self) -> str:
-        # Several datasets make a long name: count them instead (the hash keeps names unique).
-        datasets = self.dataset if len(self.datasets) <= 2 else f"{self.datasets[0]}+{len(self.datasets) - 1}more"
-        target = f"_to-{self.target}" if self.target else ""
-        return f"{self.method}_{datasets}{target}_{self.protocol}_{self.shots}shot_seed{self.seed}_{self.hash()}"
-
-    def resolved_data_root(self) -> Path:
-        from data.catalog import default_data_root
-
-        return Path(self.data_root).expanduser() if self.data_root else default_data_root()
-
 
 def dataset_list(value: str) -> list[str]:
     """'a+b+c' -> ['a', 'b', 'c']; '' -> []."""
@@ -254,10 +226,6 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
     for f in config_fields():
         if f.name in merged:
             merged[f.name] = _coerce(f.name, field_type(f), merged[f.name])
-    if str(merged.get("method", "")).endswith(".py") or ".py:" in str(merged.get("method", "")):
-        from benchmark.registry import load_method_file  # a method from a file: its registered name
-
-        merged["method"] = load_method_file(merged["method"])
     return RunConfig(**merged, method_args=method_args)
 
 
@@ -295,12 +263,3 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
 
 
 IDENTITY_KEY = "identity"  # written into a run's config.yaml for the record; ignored when read back
-
-
-def save_yaml(config: RunConfig, path: Path) -> None:
-    """The resolved config (every method hyperparameter) and, under `identity:`, the rest of
-    the cell's identity; `fedbench run --config` accepts the file back as it is."""
-    identity = config.identity()
-    data = {**config.resolved().to_dict(), IDENTITY_KEY: {k: v for k, v in identity.items() if k != "run"}}
-    data[IDENTITY_KEY]["hash"] = config.hash()
-    path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -1,17 +1,20 @@
-"""The errors a user can cause and fix (the CLI prints their message without a traceback),
-and the two ways a run ends without a result: divergence and a stop signal."""
+"""The errors a user can cause and fix, and the two ways a run ends without a result:
+divergence and a stop signal.
 
-from benchmark.backbone import BackboneError
-from benchmark.config import ConfigError
-from benchmark.registry import MethodError
-from data.base import DatasetError
+Every error whose message tells the user what to change subclasses `UserError`: the CLI
+prints its message without a traceback, and a sweep reports the cell instead of retrying it.
+The config, backbone, registry and dataset errors are defined beside the code that raises
+them (`ConfigError`, `BackboneError`, `MethodError`, `DatasetError`)."""
+
+import signal
 
 
-class CellBusy(RuntimeError):
+class UserError(Exception):
+    """Bad input the user can fix; the message names the thing, what was expected and how to fix it."""
+
+
+class CellBusy(UserError, RuntimeError):
     """Another process holds the lock of this cell (benchmark.runs.locks); the message names it."""
-
-
-USER_ERRORS = (BackboneError, ConfigError, MethodError, DatasetError, CellBusy)
 
 
 class DivergenceError(RuntimeError):
@@ -25,8 +28,6 @@ class RunInterrupted(BaseException):
     own handler because Lightning turns a KeyboardInterrupt inside `fit` into exit code 1."""
 
     def __init__(self, signum: int) -> None:
-        import signal
-
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
         super().__init__(f"stopped by {self.signal_name}")

@@ -339,3 +339,13 @@ def fedavg(updates: Sequence[ClientUpdate]) -> State:
 def state_bytes(state: Mapping[str, Tensor]) -> int:
     """Bytes of the tensors actually sent."""
     return sum(t.numel() * t.element_size() for t in state.values())
+
+
+# Lightning hooks a Trainer's fit calls that the client loop (benchmark.federation.client_loop)
+# does not: overriding one would change what a client-round computes, so `benchmark.registry`
+# refuses such a method with this list.
+UNCALLED_HOOKS = (
+    "setup", "teardown", "configure_model", "configure_gradient_clipping", "optimizer_step",
+    "optimizer_zero_grad", "lr_scheduler_step", "backward", "transfer_batch_to_device",
+    "on_before_batch_transfer", "on_after_batch_transfer",
+)

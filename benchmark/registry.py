@@ -12,6 +12,7 @@ reads them, and the CLI and YAML configs are generated from that.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.util
@@ -29,9 +30,12 @@ from typing import Any, Callable, TypeVar
 
 from lightning import LightningModule
 
-from benchmark.federation.client_loop import UNCALLED_HOOKS
-from benchmark.config import parse_bool  # noqa: F401  (re-exported: methods and tests import it from here)
-from benchmark.method import Choice, FederatedMethod, LogUniform, Uniform
+from benchmark.config import (
+    RunConfig,
+    parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
+)
+from benchmark.errors import UserError
+from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Uniform
 
 ENTRY_POINT_GROUP = "fedbench.methods"
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -56,7 +60,7 @@ _loaded = False
 _current_origin = "fedbench"
 
 
-class MethodError(ValueError):
+class MethodError(UserError, ValueError):
     """An unknown method, a bad hyperparameter or a broken plugin; the message says what to do."""
 
 
@@ -82,7 +86,6 @@ def register_method(name: str) -> Callable[[M], M]:
 
 def reserved_flag_names() -> set[str]:
     """Names a hyperparameter may not take: the run options and `fedbench run`'s own flags."""
-    from benchmark.config import RunConfig
 
     return set(RunConfig.__dataclass_fields__) | {"config", "method_help", "print_config", "help"}
 
@@ -119,6 +122,14 @@ def _distribution_version(name: str) -> str:
         return version(name)
     except PackageNotFoundError:
         return "unknown"
+
+
+def resolve_method_file(config: RunConfig) -> RunConfig:
+    """`config` with a method given as a file (`path.py[:Class]`) named by what the file registers,
+    so that run names and identities use the registered name."""
+    if not is_method_file(config.method):
+        return config
+    return dataclasses.replace(config, method=load_method_file(config.method))
 
 
 def is_method_file(spec: str) -> bool:

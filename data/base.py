@@ -15,10 +15,12 @@ from typing import Callable, Sequence
 import torch
 from torch.utils.data import Dataset
 
+from benchmark.errors import UserError
+
 Transform = Callable[[object], torch.Tensor]
 
 
-class DatasetError(RuntimeError):
+class DatasetError(UserError, RuntimeError):
     """A dataset is missing, incomplete or corrupt. The message says what to do."""
 
 

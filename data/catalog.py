@@ -65,6 +65,11 @@ def default_data_root() -> Path:
     return Path(os.environ.get("FEDBENCH_DATA", Path.home() / ".cache" / "fedbench" / "data"))
 
 
+def resolve_data_root(data_root: str | None) -> Path:
+    """A run's `data_root` option as a folder: the given path, or the default root when empty."""
+    return Path(data_root).expanduser() if data_root else default_data_root()
+
+
 def dataset_info(name: str) -> DatasetInfo:
     _import_builtin_loaders()
     if name not in DATASETS:

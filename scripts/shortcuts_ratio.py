@@ -35,11 +35,12 @@ from benchmark import shortcuts
 from benchmark.backbone import load_backbone
 from benchmark.config import build_config
 from benchmark.evaluation.accuracy import Evaluator
-from benchmark.federation.features import FeatureCache
-from benchmark.sweeps.presets import load_preset
+from benchmark.evaluation.clients import evaluate_clients
 from benchmark.evaluation.protocols import get_protocol
+from benchmark.federation.features import FeatureCache
 from benchmark.registry import build_method
-from benchmark.runs.runner import autocast_context, evaluate_clients, load_run_dataset, run_experiment
+from benchmark.runs.runner import autocast_context, load_run_dataset, run_experiment
+from benchmark.sweeps.presets import load_preset
 
 DTD_LIKE = ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered", "cobwebbed", "cracked",
             "crosshatched", "crystalline"]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from toy_fixtures import toy_splits, toy_test_backbone, toy_test_checkpoint, toy_transforms  # noqa: F401
 
 # Nothing in the tests may reach the network (W&B, Hugging Face).

@@ -6,12 +6,12 @@ import warnings
 
 import pytest
 import torch
+from conftest import TINY
 
 from benchmark import flops, shortcuts
-from benchmark.sweeps import perf
 from benchmark.method import ClientContext
 from benchmark.registry import build_method
-from conftest import TINY
+from benchmark.sweeps import perf
 
 
 @pytest.mark.parametrize("method", ["promptfl", "fedotp", "pfedmoap"])
@@ -59,9 +59,10 @@ def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbe
 @pytest.mark.parametrize("local_epochs", [1, 2], ids=["cosine", "warm-up then cosine"])
 def test_the_bare_loop_computes_the_simulators_client_rounds(fake_data_root, tmp_path, local_epochs):
     # The reference the framework share is measured against must train what the simulator trains.
+    from conftest import tiny_config
+
     from benchmark.federation.bare_loop import run_bare
     from benchmark.runs.runner import prepare_run
-    from conftest import tiny_config
 
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=local_epochs,
                          batch_size=3)

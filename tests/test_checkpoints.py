@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TINY, tiny_config
 
 from benchmark.runs.checkpoints import checkpoint_path, sidecar_path
+from benchmark.runs.identity import run_name
 from benchmark.runs.runner import run_experiment
-from conftest import TINY, tiny_config
 
 # pFedMoAP downloads other clients' uploads (the bank); partial participation makes the
 # sampling position matter: what a checkpoint must carry is all exercised.
@@ -44,7 +45,7 @@ def test_a_run_stopped_after_round_2_resumes_there_with_identical_results(fake_d
     monkeypatch.setattr(FederatedSimulator, "_train_client", crash_in_round_3)
     with pytest.raises(RuntimeError, match="power cut"):
         run_experiment(config, progress=False)
-    run_dir = Path(config.out) / config.run_name()
+    run_dir = Path(config.out) / run_name(config)
     assert not run_dir.exists() and checkpoint_path(run_dir).is_file()
     assert json.loads(sidecar_path(run_dir).read_text())["round"] == 2
     monkeypatch.setattr(FederatedSimulator, "_train_client", lambda self, cid, r: (trained_rounds.append(r), train(self, cid, r))[1])
@@ -131,7 +132,7 @@ def test_a_stop_signal_saves_the_last_completed_round(fake_data_root, tmp_path, 
     monkeypatch.setattr(FederatedSimulator, "_train_client", stopped_in_round_3)
     with pytest.raises(RunInterrupted):
         run_experiment(config, progress=False)
-    run_dir = Path(config.out) / config.run_name()
+    run_dir = Path(config.out) / run_name(config)
     assert json.loads(sidecar_path(run_dir).read_text())["round"] == 2 and not run_dir.exists()
     monkeypatch.setattr(FederatedSimulator, "_train_client", train)
     resumed = run_experiment(config, progress=False)

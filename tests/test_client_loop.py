@@ -14,13 +14,13 @@ import warnings
 import lightning as L
 import pytest
 import torch
+from conftest import method_config, tiny_config, trained_built_in_methods
 from torch.utils.data import DataLoader
 
 from benchmark.federation import simulator as federation
 from benchmark.federation.client_loop import ClientRoundTraining
 from benchmark.method import ClientContext
 from benchmark.registry import MethodError, check_method_class, register_method
-from conftest import method_config, tiny_config, trained_built_in_methods
 from methods.promptfl import PromptFL
 
 TRAINED = trained_built_in_methods()
@@ -234,7 +234,9 @@ def _configure_forms():
 @pytest.mark.parametrize("form", list(_configure_forms()))
 def test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_them(form, automatic):
     from lightning.pytorch.core.optimizer import (
-        _configure_optimizers, _configure_schedulers_automatic_opt, _configure_schedulers_manual_opt,
+        _configure_optimizers,
+        _configure_schedulers_automatic_opt,
+        _configure_schedulers_manual_opt,
     )
 
     from benchmark.federation.client_loop import read_common_form

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
 from benchmark.runs.runner import run_experiment
-from conftest import tiny_config
 
 NAMES = ("texture_a", "texture_b", "texture_c")
 

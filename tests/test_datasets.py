@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 import torch
+from fake_layouts import DOMAINBED, FAKE_NAMES, IMAGENET_NAMES, decode_marker, make_fake_dataset
 
 from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset
 from data.fewshot import cached_few_shot_indices, few_shot_indices, few_shot_subset
 from data.transforms import clip_transforms
-from fake_layouts import DOMAINBED, FAKE_NAMES, IMAGENET_NAMES, decode_marker, make_fake_dataset
 
 TRANSFORMS = clip_transforms(32, augment=False)
 # DomainBed loads make their split files and say so; the tests that check the warning catch it.
@@ -122,8 +122,8 @@ def test_flowers_without_split_file_is_a_clear_error(tmp_path):
 
 
 def test_flowers_split_disagreeing_with_imagelabels(tmp_path):
-    from scipy.io import savemat
     import numpy as np
+    from scipy.io import savemat
 
     fake = make_fake_dataset("oxford_flowers", tmp_path, num_classes=2, per_class=2)
     savemat(fake.folder / "imagelabels.mat", {"labels": np.full((1, 8), 2, dtype=np.uint8)})

@@ -137,8 +137,8 @@ def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkey
 def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, monkeypatch, toy_test_checkpoint):
     """SIGUSR2 (what Slurm sends a task it preempts) mid-run: submitit calls the job's
     checkpoint hook, the run keeps its last round, the task is requeued and resumes there."""
-    from benchmark.sweeps.executors import SlurmExecutor
     from benchmark.runs.locks import lock_path
+    from benchmark.sweeps.executors import SlurmExecutor
 
     sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
     sweep = sweep.replace("seeds: [1, 2]", "seeds: [1]")
@@ -186,8 +186,8 @@ class DiesInTraining(PromptFL):
 @pytest.mark.slow
 def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tmp_path, monkeypatch, capsys,
                                                                                toy_test_checkpoint):
-    from benchmark.sweeps.executors import SlurmExecutor
     from benchmark.runs.results import read_failure
+    from benchmark.sweeps.executors import SlurmExecutor
 
     monkeypatch.setattr(SlurmExecutor, "cluster", "local")
     monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import math
 
+import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
 
-import clip_reference as ref
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
 

@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from benchmark.method import ClientContext
 from benchmark.registry import build_method, register_method
 from benchmark.runs.runner import run_experiment
-from conftest import tiny_config
 from data.attributes import load_class_attributes
 from methods.fedmvp import FedMVP, attribute_logits, attribute_sentence, pool_prompts
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from benchmark.backbone import load_backbone
 from benchmark.federation.features import FeatureCache
 from benchmark.method import ClientUpdate
 from benchmark.registry import build_method
 from benchmark.runs.runner import load_run_dataset, run_experiment
-from conftest import tiny_config
 from methods.fedotp import sinkhorn_plan, transport_logits, unbalanced_ot_plan
 
 

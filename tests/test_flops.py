@@ -7,10 +7,10 @@ import json
 
 import pytest
 import torch
+from conftest import method_config, trained_built_in_methods
 from torch import nn
 
 from benchmark import flops
-from conftest import method_config, trained_built_in_methods
 
 
 def test_a_linear_layer_costs_2_flops_per_multiply_add_forward_and_twice_that_backward():
@@ -106,8 +106,8 @@ SAMPLED_EXACTLY = {"promptfl", "pfedmoap", "fedotp"}
 @pytest.mark.parametrize("method", [m if m in SAMPLED_EXACTLY else pytest.param(m, marks=pytest.mark.slow)
                                     for m in trained_built_in_methods()])
 def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
-    from benchmark.runs import runner
     from benchmark.federation.features import FeatureCache
+    from benchmark.runs import runner
     from benchmark.runs.runner import run_experiment
 
     config = method_config(method, fake_data_root, tmp_path / "plain", local_epochs=2, rounds=3)

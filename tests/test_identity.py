@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import yaml
+from conftest import tiny_config
+from conftest import write_mini_preset as write_preset
 
 from benchmark.cli import main
-from conftest import tiny_config, write_mini_preset as write_preset
+from benchmark.runs.identity import cell_hash, cell_identity
 
 
 def reproduce(tmp: Path, preset: Path, *extra: str) -> int:
@@ -75,8 +77,8 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
 
 
 def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
-    from benchmark.runs.identity import forget_sources
     from benchmark.registry import _METHODS, _ORIGINS
+    from benchmark.runs.identity import forget_sources
 
     source = tmp_path / "edited_method.py"
     source.write_text(
@@ -93,16 +95,16 @@ def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
     try:
         spec.loader.exec_module(module)
         config = tiny_config(fake_data_root, tmp_path, method="edited_method")
-        before = config.hash()
+        before = cell_hash(config)
         source.write_text(source.read_text() + "    # a comment and a docstring edit keep the cell\n")
         source.write_text(source.read_text().replace("Frozen CLIP.", "Frozen CLIP, plain zero-shot."))
         forget_sources()  # as the next process: it reads the file again
-        assert config.hash() == before
+        assert cell_hash(config) == before
         source.write_text(source.read_text() + "    uses_class_attributes = False\n")
-        assert config.hash() == before  # this process still runs the code it loaded
+        assert cell_hash(config) == before  # this process still runs the code it loaded
         forget_sources()
-        assert config.hash() != before
-        assert tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2).hash() != config.hash()
+        assert cell_hash(config) != before
+        assert cell_hash(tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2)) != cell_hash(config)
     finally:
         _METHODS.pop("edited_method", None), _ORIGINS.pop("edited_method", None)
         sys.modules.pop("edited_method", None)
@@ -112,14 +114,14 @@ def test_weights_and_data_are_part_of_the_identity(tmp_path, fake_data_root):
     checkpoint = tmp_path / "weights.pt"
     checkpoint.write_bytes(b"first")
     first = tiny_config(fake_data_root, tmp_path, pretrained=str(checkpoint))
-    h1 = first.hash()
+    h1 = cell_hash(first)
     checkpoint.write_bytes(b"second weights")
-    assert first.hash() != h1  # same path, other weights
+    assert cell_hash(first) != h1  # same path, other weights
     toy = tiny_config(fake_data_root, tmp_path, backbone="fedbench-toy-vit", pretrained="fedbench-toy")
     from data.toy.pretrain import DEFAULT_RECIPE
 
-    assert DEFAULT_RECIPE.hash in toy.identity()["weights"]  # the recipe, and the bytes once built
-    assert toy.identity()["data"] != tiny_config(fake_data_root, tmp_path, dataset="toy").identity()["data"]
+    assert DEFAULT_RECIPE.hash in cell_identity(toy)["weights"]  # the recipe, and the bytes once built
+    assert cell_identity(toy)["data"] != cell_identity(tiny_config(fake_data_root, tmp_path, dataset="toy"))["data"]
 
 
 def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_root):
@@ -139,14 +141,14 @@ def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_r
     )(build)
     try:
         config = tiny_config(fake_data_root, tmp_path, pretrained="test-suite-weights")
-        assert config.identity()["weights"].endswith("recipe-1 (not built yet)")
+        assert cell_identity(config)["weights"].endswith("recipe-1 (not built yet)")
         assert prepare_weights("test-suite-weights") is True
-        built = config.hash()
-        assert "sha256:" in config.identity()["weights"]
+        built = cell_hash(config)
+        assert "sha256:" in cell_identity(config)["weights"]
         assert prepare_weights("test-suite-weights") is False  # cached: nothing built, same names
-        assert config.hash() == built
+        assert cell_hash(config) == built
         checkpoint.write_bytes(b"weights of another machine's build")  # same recipe, other bytes
-        assert config.hash() != built
+        assert cell_hash(config) != built
     finally:
         for registry in (PRETRAINED_PROVIDERS, PRETRAINED_IDENTITIES, PRETRAINED_CACHED):
             registry.pop("test-suite-weights", None)
@@ -159,14 +161,14 @@ def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_ro
     shared.write_text('def scale(x):\n    """Doubles x."""\n    return 2 * x  # the factor\n')
     monkeypatch.setattr(identity, "FRAMEWORK_CODE", (str(shared),))  # an absolute path
     config = tiny_config(fake_data_root, tmp_path)
-    before = config.identity()["framework"]
+    before = cell_identity(config)["framework"]
     shared.write_text('def scale(x):\n    """Returns twice x."""\n\n    return 2 * x\n')
     identity.forget_sources()  # as the next process
-    assert config.identity()["framework"] == before  # docstring, comment and layout only
+    assert cell_identity(config)["framework"] == before  # docstring, comment and layout only
     shared.write_text("def scale(x):\n    return 3 * x\n")
-    assert config.identity()["framework"] == before  # a running process keeps the names of the code it runs
+    assert cell_identity(config)["framework"] == before  # a running process keeps the names of the code it runs
     identity.forget_sources()
-    assert config.identity()["framework"] != before
+    assert cell_identity(config)["framework"] != before
 
 
 def test_the_shared_code_list_names_existing_files():

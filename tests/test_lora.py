@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config, write_split_zhou
 
 from benchmark.backbone import load_backbone
 from benchmark.runs.runner import run_experiment
-from conftest import tiny_config, write_split_zhou
 from methods.lora import CLIPLoRA
 
 NAMES = ["red circle", "blue square", "green star"]

@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY
 
 from benchmark import registry
-from conftest import TINY
 
 PLUGIN = '''\
 from benchmark.method import FederatedMethod

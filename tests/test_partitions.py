@@ -187,11 +187,12 @@ def _recording_accuracy(calls):
     ],
 )
 def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, protocol, clients, columns):
+    from conftest import tiny_config
+    from fake_layouts import make_fake_dataset
+
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.runs.reporting import format_summary
     from benchmark.runs.runner import run_experiment
-    from conftest import tiny_config
-    from fake_layouts import make_fake_dataset
 
     make_fake_dataset(dataset, tmp_path / "data", num_classes=3, per_class=8)
     config = tiny_config(
@@ -226,12 +227,13 @@ def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, pr
 
 
 def test_domains_protocol_config_errors(tmp_path):
+    from conftest import tiny_config
+    from fake_layouts import make_fake_dataset
+
     from benchmark.config import ConfigError
     from benchmark.evaluation.protocols import get_protocol
-    from conftest import tiny_config
     from data.catalog import load_dataset
     from data.transforms import clip_transforms
-    from fake_layouts import make_fake_dataset
 
     make_fake_dataset("office_caltech10", tmp_path, num_classes=2, per_class=4)
     make_fake_dataset("dtd", tmp_path, num_classes=2, per_class=4)

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY, tiny_config
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
 from benchmark.runs.runner import run_experiment
-from conftest import TINY, tiny_config
 from methods.pfedmma import PFedMMA
 
 TOWERS = ("text", "vision")

@@ -72,11 +72,11 @@ def test_one_step_moves_the_adapters_by_far_more_than_alpha_times_lr(tiny_backbo
 
 
 if __name__ == "__main__":
+    import data.toy.pretrain  # noqa: F401  (registers the toy CLIP's weights)
     from benchmark.backbone import load_backbone
     from benchmark.config import build_config
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.runs.runner import build_seeded_method, load_run_dataset
-    import data.toy.pretrain  # noqa: F401  (registers the toy CLIP's weights)
 
     config = build_config(
         {"dataset": "toy", "method": "pfedmma", "backbone": "fedbench-toy-vit", "pretrained": "fedbench-toy"},

@@ -10,12 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config, write_split_zhou
 
 from benchmark.backbone import load_backbone
 from benchmark.method import state_bytes
 from benchmark.prompts import ContextPrompts
 from benchmark.runs.runner import run_experiment
-from conftest import tiny_config, write_split_zhou
 from methods.pfedmoap import MoAPClassFeatures, PFedMoAP
 
 NAMES = ["red circle", "blue square", "green star"]

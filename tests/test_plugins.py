@@ -16,13 +16,13 @@ from typing import Any, Callable
 
 import pytest
 import torch
+from conftest import TINY, tiny_config
 from torch import nn
 
 from benchmark import registry
 from benchmark.method import FederatedMethod
 from benchmark.optim import sgd_with_cosine
 from benchmark.runs.runner import run_experiment
-from conftest import TINY, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "writing-a-method.md"

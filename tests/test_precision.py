@@ -24,11 +24,11 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from benchmark.backbone import BackboneError, load_backbone
 from benchmark.config import ConfigError, build_config
 from benchmark.runs.runner import run_experiment
-from conftest import tiny_config
 from methods.pfedmma import PFedMMA
 
 # Lightning's autocast (cache_enabled=False: a cached low-precision copy of a weight would

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import write_mini_preset
 
 from benchmark.cli import main
-from conftest import write_mini_preset
 
 # The packaged copy is the source of truth: a clone has nothing beside the repository.
 REFERENCE = Path(__file__).resolve().parents[1] / "benchmark" / "reference" / "paper_tables.csv"

@@ -7,9 +7,10 @@ import json
 import pandas as pd
 import pytest
 import torch
-
-from benchmark.runs.runner import evaluation_rounds, run_experiment
 from conftest import tiny_config
+
+from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.runs.runner import run_experiment
 
 
 def test_evaluation_rounds_default_to_about_five_points_and_always_the_last():

@@ -8,12 +8,13 @@ import json
 import pandas as pd
 import pytest
 import torch
+from conftest import tiny_config, write_split_zhou
 
 from benchmark.config import ConfigError, RunConfig, build_config
 from benchmark.federation.simulator import client_sampling_schedule, clients_per_round
-from benchmark.sweeps.presets import load_preset
+from benchmark.runs.identity import cell_hash
 from benchmark.runs.runner import build_seeded_method, run_experiment
-from conftest import tiny_config, write_split_zhou
+from benchmark.sweeps.presets import load_preset
 
 
 def test_authors_rule_trains_everyone_in_round_one_then_int_of_the_fraction():
@@ -49,7 +50,7 @@ def test_the_rule_is_in_the_config_and_its_hash():
     default = RunConfig()
     assert default.client_sampling == "authors"
     assert default.to_dict()["client_sampling"] == "authors"
-    assert RunConfig(client_sampling="uniform").hash() != default.hash()
+    assert cell_hash(RunConfig(client_sampling="uniform")) != cell_hash(default)
     with pytest.raises(ConfigError, match="client_sampling = 'random' is invalid: expected authors or uniform"):
         build_config({"client_sampling": "random"})
 

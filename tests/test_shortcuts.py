@@ -15,11 +15,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_config
 
 from benchmark import shortcuts
 from benchmark.backbone import BackboneError, ImagePrefix
 from benchmark.registry import build_method
-from conftest import tiny_config
+from benchmark.runs.identity import cell_hash
 
 TOLERANCE = 1e-5  # fp32: measured differences are ~1e-7 (README "Performance")
 # FedOTP's transport plan exp(-(1 - sim) / eps), eps = 0.01, magnifies a 1e-7 change of the
@@ -316,7 +317,7 @@ def test_no_shortcuts_flag_is_a_documented_result_setting(fedbench, fake_data_ro
     assert "--no-shortcuts" in capsys.readouterr().out
     on = tiny_config(fake_data_root, tmp_path)
     off = tiny_config(fake_data_root, tmp_path, shortcuts=False)
-    assert on.shortcuts is True and on.hash() != off.hash()  # part of the cell identity
+    assert on.shortcuts is True and cell_hash(on) != cell_hash(off)  # part of the cell identity
     done = fedbench("run", "--method", "zeroshot", "--no-shortcuts", "--print-config")
     assert done.returncode == 0 and "shortcuts: false" in done.stdout
 

@@ -10,15 +10,15 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY, tiny_config
 from torch import nn
 
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.simulator import client_sampling_schedule
 from benchmark.method import ClientUpdate, FederatedMethod, fedavg, state_bytes
 from benchmark.optim import sgd_with_cosine
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import register_method
 from benchmark.runs.runner import run_experiment
-from conftest import TINY, tiny_config
 
 
 @register_method("test_split_prompt")
@@ -94,9 +94,9 @@ TINY_TEXT_WIDTH = 64
 def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_root, tmp_path):
     """Client 0 alone in the last round: the other clients' personal state must be what
     they had after the round before."""
+    from benchmark.backbone import load_backbone
     from benchmark.federation.simulator import FederatedSimulator, TrainerSettings
     from benchmark.runs.runner import build_seeded_method, load_run_dataset
-    from benchmark.backbone import load_backbone
 
     config = tiny_config(fake_data_root, tmp_path, method="test_split_prompt")
     backbone = load_backbone(TINY, None)

@@ -8,8 +8,8 @@ import argparse
 import pytest
 
 from benchmark.backbone import load_backbone
-from benchmark.sweeps.presets import load_preset
 from benchmark.registry import available_methods, build_method
+from benchmark.sweeps.presets import load_preset
 
 
 @pytest.mark.parametrize("preset", ["toy", "toy_fedmvp"])

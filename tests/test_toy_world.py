@@ -13,6 +13,7 @@ from data.toy import world
 from data.toy.datasets import generate_split, load_toy, toy_dataset_names
 from data.toy.pretrain import TEST_RECIPE, Recipe, checkpoint_path
 
+
 def _attrs(n, colour=0, shape=0, pattern=0, size=1):
     full = lambda v: torch.full((n,), v, dtype=torch.long)  # noqa: E731
     return world.Attrs(full(colour), full(shape), full(pattern), full(size))

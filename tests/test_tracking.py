@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import TINY
 from wandb_records import read_offline_run
 

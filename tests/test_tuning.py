@@ -13,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
-from conftest import TINY, tiny_config, write_mini_preset as write_preset, write_split_zhou
+from conftest import TINY, tiny_config, write_split_zhou
+from conftest import write_mini_preset as write_preset
 from fake_layouts import _COOP_FILES as COOP_FILES
 from fake_layouts import DOMAINBED, FAKE_NAMES, make_fake_dataset
+
 from benchmark.method import Choice, LogUniform, Uniform
 from data.base import FileImages
 

@@ -11,6 +11,7 @@ import sys
 import threading
 
 import benchmark.cli.commands
+
 # benchmark.errors (and torch, which it imports) is loaded only when a command ends in an
 # error: `fedbench --help` must stay fast.
 
@@ -52,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except BaseException as exc:
-        from benchmark.errors import USER_ERRORS, DivergenceError, RunInterrupted
+        from benchmark.errors import DivergenceError, RunInterrupted, UserError
 
-        if isinstance(exc, USER_ERRORS):
+        if isinstance(exc, UserError):
             print(f"fedbench {args.command}: error: {exc}", file=sys.stderr)
             return 2
         if isinstance(exc, DivergenceError):

@@ -69,8 +69,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 f"`fedbench run --method {method} --method-help`"
             )
         method_flags = vars(parsed)
-    config = build_config(yaml_layer, flag_layer, {"method_args": method_flags})
-    from benchmark.registry import check_method_args
+    from benchmark.registry import check_method_args, resolve_method_file  # lazy: start-up time (torch)
 
+    config = resolve_method_file(build_config(yaml_layer, flag_layer, {"method_args": method_flags}))
     check_method_args(config.method, config.method_args)  # before any model or data is loaded
     return config

@@ -16,8 +16,19 @@ import numpy as np
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import AccuracyFn, harmonic_mean, indices_of_classes
 from data.base import DatasetSplits
+from data.catalog import dataset_info
 from data.combined import Member, members_of
-from data.partition import ChunkGroup, ClientShard, Partition, base2novel_partition, base_novel_split, class_chunk_partition
+from data.partition import (
+    ChunkGroup,
+    ClientShard,
+    Partition,
+    base2novel_partition,
+    base_novel_split,
+    chunk_count,
+    class_chunk_partition,
+    dirichlet_partition,
+    domain_partition,
+)
 
 PROTOCOLS: dict[str, type["Protocol"]] = {}
 
@@ -129,7 +140,6 @@ class DirichletLabelShift(Protocol):
     headline = "Acc"
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
-        from data.partition import dirichlet_partition
 
         try:
             return dirichlet_partition(
@@ -157,7 +167,6 @@ class DomainFeatureShift(Protocol):
     headline = "Avg"
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
-        from data.partition import domain_partition
 
         domains = dataset.domain_names
         if not domains or dataset.train.domains is None or dataset.test.domains is None:
@@ -216,7 +225,6 @@ def _chunk_partition(dataset, config, protocol, groups, **kwargs) -> Partition:
 
 def _planned_chunks(names, config: RunConfig, classes_of) -> int | None:
     """Client count of a class-chunk federation from the catalog's class counts."""
-    from data.catalog import dataset_info
 
     total = 0
     for name in names:
@@ -249,7 +257,6 @@ class ClassChunkBase2New(Protocol):
     several_datasets = True
 
     def planned_clients(self, config):
-        from data.partition import chunk_count
 
         base = lambda info: chunk_count(math.ceil(info.num_classes / 2), config.classes_per_client)  # noqa: E731
         return _planned_chunks(config.datasets, config, base)
@@ -305,7 +312,6 @@ FIXED_TARGETS = {
 def msst_targets(dataset: str, targets) -> list[str]:
     """The target domains of a preset's msst cells: 'fixed' (the authors' one target),
     'lodo' (every domain in turn, as the catalog lists them: leave-one-domain-out) or a list."""
-    from data.catalog import dataset_info
 
     if isinstance(targets, (list, tuple)):
         return [str(t) for t in targets]
@@ -333,7 +339,6 @@ class MultiSourceSingleTarget(Protocol):
     uses_target = True
 
     def planned_clients(self, config):
-        from data.partition import chunk_count
 
         per_source = lambda info: (len(info.domains) - 1) * chunk_count(info.num_classes, config.classes_per_client)  # noqa: E731
         return _planned_chunks(config.datasets, config, per_source)
@@ -394,7 +399,6 @@ class Transfer(Protocol):
     uses_eval_datasets = True
 
     def planned_clients(self, config):
-        from data.partition import chunk_count
 
         return _planned_chunks(config.datasets, config, lambda info: chunk_count(info.num_classes, config.classes_per_client))
 

@@ -18,8 +18,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
-from benchmark.backbone import Backbone, ImagePrefix
 from benchmark import flops
+from benchmark.backbone import Backbone, ImagePrefix
 from data.base import LabeledImages
 
 # Host memory for image prefixes (all splits together): DTD's 1,692 test images on

@@ -27,9 +27,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
-from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
+from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
 from data.base import LabeledImages
 from data.partition import ClientShard

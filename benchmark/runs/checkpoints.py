@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 
 import torch
 
-from benchmark.federation.simulator import FederationSnapshot
+from benchmark.federation.simulator import FederationSnapshot, RoundLog
+from benchmark.runs.results import MetricRow
 
 FORMAT = 1
 # checkpoint_every = -1: save at the end of a round once this long has passed since the
@@ -129,8 +130,6 @@ class Checkpointer:
     def load(self) -> RunCheckpoint | None:
         """The saved checkpoint, or None when there is none or it cannot be used (then the
         run starts over, with a warning: a checkpoint can only save time, never change numbers)."""
-        from benchmark.federation.simulator import RoundLog
-        from benchmark.runs.results import MetricRow
 
         if not self.path.is_file():
             return None

@@ -33,10 +33,15 @@ import numpy as np
 import torch
 
 from benchmark import shortcuts
-from benchmark.config import ConfigError, RunConfig, build_config
+from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
+from benchmark.evaluation.accuracy import shares_image_work
+from benchmark.evaluation.clients import evaluate_client, evaluate_clients
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.method import State, state_bytes
+from benchmark.registry import resolve_method_file
+from benchmark.runs.reporting import format_summary
+from benchmark.runs.runner import autocast_context, prepare_run, run_experiment
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -105,8 +110,6 @@ class ClientWorld:
     partition), the simulator whose client-round it runs, and the evaluator."""
 
     def __init__(self, config: RunConfig) -> None:
-        from benchmark.evaluation.accuracy import shares_image_work
-        from benchmark.runs.runner import autocast_context, evaluate_clients, prepare_run
 
         self.run = run = prepare_run(config, progress=False)
         self.initial = run.method.client_state()  # every client starts here (the run seed)
@@ -179,7 +182,6 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
 def client_evaluate(content: RecordDict, context: Context) -> RecordDict:
     """The node's model (its state, with the download if one came) under the run's protocol;
     the node's own state is left as it was."""
-    from benchmark.runs.runner import autocast_context, evaluate_client
 
     with _on_node(content, context) as (world, cid, _):
         run, method = world.run, world.run.method
@@ -403,7 +405,6 @@ def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
     """The run of Flower's run config (`[tool.flwr.app.config]` of flower/pyproject.toml,
     `flwr run --run-config`): `config` names a fedbench YAML file; any other key is a run
     option that overrides it."""
-    from benchmark.config import load_yaml
 
     options = dict(run_config)
     path = str(options.pop("config", "") or "")
@@ -412,7 +413,7 @@ def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
             "the Flower run config names no fedbench YAML: flwr run flower/ <superlink> --run-config "
             "\"config='/abs/path/run.yaml'\" (write one with `fedbench run ... --print-config > run.yaml`)"
         )
-    return build_config(load_yaml(path), options)
+    return resolve_method_file(build_config(load_yaml(path), options))
 
 
 server_app = ServerApp()
@@ -421,8 +422,6 @@ server_app = ServerApp()
 @server_app.main()
 def serve(grid: Grid, context: Context) -> None:
     """`flwr run`: the run of Flower's run config, written to its run folder on the server."""
-    from benchmark.runs.reporting import format_summary
-    from benchmark.runs.runner import run_experiment
 
     config = config_from_run_config(dict(context.run_config))
     result = run_experiment(config, progress=False, engine=lambda *a: federate(grid, *a))

@@ -23,16 +23,23 @@ left out: see `RunConfig.NON_RESULT_FIELDS`.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
 import importlib
 import inspect
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from benchmark.config import RunConfig
+import yaml
+
+import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
+from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
+from benchmark.config import IDENTITY_KEY, RunConfig
+from benchmark.method import FederatedMethod
+from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, method_package
+from data.catalog import dataset_info
 
 ROOT = Path(__file__).resolve().parents[2]
 # The code that turns a dataset into client shards; a change there changes every partition.
@@ -57,8 +64,7 @@ FRAMEWORK_CODE = (
 )
 
 
-def cell_identity(config: "RunConfig") -> dict[str, Any]:
-    from benchmark.registry import MethodError
+def cell_identity(config: RunConfig) -> dict[str, Any]:
 
     try:
         method_args, method = resolved_method_args(config.method, config.method_args), method_version(config.method)
@@ -94,15 +100,12 @@ def identity_hash(identity: dict[str, Any]) -> str:
 
 def resolved_method_args(method: str, method_args: dict[str, Any]) -> dict[str, Any]:
     """Every hyperparameter of `method`: its defaults, overridden by `method_args` (validated)."""
-    from benchmark.registry import check_method_args, get_method, hyperparameters
 
     defaults = {h.name: _plain(h.default) for h in hyperparameters(get_method(method))}
     return {**defaults, **{k: _plain(v) for k, v in check_method_args(method, method_args).items()}}
 
 
 def method_version(name: str) -> dict[str, Any]:
-    from benchmark.method import FederatedMethod
-    from benchmark.registry import get_method, method_package
 
     cls = get_method(name)
     files = []
@@ -119,9 +122,7 @@ def method_version(name: str) -> dict[str, Any]:
 
 def weights_identity(backbone: str, pretrained: str) -> str:
     """A string that changes whenever the weights do, computed without building anything."""
-    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES
 
-    _register_suite_weights()
     if pretrained in ("", "none", None):
         return f"{backbone}@random(seed 0)"
     if pretrained in PRETRAINED_IDENTITIES:
@@ -145,7 +146,6 @@ def _checkpoint_sha256(path: Path) -> str:
 
 
 def data_identity(dataset: str) -> dict[str, Any]:
-    from data.catalog import dataset_info
 
     info = dataset_info(dataset)
     loader_file = Path(inspect.getsourcefile(info.loader))
@@ -162,18 +162,12 @@ def prepare_weights(pretrained: str | None) -> bool:
     """Build the suite's own weights named by `pretrained` (e.g. the toy CLIP) if they are not
     cached yet, so that the cells about to run are named by the bytes they will load.
     Returns whether it built them (cell names computed before then are stale)."""
-    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_PROVIDERS
 
-    _register_suite_weights()
     if pretrained not in PRETRAINED_PROVIDERS:
         return False
     missing = pretrained in PRETRAINED_CACHED and PRETRAINED_CACHED[pretrained]() is None
     PRETRAINED_PROVIDERS[pretrained]()
     return missing
-
-
-def _register_suite_weights() -> None:
-    import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 
 
 def _source_of(klass: type) -> str:
@@ -240,3 +234,30 @@ def _code(path: Path) -> str:
 def _plain(value: Any) -> Any:
     """YAML/JSON-safe: tuples become lists."""
     return list(value) if isinstance(value, tuple) else value
+
+
+def cell_hash(config: RunConfig) -> str:
+    """The hash of `config`'s cell identity: the last part of its run name."""
+    return identity_hash(cell_identity(config))
+
+
+def resolved_config(config: RunConfig) -> RunConfig:
+    """A copy whose method_args hold every hyperparameter of the method, defaults included."""
+    return dataclasses.replace(config, method_args=resolved_method_args(config.method, config.method_args))
+
+
+def run_name(config: RunConfig) -> str:
+    """The run folder's name: what a reader needs to tell cells apart, then the cell hash."""
+    # Several datasets make a long name: count them instead (the hash keeps names unique).
+    datasets = config.dataset if len(config.datasets) <= 2 else f"{config.datasets[0]}+{len(config.datasets) - 1}more"
+    target = f"_to-{config.target}" if config.target else ""
+    return f"{config.method}_{datasets}{target}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
+
+
+def save_yaml(config: RunConfig, path: Path) -> None:
+    """The resolved config (every method hyperparameter) and, under `identity:`, the rest of
+    the cell's identity; `fedbench run --config` accepts the file back as it is."""
+    identity = cell_identity(config)
+    data = {**resolved_config(config).to_dict(), IDENTITY_KEY: {k: v for k, v in identity.items() if k != "run"}}
+    data[IDENTITY_KEY]["hash"] = identity_hash(identity)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
+from benchmark.backbone import check_backbone
+from benchmark.evaluation.protocols import get_protocol
+from benchmark.registry import check_method_args
+from data.catalog import dataset_info, require_dataset, resolve_data_root
+
 if TYPE_CHECKING:
     from benchmark.config import RunConfig
 
@@ -17,18 +23,13 @@ if TYPE_CHECKING:
 def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:
     """Raise the user error of the first thing that cannot work; return notes about weights
     that are not on this machine yet (built or downloaded by the run)."""
-    from benchmark.backbone import check_backbone
-    from benchmark.evaluation.protocols import get_protocol
-    from benchmark.registry import check_method_args
-    from data.catalog import dataset_info, require_dataset
 
     get_protocol(config.protocol)
     check_method_args(config.method, config.method_args)  # unknown method, names, types
     for name in config.datasets + config.test_datasets:
         dataset_info(name)
         if check_data:
-            require_dataset(name, config.resolved_data_root())
-    import data.toy  # noqa: F401  (registers the toy CLIP's weights)
+            require_dataset(name, resolve_data_root(config.data_root))
 
     note = check_backbone(config.backbone, config.pretrained)
     return [note] if note else []

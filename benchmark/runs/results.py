@@ -32,7 +32,9 @@ from typing import Any
 
 import pandas as pd
 
-from benchmark.config import RunConfig, save_yaml
+from benchmark.config import ConfigError, RunConfig
+from benchmark.registry import method_package, plugin_packages
+from benchmark.runs.identity import save_yaml
 
 METRICS_COLUMNS = ["round", "client", "metric", "value"]
 ALL_CLIENTS = -1
@@ -67,7 +69,6 @@ def code_version() -> dict[str, Any]:
 def environment(method: str | None = None) -> dict[str, Any]:
     import torch
 
-    from benchmark.registry import method_package, plugin_packages
 
     return {
         "code": code_version(),
@@ -134,7 +135,6 @@ def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
     cannot be created or written, or its file system lacks `needed_bytes` (default
     RUN_FOLDER_BYTES). (Found after
     training, the same problem would lose the whole run.)"""
-    from benchmark.config import ConfigError
 
     out = Path(out).absolute()
     existing = next(p for p in (out, *out.parents) if p.exists())  # created later, when the run ends

@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol as Interface
+from typing import Any, Callable
+from typing import Protocol as Interface
 
 import torch
 
 from benchmark import flops, shortcuts
 from benchmark.backbone import Backbone, load_backbone
-from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
 from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
+from benchmark.evaluation.clients import evaluate_clients, evaluation_rounds
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.simulator import (
     FederatedSimulator,
@@ -26,20 +27,20 @@ from benchmark.federation.simulator import (
     client_sampling_schedule,
     describe_sampling,
 )
-from benchmark.runs.identity import prepare_weights
-from benchmark.runs.locks import cell_lock
 from benchmark.method import FederatedMethod, state_bytes
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import build_method, get_method
-from benchmark.runs.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
+from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
+from benchmark.runs.identity import cell_hash, prepare_weights, run_name
+from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import validate_run
+from benchmark.runs.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
 from data.attributes import load_class_attributes
 from data.base import DatasetSplits
-from data.catalog import dataset_info
+from data.catalog import dataset_info, resolve_data_root
 from data.combined import load_datasets
 from data.partition import Partition
-from data.validation import validation_view
 from data.transforms import clip_transforms
+from data.validation import validation_view
 
 # Frozen features survive across runs in one process (a sweep, the demo): same backbone,
 # same split, same transform -> same features.
@@ -90,7 +91,7 @@ def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
                 "(e.g. imagenet) and test on it with --protocol transfer --eval-datasets."
             )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
-    return load_datasets(config.datasets, config.resolved_data_root(), transforms, config.test_datasets)
+    return load_datasets(config.datasets, resolve_data_root(config.data_root), transforms, config.test_datasets)
 
 
 def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:
@@ -113,7 +114,7 @@ def run_experiment(
         check_output_location(Path(config.out))  # before any model is built: never lose a run to it
         validate_run(config)  # a typo fails before minutes of pretraining
         prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
-        with cell_lock(Path(config.out) / config.run_name()):
+        with cell_lock(Path(config.out) / run_name(config)):
             return _run_experiment(config, True, progress, tracker, engine)
 
 
@@ -211,7 +212,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     attributes = None
     if method.uses_class_attributes:
         attributes = load_class_attributes(
-            config.dataset, dataset.class_names, config.resolved_data_root(), config.attributes
+            config.dataset, dataset.class_names, resolve_data_root(config.data_root), config.attributes
         )
         method.set_class_attributes(attributes)
     return PreparedRun(
@@ -234,7 +235,7 @@ def _run_counted(
     dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
     rows: list[MetricRow] = []
 
-    run_dir = Path(config.out) / config.run_name()
+    run_dir = Path(config.out) / run_name(config)
     checkpointer = Checkpointer(run_dir, config.checkpoint_every if write and engine is None else 0, partition.hash)
     resume = checkpointer.load() if write else None
     if resume is not None:
@@ -319,7 +320,7 @@ def _run_counted(
         "protocol": config.protocol,
         "shots": config.shots,
         "seed": config.seed,
-        "config_hash": config.hash(),
+        "config_hash": cell_hash(config),
         "round": final_round,
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
@@ -357,34 +358,3 @@ def _run_counted(
         if write and run_dir is not None:
             tracker.log_run_folder(run_dir)
     return RunResult(config, summary, per_client, run_dir if write else None, federation, timing)
-
-
-def evaluation_rounds(rounds: int, every: int) -> frozenset[int]:
-    """The rounds evaluated: every `every`-th and the last; `every` 0 = about 5 points per run."""
-    every = every or max(1, math.ceil(rounds / 5))
-    return frozenset([*range(every, rounds + 1, every), rounds])
-
-
-def evaluate_clients(
-    evaluator: Evaluator,
-    protocol,
-    dataset: DatasetSplits,
-    partition: Partition,
-    client_states,
-    progress: bool = True,
-) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
-    """Every client's personalized model under the protocol's metrics, then the summary."""
-    from tqdm.auto import tqdm
-
-    per_client: dict[int, dict[str, float]] = {}
-    for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
-        per_client[client.client_id] = evaluate_client(
-            evaluator, protocol, dataset, partition, client, client_states[client.client_id]
-        )
-    return per_client, protocol.summarize(per_client, partition)
-
-
-def evaluate_client(evaluator: Evaluator, protocol, dataset: DatasetSplits, partition: Partition, client, state):
-    """One client's personalized model (`state`) under the protocol's client metrics (a
-    Flower ClientApp calls this on the client's own node)."""
-    return protocol.client_metrics(evaluator.load(state), client, partition, dataset)

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from benchmark.config import RunConfig
+from benchmark.runs.checkpoints import saved_wandb_run_id
+from benchmark.runs.identity import cell_hash, cell_identity, resolved_config, run_name
+from benchmark.runs.runner import resolve_device
 
 ROUND = "round"
 # Run options that are paths or W&B's own settings: not part of what a run *is*.
@@ -135,12 +138,11 @@ class Tracker:
 def wandb_config(config: RunConfig) -> dict[str, Any]:
     """What a W&B run records as its config: the resolved run, the device actually used,
     the hash naming its run folder and the rest of its identity."""
-    from benchmark.runs.runner import resolve_device
 
-    values = {k: v for k, v in config.resolved().to_dict().items() if k not in UNLOGGED_FIELDS}
+    values = {k: v for k, v in resolved_config(config).to_dict().items() if k not in UNLOGGED_FIELDS}
     values["device"], values["precision"] = resolve_device(config)
-    identity = config.identity()
-    values.update(config_hash=config.hash(), method_version=identity["method"], weights=identity["weights"],
+    identity = cell_identity(config)
+    values.update(config_hash=cell_hash(config), method_version=identity["method"], weights=identity["weights"],
                   data=identity["data"])
     return values
 
@@ -188,7 +190,7 @@ def _start(config: RunConfig, job_type: str | None, name: str | None = None,
             project=config.wandb_project,
             group=config.wandb_group or f"{config.protocol}-{config.dataset}",
             job_type=job_type or config.method,
-            name=name or config.run_name(),
+            name=name or run_name(config),
             config=run_config if run_config is not None else wandb_config(config),
             tags=list(dict.fromkeys(tags)),
             dir=str(directory),
@@ -220,9 +222,8 @@ def _start(config: RunConfig, job_type: str | None, name: str | None = None,
 
 
 def _resumed_run_id(config: RunConfig) -> str | None:
-    from benchmark.runs.checkpoints import saved_wandb_run_id
 
-    return saved_wandb_run_id(Path(config.out) / config.run_name())
+    return saved_wandb_run_id(Path(config.out) / run_name(config))
 
 
 def _has_netrc_login() -> bool:

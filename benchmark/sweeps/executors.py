@@ -18,7 +18,6 @@ import multiprocessing
 import os
 import platform
 import signal
-import sys
 import traceback
 from collections import deque
 from contextlib import contextmanager
@@ -26,12 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from benchmark.runs.checkpoints import save_before_preemption
 from benchmark.config import ConfigError
-from benchmark.errors import USER_ERRORS, CellBusy, DivergenceError, RunInterrupted
+from benchmark.errors import CellBusy, DivergenceError, RunInterrupted, UserError
+from benchmark.registry import load_method_file, loaded_method_files
+from benchmark.runs.checkpoints import save_before_preemption
+from benchmark.runs.identity import run_name
 from benchmark.runs.locks import cell_lock
-from benchmark.sweeps.presets import Cell
 from benchmark.runs.results import is_complete, record_failure
+from benchmark.runs.runner import run_experiment
+from benchmark.runs.tracking import Tracker
+from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.tables import run_dir
 
 ENGINES = {"ray": "ray", "slurm": "submitit"}  # executor -> the module its extra installs
@@ -78,7 +81,6 @@ class CellJob:
     def prepare(cls, cell: Cell, force: bool = False, tags: tuple[str, ...] = (), threads: int | None = None) -> "CellJob":
         import torch
 
-        from benchmark.registry import loaded_method_files
 
         env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(CARRIED_ENV)))
         return cls(cell, force, tuple(tags), threads or torch.get_num_threads(), os.getcwd(), env,
@@ -86,7 +88,7 @@ class CellJob:
 
     @property
     def name(self) -> str:
-        return self.cell.config.run_name()
+        return run_name(self.cell.config)
 
     def __call__(self) -> Outcome:
         """Run the cell (what submitit calls in the Slurm task)."""
@@ -105,7 +107,6 @@ class CellJob:
         """This process set up as the sweep's (restored after: a Ray worker runs many tasks)."""
         import torch
 
-        from benchmark.registry import load_method_file
 
         try:
             before_cwd = os.getcwd()
@@ -145,8 +146,6 @@ def run_cell(job: CellJob) -> Outcome:
 
 
 def _run_cell(job: CellJob) -> Outcome:
-    from benchmark.runs.runner import run_experiment
-    from benchmark.runs.tracking import Tracker
 
     cell, folder = job.cell, run_dir(job.cell)
     try:
@@ -161,7 +160,7 @@ def _run_cell(job: CellJob) -> Outcome:
     except Exception as exc:  # one broken cell must not lose the rest of the sweep
         error = f"{exc.__class__.__name__}: {exc}"
         record_failure(folder, error)
-        expected = isinstance(exc, (DivergenceError, *USER_ERRORS))
+        expected = isinstance(exc, (DivergenceError, UserError))
         return Outcome("failed", error, "" if expected else traceback.format_exc())
 
 

@@ -38,7 +38,15 @@ from typing import Sequence
 import torch
 
 from benchmark import flops, shortcuts
+from benchmark.backbone import load_backbone
+from benchmark.evaluation.accuracy import accuracy
+from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.federation.features import FeatureCache
 from benchmark.method import ClientContext, FederatedMethod
+from benchmark.registry import build_method
+from data.base import LabeledImages
+from data.catalog import dataset_info
+from data.partition import deal_classes
 
 # The paper's Table 1 schedule (preset base2novel): datasets, shots, rounds, local epochs,
 # clients, batch size; the test-split sizes of the CoOp split files these datasets use.
@@ -109,7 +117,6 @@ class _SyntheticImages:
     """A test split of random images: b per class, for the evaluator's `accuracy`."""
 
     def __new__(cls, name: str, class_names: Sequence[str], per_class: int, size: int):
-        from data.base import LabeledImages
 
         class Images(LabeledImages):
             def load(self, index: int) -> torch.Tensor:
@@ -147,8 +154,6 @@ def _fresh_download(method: FederatedMethod, clients: int, step: int) -> None:
 
 def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
     """The unit costs of `method` under the current shortcut setting (`shortcuts.use`)."""
-    from benchmark.evaluation.accuracy import accuracy
-    from benchmark.federation.features import FeatureCache
 
     size = method.backbone.image_size
     device = method.device
@@ -248,9 +253,6 @@ SOURCES = (
 def schedule_cost(units: UnitCosts, schedule: Schedule, minimum: bool) -> Cost:
     """The FLOPs of `schedule` for one method: as the code runs it, or (`minimum`) with
     equal-state clients scored once and Local read from Base (module docstring)."""
-    from benchmark.runs.runner import evaluation_rounds
-    from data.catalog import dataset_info
-    from data.partition import deal_classes
 
     cost = Cost()
     for name in schedule.datasets:
@@ -314,8 +316,6 @@ def table_costs(
 ) -> list[MethodReport]:
     """Executed (shortcuts on), plain (off) and minimum FLOPs of `schedule` per method, on
     `backbone_name` with random weights."""
-    from benchmark.backbone import load_backbone
-    from benchmark.registry import build_method
 
     backbone = load_backbone(backbone_name, None)
     reports = []

@@ -13,8 +13,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from benchmark.sweeps.presets import Cell
 from benchmark.runs.results import is_complete, read_metrics
+from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.tables import AVERAGE, run_dir
 
 # Per-round rows of metrics.csv that are bookkeeping, not accuracy.

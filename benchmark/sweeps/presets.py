@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
+from benchmark.evaluation.protocols import msst_targets
+from benchmark.registry import get_method, resolve_method_file
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -89,7 +91,7 @@ class Preset:
                 for variant in chosen_methods:
                     for seed in seeds if seeds is not None else self.seeds:
                         for part in parts:
-                            config = build_config(
+                            config = resolve_method_file(build_config(
                                 self.run,
                                 ds.get("run", {}),
                                 dict(grid),
@@ -99,7 +101,7 @@ class Preset:
                                 {"method_args": variant.method_args},
                                 {"method_args": tuned.get(variant.label, {})},
                                 overrides or {},
-                            )
+                            ))
                             if part and config.protocol != "msst":
                                 raise ConfigError(
                                     f"preset {self.name}: targets are msst target domains, but dataset "
@@ -110,7 +112,6 @@ class Preset:
         return cells
 
     def _targets(self, dataset, targets) -> list[str]:
-        from benchmark.evaluation.protocols import msst_targets
 
         if isinstance(dataset, (list, tuple)) or "+" in str(dataset):
             raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
@@ -133,7 +134,6 @@ class Preset:
         list (your own plugin) joins the table with default hyperparameters."""
         if wanted is None:
             return list(self.methods)
-        from benchmark.registry import get_method
 
         chosen = [m for m in self.methods if m.method in wanted or m.label in wanted]
         known = {m.method for m in self.methods} | {m.label for m in self.methods}

@@ -11,16 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmark.errors import RunInterrupted, UserError
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.simulator import describe_sampling
+from benchmark.runs.identity import run_name
+from benchmark.runs.prechecks import validate_run
+from benchmark.runs.results import is_complete
+from benchmark.runs.tracking import Tracker
+from benchmark.sweeps.executors import CellJob, LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
-from benchmark.errors import RunInterrupted
-from benchmark.runs.results import is_complete
 from benchmark.sweeps.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
-from benchmark.runs.prechecks import validate_run
-from data.catalog import dataset_info
-
+from data.base import DatasetError
+from data.catalog import dataset_info, resolve_data_root
 
 HEADLINE_METHOD = "pfedmma"  # the row the paired differences compare with every other row
 
@@ -82,7 +86,6 @@ class SweepPlan:
 
 
 def _planned_clients(config) -> int | None:
-    from benchmark.evaluation.protocols import get_protocol
 
     return get_protocol(config.protocol).planned_clients(config)
 
@@ -99,7 +102,6 @@ def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
 def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
     """A cell is done when a finished run folder of its identity exists (`force`: none is).
     `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
-    from data.base import DatasetError
 
     done = [] if force else [c for c in cells if is_complete(run_dir(c))]
     todo = [c for c in cells if c not in done]
@@ -113,25 +115,24 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
             except DatasetError as exc:
                 missing[name] = str(exc)
                 continue
-            folder = info.path(cell.config.resolved_data_root())
+            folder = info.path(resolve_data_root(cell.config.data_root))
             if not info.generated and not folder.is_dir():
                 missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
     # Method, hyperparameters, protocol and weights of every cell, before anything is built.
-    from benchmark.errors import USER_ERRORS
 
     weights_notes: list[str] = []
     invalid: dict[str, str] = {}  # cell label -> why it cannot run
     for cell in cells:
         try:
             notes = validate_run(cell.config, check_data=False)
-        except USER_ERRORS as exc:
+        except UserError as exc:
             invalid.setdefault(cell.label, str(exc).splitlines()[0])
             continue
         for note in notes:
             if note not in weights_notes:
                 weights_notes.append(note)
-    names = {c.config.run_name() for c in shown or []}
-    shown = list(shown or []) + [c for c in cells if c.config.run_name() not in names]
+    names = {run_name(c.config) for c in shown or []}
+    shown = list(shown or []) + [c for c in cells if run_name(c.config) not in names]
     return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid, force)
 
 
@@ -147,7 +148,7 @@ class SweepReport:
 
     def record(self, cell: Cell, outcome) -> None:
         """What an executor reported for one cell (benchmark.sweeps.executors.Outcome)."""
-        name = cell.config.run_name()
+        name = run_name(cell.config)
         if outcome.status == "ran":
             self.ran.append(cell)
         elif outcome.status == "done_elsewhere":
@@ -172,7 +173,6 @@ def run_sweep(
     (default: this process's)."""
     from tqdm.auto import tqdm
 
-    from benchmark.sweeps.executors import CellJob, LocalExecutor
 
     executor = executor or LocalExecutor()
     report = SweepReport(skipped=[c for c in plan.todo if not plan.can_run(c)])
@@ -209,7 +209,7 @@ def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> Non
           f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
           f"not finished: {len(jobs) - report.finished}")
     for cell in report.ran:
-        print(f"finished {cell.config.run_name()}")
+        print(f"finished {run_name(cell.config)}")
     print("run the same command again to do the rest")
 
 
@@ -219,7 +219,6 @@ def render_tables(
     """Tables (md/csv/tex), the paper comparison, the headline method's paired differences
     and the figures, from every finished cell of the table (filters select what runs, not
     what is shown)."""
-    from benchmark.evaluation.protocols import get_protocol
 
     long = collect(plan.shown)
     stats = summarize(long, failed_cells(plan.shown))
@@ -257,7 +256,6 @@ def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wand
     """The rendered table and plots, logged once per reproduction in a run of their own."""
     from dataclasses import replace
 
-    from benchmark.runs.tracking import Tracker
 
     config = replace(plan.cells[0].config, wandb=wandb_mode)  # project, group and output folder
     images = {k: v for k, v in files.items() if v.suffix == ".png"}

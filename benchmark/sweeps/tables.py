@@ -18,8 +18,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from benchmark.sweeps.presets import Cell
+from benchmark.evaluation.protocols import get_protocol
+from benchmark.runs.identity import run_name
 from benchmark.runs.results import is_complete, read_failure, read_summary
+from benchmark.sweeps.presets import Cell
 
 AVERAGE = "Average"
 KEYS = ["label", "hyperparameters", "method", "dataset", "grid"]
@@ -28,7 +30,7 @@ BOOTSTRAP_SEED = 0
 
 
 def run_dir(cell: Cell) -> Path:
-    return Path(cell.config.out) / cell.config.run_name()
+    return Path(cell.config.out) / run_name(cell.config)
 
 
 # A table cell made of several runs (msst, one per target domain) shows each run's
@@ -95,7 +97,6 @@ def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
 def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
     if not failed:
         return stats
-    from benchmark.evaluation.protocols import get_protocol
 
     stats = stats.copy()
     for cell in failed:

@@ -38,7 +38,12 @@ import pandas as pd
 import yaml
 
 from benchmark.config import ConfigError
+from benchmark.evaluation.protocols import get_protocol
+from benchmark.registry import get_method, hyperparameters
+from benchmark.runs.results import code_version, is_complete, read_summary
+from benchmark.runs.runner import run_experiment
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
+from benchmark.sweeps.tables import run_dir
 
 TUNING_DB = "tuning.db"
 TUNING_CSV = "tuning.csv"
@@ -72,7 +77,6 @@ class TuningPlan:
 
     @property
     def headline(self) -> str:
-        from benchmark.evaluation.protocols import get_protocol
 
         protocols = {c.config.protocol for v in self.variants for c in self.cells(v, {})}
         if len(protocols) != 1:
@@ -80,7 +84,6 @@ class TuningPlan:
         return get_protocol(protocols.pop()).headline
 
     def space(self, variant: MethodVariant) -> dict[str, Any]:
-        from benchmark.registry import get_method
 
         return dict(get_method(variant.method).tunable)
 
@@ -117,7 +120,6 @@ def plan_tuning(
     datasets: list[str] | None = None,
     command: str = "",
 ) -> TuningPlan:
-    from benchmark.registry import get_method
 
     if trials < 1:
         raise ConfigError(f"--trials {trials} is invalid: expected an integer >= 1")
@@ -231,7 +233,6 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
 
-    from benchmark.registry import hyperparameters, get_method
 
     finished = len(_finished(study))
     study.sampler = TPESampler(seed=sampler_seed(plan.seed, finished), n_startup_trials=STARTUP_TRIALS)
@@ -263,9 +264,6 @@ def sampler_seed(seed: int, finished: int) -> int:
 def _score(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> tuple[float, dict[str, float]]:
     """Mean headline metric on validation over the trial's cells (a finished identical run
     is read, not rerun: trials are deterministic)."""
-    from benchmark.runs.results import is_complete, read_summary
-    from benchmark.runs.runner import run_experiment
-    from benchmark.sweeps.tables import run_dir
 
     metric = plan.headline
     per_cell: dict[str, float] = {}
@@ -287,7 +285,6 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     them) that were made under this plan's settings; others are reported and left out."""
     import optuna
 
-    from benchmark.registry import get_method
 
     storage = _storage(plan)
     names = set(optuna.get_all_study_names(storage))
@@ -330,8 +327,6 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
 
 
 def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> dict[str, float]:
-    from benchmark.runs.results import is_complete, read_summary
-    from benchmark.sweeps.tables import run_dir
 
     summaries = [read_summary(run_dir(c)) for c in plan.cells(variant, params) if is_complete(run_dir(c))]
     if not summaries:
@@ -351,8 +346,6 @@ def _best(study):
 def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
     """tuning.csv and tuned.yaml from every study of the table; a method's values enter
     tuned.yaml once its budget (`plan.trials`) is spent."""
-    from benchmark.registry import get_method
-    from benchmark.runs.results import code_version
 
     studies = table_studies(plan, report)
     frame = trials_frame(plan, studies)

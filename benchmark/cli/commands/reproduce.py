@@ -6,7 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-
 EXECUTORS = ("local", "ray", "slurm")  # benchmark.sweeps.executors.EXECUTORS (not imported: `--help` stays fast)
 
 

@@ -30,6 +30,7 @@ def run(args) -> int:
 def answer_without_running(args, config) -> bool:
     """`--method-help` and `--print-config` print their answer and run nothing."""
     from benchmark.cli.args import method_parser
+    from benchmark.runs.identity import resolved_config
 
     if args.method_help:
         method_parser(config.method).print_help()
@@ -37,7 +38,7 @@ def answer_without_running(args, config) -> bool:
     if args.print_config:
         import yaml
 
-        print(yaml.safe_dump(config.resolved().to_dict(), sort_keys=False), end="")
+        print(yaml.safe_dump(resolved_config(config).to_dict(), sort_keys=False), end="")
         return True
     return False
 
@@ -45,19 +46,19 @@ def answer_without_running(args, config) -> bool:
 def run_config(config, tags: tuple[str, ...], engine=None) -> int:
     """Run one cell in its run folder under its lock, tracked, and print its table.
     `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`)."""
-    from benchmark.runs.identity import prepare_weights
+    from benchmark.runs.identity import prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
+    from benchmark.runs.prechecks import validate_run
     from benchmark.runs.reporting import format_summary
     from benchmark.runs.results import check_output_location
     from benchmark.runs.runner import run_experiment
     from benchmark.runs.tracking import Tracker
-    from benchmark.runs.prechecks import validate_run
 
     for note in validate_run(config):  # before W&B starts or a backbone is built
         print(f"note: {note}")
     check_output_location(Path(config.out))
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
-    with cell_lock(Path(config.out) / config.run_name()), Tracker.for_run(config, tags=tags) as tracker:
+    with cell_lock(Path(config.out) / run_name(config)), Tracker.for_run(config, tags=tags) as tracker:
         result = run_experiment(config, tracker=tracker, engine=engine)
     print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")

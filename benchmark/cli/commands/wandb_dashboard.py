@@ -23,9 +23,9 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     import os
 
+    from benchmark.evaluation.protocols import get_protocol
     from benchmark.sweeps.dashboard import dashboard_spec, publish
     from benchmark.sweeps.presets import load_preset
-    from benchmark.evaluation.protocols import get_protocol
 
     preset = load_preset(args.table)
     metrics = get_protocol(preset.run.get("protocol", "base2novel")).metrics

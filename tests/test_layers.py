@@ -1,0 +1,128 @@
+"""The import rule of `benchmark/` (docs/architecture.md): one direction of imports.
+
+Layers, bottom to top: the top level of `benchmark` (the plugin contract: one module per
+file directly under benchmark/), then `federation`, `evaluation`, `runs`, `sweeps`, `cli`.
+A module imports only its own layer or layers below; `methods/` and `data/` import only the
+top level of `benchmark` (and `data`). No import cycle among benchmark's modules. Outside
+`benchmark/cli/` (whose modules `fedbench --help` imports, so they load torch lazily), an
+import inside a function must say why with a `# lazy:` comment."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("", "federation", "evaluation", "runs", "sweeps", "cli")
+# The one import that points down by design: the registry discovers the built-in methods.
+DISCOVERY = {("benchmark.registry", "methods")}
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    found = {}
+    for top in ("benchmark", "data", "methods"):
+        for path in (root / top).rglob("*.py"):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_edges(root: Path = ROOT) -> list[tuple[str, str, int, bool, str]]:
+    """(importer, imported, line, inside a function, source line) for every import between
+    the project's modules, TYPE_CHECKING blocks left out."""
+    modules, edges = _modules(root), []
+    for name, path in modules.items():
+        text = path.read_text()
+        tree, lines = ast.parse(text), text.splitlines()
+        skip, in_function = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                skip.update(id(n) for n in ast.walk(node))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                in_function.update(id(n) for n in ast.walk(node))
+        for node in ast.walk(tree):
+            if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif node.level == 0 and node.module:
+                targets = [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                targets = []
+            for target in {_resolve(t, modules) for t in targets} - {None, name}:
+                edges.append((name, target, node.lineno, id(node) in in_function, lines[node.lineno - 1]))
+    return edges
+
+
+def layer(module: str) -> int | None:
+    """The layer index of a benchmark module; None for data/ and methods/."""
+    parts = module.split(".")
+    if parts[0] != "benchmark":
+        return None
+    return LAYERS.index(parts[1]) if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else 0
+
+
+def violations(root: Path = ROOT) -> list[str]:
+    bad, graph = [], {}
+    for src, dst, line, lazy, text in import_edges(root):
+        where = f"{src} line {line} imports {dst}"
+        if (src, dst) in DISCOVERY:
+            continue
+        graph.setdefault(src, set()).add(dst)
+        if layer(src) is None:
+            if layer(dst) not in (None, 0) or (src.startswith("data") and dst.startswith("methods")):
+                bad.append(f"{where}: methods/ and data/ import only the top level of benchmark")
+        elif layer(dst) is None:
+            if layer(src) == 0:
+                bad.append(f"{where}: the top level of benchmark imports no data/ or methods/ module")
+        elif layer(dst) > layer(src):
+            bad.append(f"{where}: an import up a layer ({LAYERS[layer(src)] or 'top level'} -> {LAYERS[layer(dst)]})")
+        if lazy and not src.startswith("benchmark.cli") and src.startswith("benchmark") and "# lazy:" not in text:
+            bad.append(f"{where} inside a function without a `# lazy:` reason")
+    bad += [f"import cycle: {' -> '.join(c)}" for c in _cycles({k: v for k, v in graph.items() if k.startswith("benchmark")})]
+    return bad
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    return cycles
+
+
+def test_imports_follow_the_layers():
+    assert violations() == []
+
+
+def test_an_upward_import_and_a_cycle_are_caught(tmp_path):
+    for top in ("benchmark", "data", "methods"):
+        for path in (ROOT / top).rglob("*.py"):
+            copy = tmp_path / path.relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(path.read_text())
+    assert violations(tmp_path) == []
+    simulator = tmp_path / "benchmark" / "federation" / "simulator.py"
+    simulator.write_text(simulator.read_text() + "\nfrom benchmark.runs.runner import run_experiment\n")
+    found = violations(tmp_path)
+    assert any("an import up a layer (federation -> runs)" in v for v in found), found
+    assert any(v.startswith("import cycle:") and "benchmark.federation.simulator" in v for v in found), found
+    method = tmp_path / "methods" / "promptfl.py"
+    method.write_text(method.read_text() + "\nfrom benchmark.federation import simulator\n")
+    assert any(v.startswith("methods.promptfl") for v in violations(tmp_path))
