@@ -20,7 +20,10 @@ import yaml
 from benchmark.errors import UserError
 
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
-SAMPLING_RULES = ("authors", "uniform")  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
+SAMPLING_RULES = (
+    "authors",
+    "uniform",
+)  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 
 
 class ConfigError(UserError, ValueError):
@@ -30,6 +33,9 @@ class ConfigError(UserError, ValueError):
 @dataclass
 class RunConfig:
     """One run: a method on a dataset under a protocol. Field docs become `--help` texts."""
+
+    # One field a line: its comment is its --help text (_field_comments reads them).
+    # fmt: off
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
     dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
@@ -68,6 +74,7 @@ class RunConfig:
     wandb_project: str = "fedbench"  # W&B project
     wandb_group: str = ""  # W&B group (a table name when run by `fedbench reproduce`)
     method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
+    # fmt: on
 
     def __post_init__(self) -> None:
         self.validate()
@@ -114,10 +121,21 @@ class RunConfig:
 
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
-        {"data_root", "attributes", "out", "device", "num_workers", "wandb", "wandb_project", "wandb_group",
-         "eval_batch_size", "checkpoint_every", "keep_checkpoints",
-         # evaluating more rounds adds rows to metrics.csv, never changes a number (tested)
-         "eval_every"}
+        {
+            "data_root",
+            "attributes",
+            "out",
+            "device",
+            "num_workers",
+            "wandb",
+            "wandb_project",
+            "wandb_group",
+            "eval_batch_size",
+            "checkpoint_every",
+            "keep_checkpoints",
+            # evaluating more rounds adds rows to metrics.csv, never changes a number (tested)
+            "eval_every",
+        }
     )
 
     def to_dict(self) -> dict[str, Any]:

@@ -345,7 +345,15 @@ def state_bytes(state: Mapping[str, Tensor]) -> int:
 # does not: overriding one would change what a client-round computes, so `benchmark.registry`
 # refuses such a method with this list.
 UNCALLED_HOOKS = (
-    "setup", "teardown", "configure_model", "configure_gradient_clipping", "optimizer_step",
-    "optimizer_zero_grad", "lr_scheduler_step", "backward", "transfer_batch_to_device",
-    "on_before_batch_transfer", "on_after_batch_transfer",
+    "setup",
+    "teardown",
+    "configure_model",
+    "configure_gradient_clipping",
+    "optimizer_step",
+    "optimizer_zero_grad",
+    "lr_scheduler_step",
+    "backward",
+    "transfer_batch_to_device",
+    "on_before_batch_transfer",
+    "on_after_batch_transfer",
 )

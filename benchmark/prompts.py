@@ -66,9 +66,7 @@ class ContextPrompts:
             self._layouts[key] = PromptLayout(tokens, embedded[:, :1], embedded[:, 1 + self.n_ctx :])
         return self._layouts[key]
 
-    def encode(
-        self, ctx: Tensor, class_names: Sequence[str], block_wrappers: BlockWrappers | None = None
-    ) -> Tensor:
+    def encode(self, ctx: Tensor, class_names: Sequence[str], block_wrappers: BlockWrappers | None = None) -> Tensor:
         """Text features for context `ctx`: [n_ctx, W] shared by all classes or [C, n_ctx, W]
         per class give [C, D]; [B, C, n_ctx, W] (one context per image, CoCoOp) gives [B, C, D]."""
         layout = self.layout(class_names)

@@ -41,11 +41,21 @@ ENTRY_POINT_GROUP = "fedbench.methods"
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
 # returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
 HOOKS = (
-    "encode_images", "encode_classes", "classify", "training_step", "configure_optimizers",
-    "aggregate", "download", "set_class_attributes",
+    "encode_images",
+    "encode_classes",
+    "classify",
+    "training_step",
+    "configure_optimizers",
+    "aggregate",
+    "download",
+    "set_class_attributes",
 )
 CLASS_ATTRIBUTES = (
-    "upload_keys", "frozen_image_features", "image_feature_kind", "frozen_image_blocks", "evaluate_after_download",
+    "upload_keys",
+    "frozen_image_features",
+    "image_feature_kind",
+    "frozen_image_blocks",
+    "evaluate_after_download",
     "gpu_precision",
     "uses_class_attributes",
     "tunable",
@@ -399,8 +409,7 @@ def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
     except (TypeError, ValueError):
         pass
     raise MethodError(
-        f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} "
-        f"(default {h.default!r})"
+        f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} (default {h.default!r})"
     )
 
 
@@ -426,12 +435,18 @@ def _load_all() -> None:
     # FEDBENCH_PLUGINS: method files (`path.py` or `path.py:Class`), separated by commas
     # (not by ':', which separates the class).
     for spec in filter(None, (s.strip() for s in os.environ.get("FEDBENCH_PLUGINS", "").split(","))):
-        _load_plugin(f"{spec!r} (FEDBENCH_PLUGINS)", f"file {spec}", lambda spec=spec: sys.modules[_METHODS[load_method_file(spec)].__module__], None)
+        _load_plugin(
+            f"{spec!r} (FEDBENCH_PLUGINS)",
+            f"file {spec}",
+            lambda spec=spec: sys.modules[_METHODS[load_method_file(spec)].__module__],
+            None,
+        )
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         package = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown package"
         before = set(_METHODS)
-        _load_plugin(f"{ep.name!r} ({ep.value}, package {package})", f"plugin {ep.name!r} (package {package})",
-                     ep.load, ep.name)
+        _load_plugin(
+            f"{ep.name!r} ({ep.value}, package {package})", f"plugin {ep.name!r} (package {package})", ep.load, ep.name
+        )
         version = getattr(getattr(ep, "dist", None), "version", None) or "unknown"
         _PACKAGES.update({n: f"{package}=={version}" for n in set(_METHODS) - before})
 
@@ -453,8 +468,10 @@ def _load_plugin(label: str, origin: str, load: Callable[[], Any], entry_name: s
             _ORIGINS[loaded.name] = origin  # the entry point naming a class claims it
         elif not isinstance(loaded, type) and not inspect.ismodule(loaded):
             raise MethodError(f"the entry point must name a module or a FederatedMethod subclass, got {loaded!r}")
-        elif inspect.ismodule(loaded) and entry_name is not None and not any(
-            c.__module__ == loaded.__name__ for c in _METHODS.values()
+        elif (
+            inspect.ismodule(loaded)
+            and entry_name is not None
+            and not any(c.__module__ == loaded.__name__ for c in _METHODS.values())
         ):
             raise MethodError(
                 f"module {loaded.__name__} registered no method: decorate a FederatedMethod subclass "

@@ -28,8 +28,22 @@ from data.base import DatasetError
 AUTHORS_REPOSITORY = "https://github.com/mainaksingha01/FedMVP"
 AUTHORS_RAW = "https://raw.githubusercontent.com/mainaksingha01/FedMVP/main/attributes/{file}"
 AUTHORS_FILES = (
-    "caltech101", "oxford_flowers", "fgvc_aircraft", "ucf101", "oxford_pets", "food101", "dtd",
-    "stanford_cars", "sun397", "pacs", "officehome", "vlcs", "terraincognita", "domainnet", "imagenet", "eurosat",
+    "caltech101",
+    "oxford_flowers",
+    "fgvc_aircraft",
+    "ucf101",
+    "oxford_pets",
+    "food101",
+    "dtd",
+    "stanford_cars",
+    "sun397",
+    "pacs",
+    "officehome",
+    "vlcs",
+    "terraincognita",
+    "domainnet",
+    "imagenet",
+    "eurosat",
 )
 
 
@@ -182,7 +196,9 @@ def _parse(raw: bytes, path: Path, dataset: str) -> dict[str, list[str]]:
     try:
         table = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AttributeFileError(f"attribute file {path} for dataset {dataset!r} is not valid UTF-8 JSON: {exc}") from None
+        raise AttributeFileError(
+            f"attribute file {path} for dataset {dataset!r} is not valid UTF-8 JSON: {exc}"
+        ) from None
     if not isinstance(table, dict) or not table:
         raise AttributeFileError(
             f"attribute file {path} for dataset {dataset!r} must hold a non-empty JSON object "

@@ -147,7 +147,10 @@ class SubsetImages(LabeledImages):
         indices = [int(i) for i in indices]
         domains = None if source.domains is None else [source.domains[i] for i in indices]
         super().__init__(
-            name, [source.labels[i] for i in indices], source.class_names, domains,
+            name,
+            [source.labels[i] for i in indices],
+            source.class_names,
+            domains,
             cache_key=f"{source.cache_key}[{key or name}]",
         )
         self.indices = indices

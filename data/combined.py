@@ -53,7 +53,9 @@ def members_of(dataset: DatasetSplits) -> list[Member]:
 class ConcatImages(LabeledImages):
     """Splits of several datasets one after the other, labels shifted by each one's offset."""
 
-    def __init__(self, name: str, parts: Sequence[LabeledImages], offsets: Sequence[int], class_names: Sequence[str]) -> None:
+    def __init__(
+        self, name: str, parts: Sequence[LabeledImages], offsets: Sequence[int], class_names: Sequence[str]
+    ) -> None:
         labels = [y + offset for part, offset in zip(parts, offsets) for y in part.labels]
         domains = None
         if parts and all(p.domains is not None for p in parts):
@@ -71,7 +73,9 @@ class ConcatImages(LabeledImages):
         return self.parts[part].load(index - self.starts[part])
 
 
-def combine(name: str, train_members: Sequence[DatasetSplits], test_only: Sequence[DatasetSplits] = ()) -> DatasetSplits:
+def combine(
+    name: str, train_members: Sequence[DatasetSplits], test_only: Sequence[DatasetSplits] = ()
+) -> DatasetSplits:
     """One dataset from several: train = the train splits of `train_members`, test = the test
     splits of every member (train members first), classes = every member's, in blocks."""
     members: list[Member] = []
@@ -79,7 +83,9 @@ def combine(name: str, train_members: Sequence[DatasetSplits], test_only: Sequen
     test_parts, train_parts, train_offsets = [], [], []
     for dataset, trains in [(d, True) for d in train_members] + [(d, False) for d in test_only]:
         start = sum(len(p) for p in test_parts)
-        members.append(Member(dataset.name, len(class_names), len(dataset.class_names), start, start + len(dataset.test), trains))
+        members.append(
+            Member(dataset.name, len(class_names), len(dataset.class_names), start, start + len(dataset.test), trains)
+        )
         if trains:
             train_parts.append(dataset.train)
             train_offsets.append(len(class_names))
@@ -91,7 +97,9 @@ def combine(name: str, train_members: Sequence[DatasetSplits], test_only: Sequen
     return DatasetSplits(name, train, test, class_names, extra={"members": tuple(members)})
 
 
-def load_datasets(names: Sequence[str], root: Path | str, transforms: ImageTransforms, test_only: Sequence[str] = ()) -> DatasetSplits:
+def load_datasets(
+    names: Sequence[str], root: Path | str, transforms: ImageTransforms, test_only: Sequence[str] = ()
+) -> DatasetSplits:
     """The data of one run: `names` (trained on) and `test_only` (evaluated only). One name
     and nothing test-only loads that dataset as it is."""
     from data.catalog import load_dataset

@@ -46,25 +46,53 @@ DOMAINNET_ZIPS = {
 TORCHVISION = {
     "cifar10": ("CIFAR10", {}, []),
     "cifar100": ("CIFAR100", {}, []),
-    "caltech101": ("Caltech101", {"target_type": "category"}, [("caltech101/101_ObjectCategories", "101_ObjectCategories")]),
-    "oxford_pets": ("OxfordIIITPet", {}, [("oxford-iiit-pet/images", "images"), ("oxford-iiit-pet/annotations", "annotations")]),
-    "oxford_flowers": ("Flowers102", {}, [("flowers-102/jpg", "jpg"), ("flowers-102/imagelabels.mat", "imagelabels.mat"), ("flowers-102/setid.mat", "setid.mat")]),
+    "caltech101": (
+        "Caltech101",
+        {"target_type": "category"},
+        [("caltech101/101_ObjectCategories", "101_ObjectCategories")],
+    ),
+    "oxford_pets": (
+        "OxfordIIITPet",
+        {},
+        [("oxford-iiit-pet/images", "images"), ("oxford-iiit-pet/annotations", "annotations")],
+    ),
+    "oxford_flowers": (
+        "Flowers102",
+        {},
+        [
+            ("flowers-102/jpg", "jpg"),
+            ("flowers-102/imagelabels.mat", "imagelabels.mat"),
+            ("flowers-102/setid.mat", "setid.mat"),
+        ],
+    ),
     "food101": ("Food101", {}, [("food-101/images", "images"), ("food-101/meta", "meta")]),
     "dtd": ("DTD", {}, [("dtd/dtd/images", "images"), ("dtd/dtd/labels", "labels"), ("dtd/dtd/imdb", "imdb")]),
     "sun397": ("SUN397", {}, [("SUN397", "SUN397")]),
     "eurosat": ("EuroSAT", {}, [("eurosat/2750", "2750")]),
-    "fgvc_aircraft": ("FGVCAircraft", {}, [
-        (f"fgvc-aircraft-2013b/data/{part}", part)
-        for part in ("images", "variants.txt", "images_variant_train.txt", "images_variant_val.txt", "images_variant_test.txt")
-    ]),
+    "fgvc_aircraft": (
+        "FGVCAircraft",
+        {},
+        [
+            (f"fgvc-aircraft-2013b/data/{part}", part)
+            for part in (
+                "images",
+                "variants.txt",
+                "images_variant_train.txt",
+                "images_variant_val.txt",
+                "images_variant_test.txt",
+            )
+        ],
+    ),
 }
 # The Stanford Cars archives (torchvision can no longer fetch them; CoOp's DATASETS.md names these files).
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
 DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
 IMAGENET_VARIANT_STEPS = {
-    "imagenet_v2": ("https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
-                    "imagenetv2-matched-frequency-format-val/<0..999>/"),
+    "imagenet_v2": (
+        "https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
+        "imagenetv2-matched-frequency-format-val/<0..999>/",
+    ),
     "imagenet_a": ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-a.tar", "imagenet-a/<wnid>/"),
     "imagenet_r": ("https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar", "imagenet-r/<wnid>/"),
 }

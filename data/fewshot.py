@@ -7,9 +7,7 @@ from collections import defaultdict
 from typing import Iterable, Sequence
 
 
-def few_shot_indices(
-    labels: Sequence[int], shots: int, seed: int, class_ids: Iterable[int] | None = None
-) -> list[int]:
+def few_shot_indices(labels: Sequence[int], shots: int, seed: int, class_ids: Iterable[int] | None = None) -> list[int]:
     """`shots` indices per class (all of a class's images when it has fewer), sorted.
 
     Sampling is per class in label order with one `random.Random(seed)`, so the sample
@@ -38,9 +36,7 @@ def few_shot_subset(labels: Sequence[int], pool: Iterable[int], shots: int, seed
     return [pool[p] for p in chosen]
 
 
-def cached_few_shot_indices(
-    labels: Sequence[int], shots: int, seed: int, cache_dir, tag: str = ""
-) -> list[int]:
+def cached_few_shot_indices(labels: Sequence[int], shots: int, seed: int, cache_dir, tag: str = "") -> list[int]:
     """`few_shot_indices`, cached as JSON in `cache_dir` (next to the split) so reruns read
     the identical sample. The file name carries a hash of the labels, so a changed split
     never reuses a stale sample."""

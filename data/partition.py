@@ -110,7 +110,11 @@ def valid_client_counts(num_classes: int, rule: str = "balanced") -> list[int]:
     """The client counts that `deal_classes` can serve from `num_classes` classes."""
     if rule == "balanced":
         return list(range(1, num_classes + 1))
-    return [k for k in range(1, num_classes + 1) if 0 < round(num_classes / k) and round(num_classes / k) * (k - 1) < num_classes]
+    return [
+        k
+        for k in range(1, num_classes + 1)
+        if 0 < round(num_classes / k) and round(num_classes / k) * (k - 1) < num_classes
+    ]
 
 
 def _ranges(values: list[int]) -> str:
@@ -127,7 +131,11 @@ def _ranges(values: list[int]) -> str:
 
 
 def base2novel_partition(
-    train_labels: Sequence[int], num_classes: int, num_clients: int, shots: int, seed: int,
+    train_labels: Sequence[int],
+    num_classes: int,
+    num_clients: int,
+    shots: int,
+    seed: int,
     dealing: str = "balanced",
 ) -> Partition:
     """The paper's label-shift protocol: base classes dealt to clients, K shots each."""
@@ -195,6 +203,7 @@ def class_chunk_partition(
     Each client holds `shots` train images of each of its classes (drawn from the group's
     pool), trains over its own classes only, and records its group in `domain`.
     """
+
     def images_by_class(positions) -> dict[int, list[int]]:
         by_class: dict[int, list[int]] = {}
         for i in positions:
@@ -230,9 +239,7 @@ def class_chunk_partition(
 _MAX_DIRICHLET_DRAWS = 1000
 
 
-def _dirichlet_split(
-    labels: Sequence[int], num_clients: int, beta: float, rng, min_size: int
-) -> list[list[int]]:
+def _dirichlet_split(labels: Sequence[int], num_clients: int, beta: float, rng, min_size: int) -> list[list[int]]:
     """Split positions 0..len(labels)-1 over clients, class by class, with Dirichlet(beta)
     proportions, redrawing until every client holds at least `min_size` items.
 
@@ -419,7 +426,10 @@ def load_manifest(path) -> Partition:
         for c in payload["clients"]
     )
     partition = Partition(
-        payload["protocol"], clients, tuple(payload["base_class_ids"]), tuple(payload["novel_class_ids"]),
+        payload["protocol"],
+        clients,
+        tuple(payload["base_class_ids"]),
+        tuple(payload["novel_class_ids"]),
         tuple(payload.get("targets", ())),
     )
     if partition.hash != payload["hash"]:

@@ -74,7 +74,7 @@ def which_clause(descriptor: str) -> str:
 
 
 def attribute_sentence(prefix: str, class_name: str, suffix: str, descriptor: str) -> str:
-    """"{prefix} {class}, {suffix}{clause}", cut to its first 77 characters."""
+    """ "{prefix} {class}, {suffix}{clause}", cut to its first 77 characters."""
     sentence = f"{prefix} {class_name}, {suffix}{which_clause(descriptor)}"
     return sentence[:SENTENCE_CHARS]
 
@@ -165,7 +165,11 @@ class FedMVP(FederatedMethod):
         weight_decay: float = 1e-5,
     ) -> None:
         super().__init__(backbone)
-        for name, value in (("local_steps", local_steps), ("lora_check", lora_check), ("lora_trainable", lora_trainable)):
+        for name, value in (
+            ("local_steps", local_steps),
+            ("lora_check", lora_check),
+            ("lora_trainable", lora_trainable),
+        ):
             if value not in FIDELITY:
                 raise ValueError(f"{name} must be 'paper' or 'code', got {value!r}")
         width = backbone.vision.width

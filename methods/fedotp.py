@@ -171,17 +171,21 @@ class FedOTP(FederatedMethod):
         names = list(class_names)
         num_classes = len(names)
         # One text-tower pass over 2C prompts: the C global ones, then the C local ones.
-        ctx = torch.cat(
-            [self.global_ctx.expand(num_classes, -1, -1), self.local_ctx.expand(num_classes, -1, -1)]
-        )
+        ctx = torch.cat([self.global_ctx.expand(num_classes, -1, -1), self.local_ctx.expand(num_classes, -1, -1)])
         features = self.prompts.encode(ctx, names + names)
         return F.normalize(features, dim=-1).view(2, num_classes, -1)
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         hp = self.hparams
         return transport_logits(
-            image_features, class_features, self.backbone.logit_scale,
-            hp.ot, hp.top_percent, hp.eps, hp.thresh, hp.max_iter,
+            image_features,
+            class_features,
+            self.backbone.logit_scale,
+            hp.ot,
+            hp.top_percent,
+            hp.eps,
+            hp.thresh,
+            hp.max_iter,
         )
 
     def configure_optimizers(self):

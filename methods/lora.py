@@ -68,9 +68,7 @@ class LoRABlock(nn.Module):
         h = block.ln_1(x)
         weights = attn.in_proj_weight.chunk(3)
         biases = attn.in_proj_bias.chunk(3) if attn.in_proj_bias is not None else (None, None, None)
-        q, k, v = (
-            F.linear(h, w, b) + lora(h) for w, b, lora in zip(weights, biases, (self.q, self.k, self.v))
-        )
+        q, k, v = (F.linear(h, w, b) + lora(h) for w, b, lora in zip(weights, biases, (self.q, self.k, self.v)))
         batch, length, width = q.shape
         heads = attn.num_heads
 
@@ -115,9 +113,7 @@ class CLIPLoRA(FederatedMethod):
         scaling = alpha / math.sqrt(rank)  # CLIP-LoRA's choice, not loralib's alpha / r
         self.lora = nn.ModuleDict(
             {
-                tower: nn.ModuleList(
-                    LoRABlock(shape.width, rank, scaling, dropout) for _ in range(shape.blocks)
-                )
+                tower: nn.ModuleList(LoRABlock(shape.width, rank, scaling, dropout) for _ in range(shape.blocks))
                 for tower, shape in (("text", backbone.text), ("vision", backbone.vision))
             }
         )

@@ -105,16 +105,16 @@ class PFedMMA(FederatedMethod):
         weight_decay: float = 5e-4,
     ) -> None:
         """Args:
-            first_block: first adapted block, 1-based, in both towers (the paper: 5 of 12).
-            last_block: last adapted block, 1-based; 0 = the shallower tower's last block.
-            adapter_dim: width of the personal down/up projections (the paper: 32).
-            shared_dim: width of the shared projection, i.e. of what is federated (the paper: 32).
-            alpha: scale of the adapter's output; its parameters get 1/alpha times their gradient.
-            federate: what a client uploads: the shared projections (the paper), every adapter,
-                or nothing (local training only, an ablation).
-            lr: SGD learning rate, constant within a client-round.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay.
+        first_block: first adapted block, 1-based, in both towers (the paper: 5 of 12).
+        last_block: last adapted block, 1-based; 0 = the shallower tower's last block.
+        adapter_dim: width of the personal down/up projections (the paper: 32).
+        shared_dim: width of the shared projection, i.e. of what is federated (the paper: 32).
+        alpha: scale of the adapter's output; its parameters get 1/alpha times their gradient.
+        federate: what a client uploads: the shared projections (the paper), every adapter,
+            or nothing (local training only, an ablation).
+        lr: SGD learning rate, constant within a client-round.
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay.
         """
         super().__init__(backbone)
         self.save_hyperparameters(ignore=["backbone"])

@@ -236,10 +236,11 @@ class PFedMoAP(FederatedMethod):
         hp = self.hparams
         optimizer = torch.optim.SGD(
             [{"params": [self.ctx], "lr": hp.lr}, {"params": list(self.gate.parameters()), "lr": hp.gate_lr}],
-            lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay,
+            lr=hp.lr,
+            momentum=hp.momentum,
+            weight_decay=hp.weight_decay,
         )
         warmup_steps, steps = warmup_and_total_steps(self, hp.warmup_epochs)
         prompt_schedule = warmup_then_cosine(warmup_steps, steps, hp.warmup_lr / hp.lr)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, [prompt_schedule, constant_schedule])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-

@@ -42,13 +42,13 @@ class PromptFL(FederatedMethod):
         weight_decay: float = 5e-4,
     ) -> None:
         """Args:
-            n_ctx: number of learned context vectors before the class name (CoOp: 16).
-            init_std: standard deviation of the context's normal initialization.
-            lr: SGD learning rate after the warm-up, decayed by a cosine over the client-round.
-            warmup_epochs: local epochs at the constant warmup_lr first (skipped with one local epoch).
-            warmup_lr: the warm-up learning rate.
-            momentum: SGD momentum.
-            weight_decay: SGD weight decay.
+        n_ctx: number of learned context vectors before the class name (CoOp: 16).
+        init_std: standard deviation of the context's normal initialization.
+        lr: SGD learning rate after the warm-up, decayed by a cosine over the client-round.
+        warmup_epochs: local epochs at the constant warmup_lr first (skipped with one local epoch).
+        warmup_lr: the warm-up learning rate.
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay.
         """
         super().__init__(backbone)
         if warmup_epochs < 0 or not warmup_lr > 0:

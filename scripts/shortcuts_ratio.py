@@ -42,8 +42,18 @@ from benchmark.registry import build_method
 from benchmark.runs.runner import autocast_context, load_run_dataset, run_experiment
 from benchmark.sweeps.presets import load_preset
 
-DTD_LIKE = ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered", "cobwebbed", "cracked",
-            "crosshatched", "crystalline"]
+DTD_LIKE = [
+    "banded",
+    "blotchy",
+    "braided",
+    "bubbly",
+    "bumpy",
+    "chequered",
+    "cobwebbed",
+    "cracked",
+    "crosshatched",
+    "crystalline",
+]
 
 
 def timed(fn) -> tuple[float, float]:
@@ -64,8 +74,10 @@ def interleaved(fn_of_enabled, repeats: int) -> dict[bool, tuple[float, float]]:
 
 def ratio_text(m: dict[bool, tuple[float, float]], unit: float = 1000.0, name: str = "ms") -> str:
     on, off = m[True], m[False]
-    return (f"wall {unit * on[0]:8.1f} / {unit * off[0]:8.1f} {name} = {on[0] / off[0]:.2f}   "
-            f"cpu {unit * on[1]:8.1f} / {unit * off[1]:8.1f} {name} = {on[1] / off[1]:.2f}")
+    return (
+        f"wall {unit * on[0]:8.1f} / {unit * off[0]:8.1f} {name} = {on[0] / off[0]:.2f}   "
+        f"cpu {unit * on[1]:8.1f} / {unit * off[1]:8.1f} {name} = {on[1] / off[1]:.2f}"
+    )
 
 
 # -- 1. toy model rounds -----------------------------------------------------------------------
@@ -150,16 +162,20 @@ def vit_b16(repeats: int) -> None:
     tokens = promptfl.prompts.layout(DTD_LIKE).tokens
     with shortcuts.use(True):
         length = backbone.text_length(tokens)
-    print(f"  PromptFL text step (16 ctx, 10 classes, fwd+bwd; {length} of 77 positions run): "
-          + ratio_text(interleaved(promptfl_step, repeats)))
+    print(
+        f"  PromptFL text step (16 ctx, 10 classes, fwd+bwd; {length} of 77 positions run): "
+        + ratio_text(interleaved(promptfl_step, repeats))
+    )
     pfedmma = build_method("pfedmma", backbone)
 
     def pfedmma_text_step(_):
         pfedmma.zero_grad()
         pfedmma.encode_classes(DTD_LIKE).sum().backward()
 
-    print("  pFedMMA text step (blocks 5-12 adapted, 10 classes, fwd+bwd): "
-          + ratio_text(interleaved(pfedmma_text_step, repeats)))
+    print(
+        "  pFedMMA text step (blocks 5-12 adapted, 10 classes, fwd+bwd): "
+        + ratio_text(interleaved(pfedmma_text_step, repeats))
+    )
     images = torch.randn(8, 3, 224, 224)
     prefix = backbone.image_prefix(images, pfedmma.frozen_image_blocks)
     with torch.no_grad():
@@ -170,15 +186,21 @@ def vit_b16(repeats: int) -> None:
         with torch.no_grad():
             pfedmma.encode_images(prefix if enabled else images)
 
-    print(f"  pFedMMA image tower, 8 images, evaluation (prefix of {pfedmma.frozen_image_blocks} blocks reused vs "
-          f"from pixels; max rel diff {difference:.1e}): " + ratio_text(interleaved(image_eval, repeats)))
+    print(
+        f"  pFedMMA image tower, 8 images, evaluation (prefix of {pfedmma.frozen_image_blocks} blocks reused vs "
+        f"from pixels; max rel diff {difference:.1e}): " + ratio_text(interleaved(image_eval, repeats))
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--methods", nargs="*", help="toy preset methods for part 1 (default: all)")
-    parser.add_argument("--simulated", nargs="*", default=["pfedmma", "promptfl", "pfedmoap", "lora"],
-                        help="toy preset methods run through the simulator (part 2)")
+    parser.add_argument(
+        "--simulated",
+        nargs="*",
+        default=["pfedmma", "promptfl", "pfedmoap", "lora"],
+        help="toy preset methods run through the simulator (part 2)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-vit-b16", action="store_true", help="skip part 3")
     args = parser.parse_args()
@@ -189,8 +211,10 @@ def main() -> None:
     variants = {v.method: dict(v.method_args) for v in preset.methods}
     if PRETRAINED_CACHED[preset.run["pretrained"]]() is None:
         raise SystemExit(f"the {preset.run['pretrained']!r} CLIP is not built yet; `fedbench demo` builds it")
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     first = config_for(next(iter(variants)), {}, True)
     backbone = load_backbone(first.backbone, first.pretrained)
     test = load_run_dataset(first, backbone).test
@@ -216,9 +240,12 @@ def main() -> None:
                 samples[enabled].append(simulated(name, variants.get(name, {}), enabled))
         rnd = {k: statistics.median(s[0] for s in v) for k, v in samples.items()}
         ev = {k: statistics.median(s[1] for s in v) for k, v in samples.items()}
-        print(f"  {name:<13} client-round {1000 * rnd[True]:7.1f} / {1000 * rnd[False]:7.1f} ms = "
-              f"{rnd[True] / rnd[False]:.2f}   evaluation {ev[True]:6.2f} / {ev[False]:6.2f} s = "
-              f"{ev[True] / ev[False]:.2f}", flush=True)
+        print(
+            f"  {name:<13} client-round {1000 * rnd[True]:7.1f} / {1000 * rnd[False]:7.1f} ms = "
+            f"{rnd[True] / rnd[False]:.2f}   evaluation {ev[True]:6.2f} / {ev[False]:6.2f} s = "
+            f"{ev[True] / ev[False]:.2f}",
+            flush=True,
+        )
 
     if not args.no_vit_b16:
         vit_b16(max(3, args.repeats // 2))

@@ -47,7 +47,9 @@ def main() -> None:
     x_train, y_train = base_features(backbone, "train", base)
     x_val, y_val = base_features(backbone, "val", base)
     with torch.no_grad():
-        text = F.normalize(backbone.zero_shot_text_features([spec.class_names[c] for c in base], "a photo of a {}."), dim=-1)
+        text = F.normalize(
+            backbone.zero_shot_text_features([spec.class_names[c] for c in base], "a photo of a {}."), dim=-1
+        )
     print(f"{len(y_train)} base-class train images, {len(y_val)} validation images")
     print(f"zero-shot: validation Base {accuracy(x_val, text, y_val):.2f}")
     for decay in (0.0, 1e-4, 1e-3, 1e-2):
@@ -60,8 +62,10 @@ def main() -> None:
             loss.backward()
             optimizer.step()
         with torch.no_grad():
-            print(f"best normalized linear classifier (pull to zero-shot {decay}): train {accuracy(x_train, classes, y_train):.2f}, "
-                  f"validation Base {accuracy(x_val, classes, y_val):.2f}")
+            print(
+                f"best normalized linear classifier (pull to zero-shot {decay}): train {accuracy(x_train, classes, y_train):.2f}, "
+                f"validation Base {accuracy(x_val, classes, y_val):.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -46,7 +46,9 @@ def prompt_embeddings(model, class_names: list[str], ctx: Tensor, prefix_text: s
     return tokens, torch.cat([embedded[:, :1], ctx, embedded[:, 1 + n :]], dim=1)
 
 
-def image_tokens(model, images: Tensor, visual_prompts: Tensor | None = None, visual_deep: dict | None = None) -> Tensor:
+def image_tokens(
+    model, images: Tensor, visual_prompts: Tensor | None = None, visual_deep: dict | None = None
+) -> Tensor:
     """ln_post of the image tower's output tokens, [B, 1 + M (+ n), W]."""
     v = model.visual
     x = v.conv1(images)
@@ -77,7 +79,9 @@ class BlockInputs:
     def __init__(self, blocks) -> None:
         self.inputs: dict[int, Tensor] = {}
         self._handles = [
-            block.register_forward_pre_hook(lambda module, args, kwargs, i=i: self._keep(i, args, kwargs), with_kwargs=True)
+            block.register_forward_pre_hook(
+                lambda module, args, kwargs, i=i: self._keep(i, args, kwargs), with_kwargs=True
+            )
             for i, block in enumerate(blocks)
         ]
 

@@ -56,8 +56,18 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
     from benchmark.config import build_config
 
     base = dict(
-        dataset="dtd", backbone=TINY, pretrained="none", data_root=str(fake_data_root), out=str(tmp_path / "runs"),
-        shots=4, rounds=2, local_epochs=1, clients=3, batch_size=8, seed=1, wandb="disabled",
+        dataset="dtd",
+        backbone=TINY,
+        pretrained="none",
+        data_root=str(fake_data_root),
+        out=str(tmp_path / "runs"),
+        shots=4,
+        rounds=2,
+        local_epochs=1,
+        clients=3,
+        batch_size=8,
+        seed=1,
+        wandb="disabled",
     )
     base.update(overrides)
     method_args = base.pop("method_args", {})
@@ -77,8 +87,9 @@ def method_config(method: str, fake_data_root: Path, tmp_path: Path, **overrides
     if available_methods()[method].uses_class_attributes:
         folder = tmp_path / "attributes"
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "dtd.json").write_text(json.dumps(
-            {f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)}))
+        (folder / "dtd.json").write_text(
+            json.dumps({f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)})
+        )
         extra["attributes"] = str(folder)
     return tiny_config(fake_data_root, tmp_path, method=method, **{**extra, **overrides})
 
@@ -87,12 +98,20 @@ def trained_built_in_methods() -> list[str]:
     """The built-in methods that train (other test modules register plugins of their own)."""
     from benchmark.registry import available_methods
 
-    return sorted(name for name, cls in available_methods().items()
-                  if cls.__module__.startswith("methods.") and name != "zeroshot")
+    return sorted(
+        name
+        for name, cls in available_methods().items()
+        if cls.__module__.startswith("methods.") and name != "zeroshot"
+    )
 
 
 def write_mini_preset(
-    folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1,), rounds=1, paper_table: str | None = None
+    folder: Path,
+    data_root: Path,
+    methods=("zeroshot", "promptfl"),
+    seeds=(1,),
+    rounds=1,
+    paper_table: str | None = None,
 ) -> Path:
     """The smallest table a test can reproduce: base2novel on the fake DTD layout, tiny CLIP."""
     preset = folder / "mini.yaml"

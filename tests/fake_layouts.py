@@ -66,16 +66,35 @@ def _save_image(path: Path, colour: tuple[int, int, int], size: int = 12) -> Non
 _COOP_CLASSES = {
     "caltech101": ["accordion", "airplanes", "anchor", "ant", "barrel", "bass"],
     "oxford_pets": ["Abyssinian", "american_bulldog", "american_pit_bull_terrier", "basset_hound", "beagle", "Bengal"],
-    "oxford_flowers": ["pink primrose", "hard-leaved pocket orchid", "canterbury bells", "sweet pea", "english marigold", "tiger lily"],
+    "oxford_flowers": [
+        "pink primrose",
+        "hard-leaved pocket orchid",
+        "canterbury bells",
+        "sweet pea",
+        "english marigold",
+        "tiger lily",
+    ],
     "food101": ["apple_pie", "baby_back_ribs", "baklava", "beef_carpaccio", "beef_tartare", "beet_salad"],
     "dtd": ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered"],
     "sun397": ["abbey", "airplane_cabin", "airport_terminal", "alley", "amphitheater", "amusement_arcade"],
     "ucf101": ["Apply_Eye_Makeup", "Apply_Lipstick", "Archery", "Baby_Crawling", "Balance_Beam", "Band_Marching"],
-    "stanford_cars": ["2000 AM General Hummer SUV", "2012 Acura RL Sedan", "2012 Acura TL Sedan",
-                      "2008 Acura TL Type-S", "2012 Acura TSX Sedan", "2001 Acura Integra Type R"],
+    "stanford_cars": [
+        "2000 AM General Hummer SUV",
+        "2012 Acura RL Sedan",
+        "2012 Acura TL Sedan",
+        "2008 Acura TL Type-S",
+        "2012 Acura TSX Sedan",
+        "2001 Acura Integra Type R",
+    ],
     # CoOp's EuroSAT split names the classes in words; the image folders keep the short names.
-    "eurosat": ["Annual Crop Land", "Forest", "Herbaceous Vegetation Land", "Highway or Road",
-                "Industrial Buildings", "Pasture Land"],
+    "eurosat": [
+        "Annual Crop Land",
+        "Forest",
+        "Herbaceous Vegetation Land",
+        "Highway or Road",
+        "Industrial Buildings",
+        "Pasture Land",
+    ],
 }
 _EUROSAT_FOLDERS = ["AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial", "Pasture"]
 _COOP_FILES = {
@@ -90,10 +109,27 @@ _COOP_FILES = {
     "eurosat": ("eurosat", "2750", "split_zhou_EuroSAT.json"),
 }
 DOMAINS = {
-    "domainnet": ("DomainNet", ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"],
-                  ["bird", "feather", "headphones", "ice_cream", "teapot", "tiger", "whale", "windmill", "wine_glass", "zebra"]),
-    "office_caltech10": ("office_caltech_10", ["amazon", "caltech", "dslr", "webcam"],
-                         ["back_pack", "bike", "calculator", "headphones", "keyboard", "laptop_computer", "monitor", "mouse", "mug", "projector"]),
+    "domainnet": (
+        "DomainNet",
+        ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"],
+        ["bird", "feather", "headphones", "ice_cream", "teapot", "tiger", "whale", "windmill", "wine_glass", "zebra"],
+    ),
+    "office_caltech10": (
+        "office_caltech_10",
+        ["amazon", "caltech", "dslr", "webcam"],
+        [
+            "back_pack",
+            "bike",
+            "calculator",
+            "headphones",
+            "keyboard",
+            "laptop_computer",
+            "monitor",
+            "mouse",
+            "mug",
+            "projector",
+        ],
+    ),
 }
 IMAGENET_NAMES = ["imagenet", "imagenet_v2", "imagenet_sketch", "imagenet_a", "imagenet_r"]
 
@@ -148,7 +184,12 @@ def _make_coop(name: str, root: Path, num_classes: int, per_class: int) -> FakeD
 
 def _cifar_batch(labels: list[int], label_key: str) -> dict:
     data = np.stack([np.repeat(np.array(marker_colour(y), dtype=np.uint8), 32 * 32) for y in labels])
-    return {"batch_label": "fake", "data": data, label_key: labels, "filenames": [f"{i}.png" for i in range(len(labels))]}
+    return {
+        "batch_label": "fake",
+        "data": data,
+        label_key: labels,
+        "filenames": [f"{i}.png" for i in range(len(labels))],
+    }
 
 
 def _make_cifar(name: str, root: Path, num_classes: int, per_class: int) -> FakeDataset:
@@ -203,8 +244,13 @@ def _make_domains(name: str, root: Path, num_classes: int, per_class: int, label
             payload = (np.array(paths)[order], np.array(labels)[order])
             (folder / f"{domain}_{split}.pkl").write_bytes(pickle.dumps(payload))
     return FakeDataset(
-        name, folder, [c.replace("_", " ") for c in classes], per_class * num_classes * len(domains),
-        n_test * num_classes * len(domains), domain_names=list(domains), files=files,
+        name,
+        folder,
+        [c.replace("_", " ") for c in classes],
+        per_class * num_classes * len(domains),
+        n_test * num_classes * len(domains),
+        domain_names=list(domains),
+        files=files,
     )
 
 
@@ -229,12 +275,18 @@ def _make_aircraft(root: Path, num_classes: int, per_class: int) -> FakeDataset:
     (folder / "variants.txt").write_text("\n".join(variants) + "\n")
     for split, lines in lists.items():
         (folder / f"images_variant_{split}.txt").write_text("\n".join(lines) + "\n")
-    return FakeDataset("fgvc_aircraft", folder, list(variants), per_class * num_classes, n_test * num_classes, files=files)
+    return FakeDataset(
+        "fgvc_aircraft", folder, list(variants), per_class * num_classes, n_test * num_classes, files=files
+    )
 
 
 IMAGENET_CLASSES = {  # wnid -> name, in sorted wnid order as in ImageNet's classnames.txt
-    "n01440764": "tench", "n01443537": "goldfish", "n01484850": "great white shark",
-    "n01491361": "tiger shark", "n01494475": "hammerhead shark", "n01496331": "electric ray",
+    "n01440764": "tench",
+    "n01443537": "goldfish",
+    "n01484850": "great white shark",
+    "n01491361": "tiger shark",
+    "n01494475": "hammerhead shark",
+    "n01496331": "electric ray",
 }
 _VARIANT_DIRS = {
     "imagenet_v2": ("imagenetv2", "imagenetv2-matched-frequency-format-val"),
@@ -270,8 +322,13 @@ def _make_imagenet(name: str, root: Path, num_classes: int, per_class: int) -> F
                 files.append(folder / "val" / wnid / f"ILSVRC2012_val_{c * 100 + k + 1:08d}.JPEG")
                 _save_image(files[-1], marker_colour(c))
         return FakeDataset(
-            name, folder, [IMAGENET_CLASSES[w] for w in wnids], per_class * num_classes, n_test * num_classes,
-            files=files, required=[classnames, folder / "val" / wnids[-1]],
+            name,
+            folder,
+            [IMAGENET_CLASSES[w] for w in wnids],
+            per_class * num_classes,
+            n_test * num_classes,
+            files=files,
+            required=[classnames, folder / "val" / wnids[-1]],
             extra={"wnids": wnids, "imagenet_class_ids": list(range(num_classes))},
         )
     folder_name, image_dir = _VARIANT_DIRS[name]
@@ -291,7 +348,12 @@ def _make_imagenet(name: str, root: Path, num_classes: int, per_class: int) -> F
             files.append(folder / image_dir / sub / f"{'%032x' % (class_id * 1000 + k)}.jpeg")
             _save_image(files[-1], marker_colour(c))
     return FakeDataset(
-        name, folder, [IMAGENET_CLASSES[all_wnids[i]] for i in class_ids], 0, per_class * num_classes, files=files,
+        name,
+        folder,
+        [IMAGENET_CLASSES[all_wnids[i]] for i in class_ids],
+        0,
+        per_class * num_classes,
+        files=files,
         required=[folder / image_dir, classnames],
         extra={"wnids": [all_wnids[i] for i in class_ids], "imagenet_class_ids": class_ids},
     )
@@ -300,19 +362,46 @@ def _make_imagenet(name: str, root: Path, num_classes: int, per_class: int) -> F
 # DomainBed releases: (folder, [(domain name, image folder, file suffix)], classes). OfficeHome
 # uses the DomainBed release's folder names, the others the spec's, so both are exercised.
 DOMAINBED = {
-    "pacs": ("pacs", [("art_painting", "art_painting", ".jpg"), ("cartoon", "cartoon", ".jpg"),
-                      ("photo", "photo", ".jpg"), ("sketch", "sketch", ".png")],
-             ["dog", "elephant", "giraffe", "guitar", "horse", "house"]),
-    "office_home": ("officehome", [("art", "Art", ".jpg"), ("clipart", "Clipart", ".jpg"),
-                                   ("product", "Product", ".jpg"), ("realworld", "Real World", ".jpg")],
-                    ["Alarm_Clock", "Backpack", "Batteries", "Bed", "Bike", "Bottle"]),
-    "vlcs": ("VLCS", [("caltech", "CALTECH/full", ".jpg"), ("labelme", "LABELME/full", ".jpg"),
-                      ("pascal", "PASCAL/full", ".jpg"), ("sun", "SUN/full", ".jpg")],
-             ["bird", "car", "chair", "dog", "person"]),
-    "terra_incognita": ("terra_incognita", [(f"L{n}", f"location_{n}", ".jpg") for n in (38, 43, 46, 100)],
-                        ["bird", "bobcat", "cat", "coyote", "dog", "empty"]),
-    "domainnet_full": ("domainnet", [(d, d, ".jpg") for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")],
-                       ["aircraft_carrier", "airplane", "alarm_clock", "ambulance", "angel", "animal_migration"]),
+    "pacs": (
+        "pacs",
+        [
+            ("art_painting", "art_painting", ".jpg"),
+            ("cartoon", "cartoon", ".jpg"),
+            ("photo", "photo", ".jpg"),
+            ("sketch", "sketch", ".png"),
+        ],
+        ["dog", "elephant", "giraffe", "guitar", "horse", "house"],
+    ),
+    "office_home": (
+        "officehome",
+        [
+            ("art", "Art", ".jpg"),
+            ("clipart", "Clipart", ".jpg"),
+            ("product", "Product", ".jpg"),
+            ("realworld", "Real World", ".jpg"),
+        ],
+        ["Alarm_Clock", "Backpack", "Batteries", "Bed", "Bike", "Bottle"],
+    ),
+    "vlcs": (
+        "VLCS",
+        [
+            ("caltech", "CALTECH/full", ".jpg"),
+            ("labelme", "LABELME/full", ".jpg"),
+            ("pascal", "PASCAL/full", ".jpg"),
+            ("sun", "SUN/full", ".jpg"),
+        ],
+        ["bird", "car", "chair", "dog", "person"],
+    ),
+    "terra_incognita": (
+        "terra_incognita",
+        [(f"L{n}", f"location_{n}", ".jpg") for n in (38, 43, 46, 100)],
+        ["bird", "bobcat", "cat", "coyote", "dog", "empty"],
+    ),
+    "domainnet_full": (
+        "domainnet",
+        [(d, d, ".jpg") for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")],
+        ["aircraft_carrier", "airplane", "alarm_clock", "ambulance", "angel", "animal_migration"],
+    ),
 }
 DOMAINBED_PER_CLASS = 10  # images per (domain, class): the suite's split makes 5 / 2 / 3 of them
 
@@ -330,8 +419,13 @@ def _make_domainbed(name: str, root: Path, num_classes: int) -> FakeDataset:
                 _save_image(files[-1], marker_colour(c, d))
     cells = num_classes * len(domains)
     return FakeDataset(
-        name, folder, [c.replace("_", " ") for c in classes], 5 * cells, 3 * cells,
-        domain_names=[d for d, _, _ in domains], files=files,
+        name,
+        folder,
+        [c.replace("_", " ") for c in classes],
+        5 * cells,
+        3 * cells,
+        domain_names=[d for d, _, _ in domains],
+        files=files,
         required=[folder / image_dir for _, image_dir, _ in domains],
     )
 

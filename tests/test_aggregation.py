@@ -47,8 +47,9 @@ def test_uniform_aggregation_is_the_plain_mean_over_clients_of_different_sizes(f
     # 12 classes -> 6 base classes dealt to 5 clients: one gets 2 classes (8 images), the others 1 (4).
     results = {}
     for aggregation in ("samples", "uniform"):
-        config = tiny_config(fake_data_root, tmp_path, method="test_client_stamp", clients=5, shots=4, rounds=1,
-                             aggregation=aggregation)
+        config = tiny_config(
+            fake_data_root, tmp_path, method="test_client_stamp", clients=5, shots=4, rounds=1, aggregation=aggregation
+        )
         result = run_experiment(config, write=True, progress=False)
         results[aggregation] = (config, result)
     config, result = results["samples"]

@@ -20,8 +20,12 @@ def write(folder, name, table):
 
 
 def test_file_under_the_data_root_is_read_in_class_order(tmp_path):
-    table = {"Alarm Clock": ["round face", "has hands"], "texture b": ["b1", "b2"], "texture a": ["a1", "a2"],
-             "unused": ["x", "y"]}
+    table = {
+        "Alarm Clock": ["round face", "has hands"],
+        "texture b": ["b1", "b2"],
+        "texture a": ["a1", "a2"],
+        "unused": ["x", "y"],
+    }
     write(tmp_path / "attributes", "dtd", table)
     attributes = load_class_attributes("dtd", CLASSES, tmp_path)
     assert list(attributes.descriptors) == CLASSES  # the dataset's order, not the file's
@@ -59,8 +63,10 @@ def test_missing_classes_are_named_with_the_keys_that_match_nothing(tmp_path):
         ("[1, 2]", "must hold a non-empty JSON object"),
         ("{not json", "is not valid UTF-8 JSON"),
         (json.dumps({"texture a": "one string"}), "must be a non-empty list of non-empty strings"),
-        (json.dumps({"texture a": ["x"], "texture b": ["x", "y"], "Alarm Clock": ["z"]}),
-         "needs the same number of descriptors"),
+        (
+            json.dumps({"texture a": ["x"], "texture b": ["x", "y"], "Alarm Clock": ["z"]}),
+            "needs the same number of descriptors",
+        ),
     ],
 )
 def test_malformed_files_are_refused(tmp_path, content, expected):

@@ -48,7 +48,9 @@ def test_a_run_stopped_after_round_2_resumes_there_with_identical_results(fake_d
     run_dir = Path(config.out) / run_name(config)
     assert not run_dir.exists() and checkpoint_path(run_dir).is_file()
     assert json.loads(sidecar_path(run_dir).read_text())["round"] == 2
-    monkeypatch.setattr(FederatedSimulator, "_train_client", lambda self, cid, r: (trained_rounds.append(r), train(self, cid, r))[1])
+    monkeypatch.setattr(
+        FederatedSimulator, "_train_client", lambda self, cid, r: (trained_rounds.append(r), train(self, cid, r))[1]
+    )
     trained_rounds.clear()
     resumed = run_experiment(config, progress=False)
     assert set(trained_rounds) == {2, 3}  # rounds 1 and 2 came from the checkpoint
@@ -72,10 +74,34 @@ def test_checkpoints_are_kept_on_request_and_a_damaged_one_restarts_the_run(fake
 @pytest.mark.slow
 def test_kill_9_at_a_random_round_then_rerun_gives_identical_files(fake_data_root, tmp_path):
     rounds = 8
-    flags = ["--method", "pfedmoap", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-             "--data-root", str(fake_data_root), "--shots", "4", "--rounds", str(rounds), "--local-epochs", "1",
-             "--clients", "3", "--batch-size", "8", "--participation", "0.67", "--client-sampling", "uniform",
-             "--wandb", "offline"]
+    flags = [
+        "--method",
+        "pfedmoap",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(fake_data_root),
+        "--shots",
+        "4",
+        "--rounds",
+        str(rounds),
+        "--local-epochs",
+        "1",
+        "--clients",
+        "3",
+        "--batch-size",
+        "8",
+        "--participation",
+        "0.67",
+        "--client-sampling",
+        "uniform",
+        "--wandb",
+        "offline",
+    ]
     command = [sys.executable, "-m", "benchmark.cli", "run", *flags]
     reference = subprocess.run([*command, "--out", str(tmp_path / "a")], capture_output=True, text=True, timeout=900)
     assert reference.returncode == 0, reference.stderr
@@ -83,8 +109,12 @@ def test_kill_9_at_a_random_round_then_rerun_gives_identical_files(fake_data_roo
 
     out = tmp_path / "b"
     kill_after = random.randint(1, rounds - 2)
-    process = subprocess.Popen([*command, "--out", str(out), "--checkpoint-every", "1"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [*command, "--out", str(out), "--checkpoint-every", "1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     sidecar = sidecar_path(out / reference_dir.name)
     deadline = time.time() + 600
     while time.time() < deadline and process.poll() is None:
@@ -100,8 +130,9 @@ def test_kill_9_at_a_random_round_then_rerun_gives_identical_files(fake_data_roo
     print(f"killed with -9 after the checkpoint of round {saved} (aimed at {kill_after}) of {rounds}")
     assert saved < rounds and not (out / reference_dir.name).exists()
 
-    resumed = subprocess.run([*command, "--out", str(out), "--checkpoint-every", "1"], capture_output=True,
-                             text=True, timeout=900)
+    resumed = subprocess.run(
+        [*command, "--out", str(out), "--checkpoint-every", "1"], capture_output=True, text=True, timeout=900
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {reference_dir.name} after round" in resumed.stdout
     assert files(out / reference_dir.name) == files(reference_dir)

@@ -37,16 +37,25 @@ def trainer_train_client(self, cid: int, round_index: int) -> ClientRoundTrainin
     torch.manual_seed(seed)
     dataset = federation.ClientTrainSet(self.train_images, self.train_labels, shard, seed)
     loader = DataLoader(
-        dataset, batch_size=min(s.batch_size, max(1, shard.num_samples)),
-        sampler=federation.EpochTaggedSampler(len(dataset), seed), generator=torch.Generator().manual_seed(seed),
+        dataset,
+        batch_size=min(s.batch_size, max(1, shard.num_samples)),
+        sampler=federation.EpochTaggedSampler(len(dataset), seed),
+        generator=torch.Generator().manual_seed(seed),
         num_workers=s.num_workers,
     )
     self.method.train()
     names = tuple(self.class_names[c] for c in shard.train_classes)
     self.method.set_client(ClientContext(cid, round_index + 1, names, shard.num_samples, len(self.schedule)))
     trainer = L.Trainer(
-        accelerator=s.accelerator, devices=1, precision=s.precision, max_epochs=s.local_epochs, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+        accelerator=s.accelerator,
+        devices=1,
+        precision=s.precision,
+        max_epochs=s.local_epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -77,14 +86,11 @@ def assert_same_training(loop, trainer) -> None:
     assert loop.per_client == trainer.per_client
 
 
-@pytest.mark.parametrize(
-    "method", [m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in TRAINED]
-)
+@pytest.mark.parametrize("method", [m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in TRAINED])
 def test_every_method_trains_as_under_a_lightning_trainer(method, fake_data_root, tmp_path, monkeypatch):
     # 2 local epochs of 3 batches (the cosine schedule and the epoch boundaries matter),
     # 2 rounds (downloads, FedMVP's per-participation lr and LoRA switch), augmented images.
-    config = method_config(method, fake_data_root, tmp_path, rounds=2, local_epochs=2, batch_size=3,
-                           augment=True)
+    config = method_config(method, fake_data_root, tmp_path, rounds=2, local_epochs=2, batch_size=3, augment=True)
     loop, trainer = run_both(config, monkeypatch)
     assert all(loss == loss for r in loop.federation.rounds for loss in r.train_loss.values())  # logged, not nan
     assert_same_training(loop, trainer)
@@ -93,8 +99,9 @@ def test_every_method_trains_as_under_a_lightning_trainer(method, fake_data_root
 def test_cached_features_and_bf16_autocast_train_as_under_a_lightning_trainer(fake_data_root, tmp_path, monkeypatch):
     # Without augmentation PromptFL trains on cached frozen features (gathered in one
     # indexing, not collated per item); bf16-mixed runs the steps under CPU autocast.
-    config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=2, batch_size=3,
-                         precision="bf16-mixed")
+    config = tiny_config(
+        fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=2, batch_size=3, precision="bf16-mixed"
+    )
     loop, trainer = run_both(config, monkeypatch)
     assert isinstance(loop.summary, dict)
     assert_same_training(loop, trainer)
@@ -115,8 +122,15 @@ class SkipsAndHalves(PromptFL):
 
 
 def test_an_epoch_cut_short_by_its_hook_trains_as_under_a_lightning_trainer(fake_data_root, tmp_path, monkeypatch):
-    config = tiny_config(fake_data_root, tmp_path, method="test_skips_and_halves", rounds=1, local_epochs=3,
-                         batch_size=2, method_args={"lr": 0.5})
+    config = tiny_config(
+        fake_data_root,
+        tmp_path,
+        method="test_skips_and_halves",
+        rounds=1,
+        local_epochs=3,
+        batch_size=2,
+        method_args={"lr": 0.5},
+    )
     loop, trainer = run_both(config, monkeypatch)
     assert_same_training(loop, trainer)
 
@@ -125,8 +139,12 @@ BATCH_OUTPUTS: list = []  # what on_train_batch_end received, by the plugins bel
 
 
 def _record(outputs) -> None:
-    BATCH_OUTPUTS.append({k: (v.item(), v.grad_fn is None, v.requires_grad) if isinstance(v, torch.Tensor) else v
-                          for k, v in outputs.items()})
+    BATCH_OUTPUTS.append(
+        {
+            k: (v.item(), v.grad_fn is None, v.requires_grad) if isinstance(v, torch.Tensor) else v
+            for k, v in outputs.items()
+        }
+    )
 
 
 @register_method("test_dict_output")
@@ -225,8 +243,10 @@ def _configure_forms():
         "frequency": with_scheduler(interval="step", frequency=2),
         "bare scheduler": {"optimizer": optimizer, "lr_scheduler": cosine(optimizer)},
         "lists": ([optimizer], [cosine(optimizer)]),
-        "one-cycle per epoch": {"optimizer": optimizer, "lr_scheduler": {
-            "scheduler": torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=4)}},
+        "one-cycle per epoch": {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1.0, total_steps=4)},
+        },
     }
 
 
@@ -247,7 +267,8 @@ def test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_th
         warnings.simplefilter("always")
         optimizers, schedulers, monitor = _configure_optimizers(configured)
         read = (_configure_schedulers_automatic_opt if automatic else _configure_schedulers_manual_opt)(
-            schedulers, *([monitor] if automatic else []))
+            schedulers, *([monitor] if automatic else [])
+        )
     if form in ("optimizer", "step scheduler", "default interval") and (automatic or form == "optimizer"):
         assert common == (optimizers, read)  # LRSchedulerConfig is a dataclass: every field compared
     else:

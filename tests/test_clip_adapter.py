@@ -73,10 +73,12 @@ def vit_b16():
 
 def test_counts_on_vit_b16(vit_b16):
     assert build_method("clip_adapter", vit_b16).parameter_counts() == {
-        "trainable_params": 2 * 512 * 128, "uploaded_params": 2 * 512 * 128,
+        "trainable_params": 2 * 512 * 128,
+        "uploaded_params": 2 * 512 * 128,
     }
     assert build_method("clip_adapter", vit_b16, {"personalized": True}).parameter_counts() == {
-        "trainable_params": 131_072, "uploaded_params": 0,
+        "trainable_params": 131_072,
+        "uploaded_params": 0,
     }
 
 

@@ -17,8 +17,14 @@ from data.transforms import clip_transforms
 TRANSFORMS = clip_transforms(32, augment=False)
 # DomainBed loads make their split files and say so; the tests that check the warning catch it.
 pytestmark = pytest.mark.filterwarnings("ignore:.*no published split:UserWarning")
-PROTOCOL = {"cifar10": "dirichlet", "cifar100": "dirichlet", "domainnet": "domains", "office_caltech10": "domains",
-            **{name: "imagenet" for name in IMAGENET_NAMES}, **{name: "domains" for name in DOMAINBED}}
+PROTOCOL = {
+    "cifar10": "dirichlet",
+    "cifar100": "dirichlet",
+    "domainnet": "domains",
+    "office_caltech10": "domains",
+    **{name: "imagenet" for name in IMAGENET_NAMES},
+    **{name: "domains" for name in DOMAINBED},
+}
 FILE_DATASETS = [n for n in FAKE_NAMES if not n.startswith("cifar")]
 
 
@@ -194,6 +200,7 @@ def test_few_shot_subset_and_cache(tmp_path):
 
 # --- the `fedbench datasets` / `fedbench data download` commands --------------------------
 
+
 def _parse(argv):
     import argparse
 
@@ -225,7 +232,11 @@ def test_download_prints_manual_steps(tmp_path, capsys, name):
     assert args.func(args) == 1  # nothing downloaded, steps remain
     out = capsys.readouterr().out
     assert "do by hand" in out and str(dataset_info(name).path(tmp_path)) in out
-    assert {"ucf101": "UCF-101-midframes.zip", "domainnet": "clipart.zip", "office_caltech10": "office_caltech_10_dataset.zip"}[name] in out
+    assert {
+        "ucf101": "UCF-101-midframes.zip",
+        "domainnet": "clipart.zip",
+        "office_caltech10": "office_caltech_10_dataset.zip",
+    }[name] in out
 
 
 def test_download_of_present_dataset_does_nothing(tmp_path, capsys, monkeypatch):
@@ -268,6 +279,7 @@ def test_download_then_manual_split_step(tmp_path, capsys, monkeypatch):
 
 
 # --- FGVC-Aircraft, ImageNet and its variants ---------------------------------------------
+
 
 def test_aircraft_list_naming_an_unknown_variant(tmp_path):
     fake = make_fake_dataset("fgvc_aircraft", tmp_path)
@@ -371,9 +383,14 @@ def test_datasets_table_shows_test_only_and_partial_class_sets(tmp_path, capsys)
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("stanford_cars", "cars_test_annos_withlabels.mat"), ("stanford_cars", "split_zhou_StanfordCars.json"),
-     ("imagenet", "ILSVRC2012_img_val.tar"), ("imagenet_sketch", "rename its folder 'sketch' to 'images'"),
-     ("imagenet_a", "imagenet-a.tar"), ("imagenet_r", "classnames.txt")],
+    [
+        ("stanford_cars", "cars_test_annos_withlabels.mat"),
+        ("stanford_cars", "split_zhou_StanfordCars.json"),
+        ("imagenet", "ILSVRC2012_img_val.tar"),
+        ("imagenet_sketch", "rename its folder 'sketch' to 'images'"),
+        ("imagenet_a", "imagenet-a.tar"),
+        ("imagenet_r", "classnames.txt"),
+    ],
 )
 def test_download_steps_of_the_new_datasets(tmp_path, name, expected):
     from data.download import manual_steps
@@ -383,6 +400,7 @@ def test_download_steps_of_the_new_datasets(tmp_path, name, expected):
 
 
 # --- DomainBed: suite-made splits, domains ------------------------------------------------
+
 
 def _load_quietly(name, root):
     with pytest.warns(UserWarning, match="no published split; the suite made one per domain"):
@@ -400,7 +418,10 @@ def test_domainbed_split_is_made_once_written_beside_the_data_and_deterministic(
     assert len(caught) == 1
     written = sorted(fake.folder.glob("split_pacs_*.json"))
     assert [p.name for p in written] == [
-        "split_pacs_artpainting.json", "split_pacs_cartoon.json", "split_pacs_photo.json", "split_pacs_sketch.json"
+        "split_pacs_artpainting.json",
+        "split_pacs_cartoon.json",
+        "split_pacs_photo.json",
+        "split_pacs_sketch.json",
     ]
     assert all(str(p) in " ".join(str(w.message) for w in caught) for p in written)  # it says so, naming each file
     for path, domain in zip(written, ["art_painting", "cartoon", "photo", "sketch"]):
@@ -426,7 +447,9 @@ def test_domainbed_split_is_made_once_written_beside_the_data_and_deterministic(
     assert dataset_info("pacs").domains == tuple(first.domain_names) == tuple(d.name for d in SPECS["pacs"].domains)
 
 
-@pytest.mark.parametrize("n, expected", [(1, (1, 0, 0)), (2, (1, 0, 1)), (3, (2, 0, 1)), (4, (2, 1, 1)), (10, (5, 2, 3))])
+@pytest.mark.parametrize(
+    "n, expected", [(1, (1, 0, 0)), (2, (1, 0, 1)), (3, (2, 0, 1)), (4, (2, 1, 1)), (10, (5, 2, 3))]
+)
 def test_domainbed_split_counts_keep_a_test_image(n, expected):
     from data.loaders.domainbed import split_counts
 
@@ -437,7 +460,9 @@ def test_domainbed_domains_can_be_held_out(tmp_path):
     """Each image carries its domain, so a protocol can train on three domains and test on the fourth."""
     fake = make_fake_dataset("office_home", tmp_path, num_classes=3)  # DomainBed folder names: Art ... Real World
     splits = _load_quietly("office_home", tmp_path)
-    assert splits.domain_names == ["art", "clipart", "product", "realworld"] == list(dataset_info("office_home").domains)
+    assert (
+        splits.domain_names == ["art", "clipart", "product", "realworld"] == list(dataset_info("office_home").domains)
+    )
     target = "realworld"
     sources = [i for i, d in enumerate(splits.train.domains) if d != target]
     held_out = [i for i, d in enumerate(splits.test.domains) if d == target]
@@ -497,8 +522,13 @@ def test_full_domainnet_beside_the_fedbn_subset(tmp_path):
 
 @pytest.mark.parametrize(
     "name, expected",
-    [("pacs", "kfold"), ("office_home", "OfficeHomeDataset_10072016"), ("vlcs", "VLCS.tar.gz"),
-     ("terra_incognita", "location_<n>/<category>"), ("domainnet_full", "quickdraw.zip")],
+    [
+        ("pacs", "kfold"),
+        ("office_home", "OfficeHomeDataset_10072016"),
+        ("vlcs", "VLCS.tar.gz"),
+        ("terra_incognita", "location_<n>/<category>"),
+        ("domainnet_full", "quickdraw.zip"),
+    ],
 )
 def test_download_steps_of_domainbed_datasets(tmp_path, name, expected):
     from data.download import manual_steps
@@ -540,7 +570,9 @@ def test_domainbed_domain_lacking_a_class(tmp_path):
     shutil.rmtree(fake.folder / "location_46" / "bobcat")
     splits = _load_quietly("terra_incognita", tmp_path)
     assert splits.class_names == ["bird", "bobcat", "cat"]
-    by_domain = {d: {y for y, dom in zip(splits.test.labels, splits.test.domains) if dom == d} for d in splits.domain_names}
+    by_domain = {
+        d: {y for y, dom in zip(splits.test.labels, splits.test.domains) if dom == d} for d in splits.domain_names
+    }
     assert by_domain == {"L38": {0, 1, 2}, "L43": {0, 1, 2}, "L46": {0, 2}, "L100": {0, 1, 2}}
     for i in range(0, len(splits.test), 4):
         image, label = splits.test[i]

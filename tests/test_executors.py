@@ -38,8 +38,9 @@ def reproduce(folder: Path, preset: Path, *extra: str) -> int:
     return main(["reproduce", str(preset), "--out", str(folder / "runs"), "--results", str(folder / "results"), *extra])
 
 
-def reproduce_signalled(folder: Path, preset: Path, ready: Callable[[], bool], send: Callable[[], None],
-                        *extra: str) -> int:
+def reproduce_signalled(
+    folder: Path, preset: Path, ready: Callable[[], bool], send: Callable[[], None], *extra: str
+) -> int:
     """`reproduce` while a thread waits (at most 240 s) until ready() and then calls send()."""
     import threading
 
@@ -59,8 +60,11 @@ def reproduce_signalled(folder: Path, preset: Path, ready: Callable[[], bool], s
 
 def run_files(folder: Path) -> dict[str, tuple[str, str]]:
     """Each run folder's metrics.csv and summary.json: every number a cell wrote."""
-    return {p.name: ((p / "metrics.csv").read_text(), (p / "summary.json").read_text())
-            for p in sorted((folder / "runs").glob("*_seed*")) if p.is_dir()}
+    return {
+        p.name: ((p / "metrics.csv").read_text(), (p / "summary.json").read_text())
+        for p in sorted((folder / "runs").glob("*_seed*"))
+        if p.is_dir()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +81,12 @@ def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys):
 
     threads = torch.get_num_threads()  # the reference's, so that every bit can be compared
     # With data-loader workers of their own (which a daemon process could not start):
-    assert reproduce(tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", str(threads),
-                     "--set", "num_workers=1") == 0
+    assert (
+        reproduce(
+            tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", str(threads), "--set", "num_workers=1"
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "ran 4 runs, 0 were already done" in out
     assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
@@ -123,8 +131,12 @@ def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkey
     # through the same pickling, submission and result protocol.
     monkeypatch.setattr(SlurmExecutor, "cluster", "local")
     monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
-    assert reproduce(tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--slurm-gpus-per-task", "0",
-                     "--slurm-time", "20") == 0
+    assert (
+        reproduce(
+            tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--slurm-gpus-per-task", "0", "--slurm-time", "20"
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "ran 4 runs, 0 were already done" in out
     assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
@@ -140,7 +152,9 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, 
     from benchmark.runs.locks import lock_path
     from benchmark.sweeps.executors import SlurmExecutor
 
-    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace("[zeroshot, promptfl]", "[promptfl]")
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace(
+        "[zeroshot, promptfl]", "[promptfl]"
+    )
     sweep = sweep.replace("seeds: [1, 2]", "seeds: [1]")
     reference = tmp_path / "reference"
     reference.mkdir()
@@ -157,8 +171,16 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, 
         holder = json.loads(lock_path(runs / name).read_text())
         os.kill(holder["pid"], signal.SIGUSR2)
 
-    code = reproduce_signalled(preempted, write_sweep(preempted, sweep), (runs / f".{name}.checkpoint.json").is_file,
-                               preempt, "--executor", "slurm", "--slurm-gpus-per-task", "0")
+    code = reproduce_signalled(
+        preempted,
+        write_sweep(preempted, sweep),
+        (runs / f".{name}.checkpoint.json").is_file,
+        preempt,
+        "--executor",
+        "slurm",
+        "--slurm-gpus-per-task",
+        "0",
+    )
     assert code == 0
     log = next((runs / "slurm-logs").glob("*/*_log.out")).read_text()
     assert "this job is preempted" in log and "Requeued job" in log, log
@@ -184,23 +206,35 @@ class DiesInTraining(PromptFL):
 
 
 @pytest.mark.slow
-def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(tmp_path, monkeypatch, capsys,
-                                                                               toy_test_checkpoint):
+def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(
+    tmp_path, monkeypatch, capsys, toy_test_checkpoint
+):
     from benchmark.runs.results import read_failure
     from benchmark.sweeps.executors import SlurmExecutor
 
     monkeypatch.setattr(SlurmExecutor, "cluster", "local")
     monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
     (tmp_path / "dies.py").write_text(DIES)
-    code = reproduce(tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--slurm-gpus-per-task", "0",
-                     "--seeds", "1", "--methods", "zeroshot", str(tmp_path / "dies.py"))
+    code = reproduce(
+        tmp_path,
+        write_sweep(tmp_path),
+        "--executor",
+        "slurm",
+        "--slurm-gpus-per-task",
+        "0",
+        "--seeds",
+        "1",
+        "--methods",
+        "zeroshot",
+        str(tmp_path / "dies.py"),
+    )
     out = capsys.readouterr().out
     assert code == 1, out
     assert "ran 1 runs, 0 were already done, 0 skipped for missing data, 1 failed" in out
     (failed,) = [line for line in out.splitlines() if line.startswith("FAILED ")]
     assert "test_dies_in_training_toy" in failed and "ended without a result" in failed
     (record,) = (tmp_path / "runs").glob("test_dies_in_training_*.failed.json")  # written by the sweep, not the task
-    assert "ended without a result" in read_failure(record.with_name(record.name[:-len(".failed.json")]))
+    assert "ended without a result" in read_failure(record.with_name(record.name[: -len(".failed.json")]))
     table = (tmp_path / "results" / "table.md").read_text()
     assert any(line.startswith("| test_dies_in_training |") and "failed" in line for line in table.splitlines())
 
@@ -228,8 +262,17 @@ def test_a_dead_worker_fails_only_its_cell_and_is_replaced(tmp_path, capsys, toy
 
     # A name of its own: the registry is the process's, and the Slurm test registered DIES's.
     (tmp_path / "dies.py").write_text(DIES.replace('"test_dies_in_training"', '"test_dies_in_a_worker"'))
-    code = reproduce(tmp_path, write_sweep(tmp_path), "--workers", "2", "--cpus-per-cell", "1",
-                     "--methods", "zeroshot", str(tmp_path / "dies.py"))
+    code = reproduce(
+        tmp_path,
+        write_sweep(tmp_path),
+        "--workers",
+        "2",
+        "--cpus-per-cell",
+        "1",
+        "--methods",
+        "zeroshot",
+        str(tmp_path / "dies.py"),
+    )
     captured = capsys.readouterr()
     assert code == 1, captured
     out = captured.out
@@ -238,13 +281,14 @@ def test_a_dead_worker_fails_only_its_cell_and_is_replaced(tmp_path, capsys, toy
     assert len(failed) == 2 and all("test_dies_in_a_worker_toy" in line for line in failed), failed
     assert all("ended without a result, exit code 9" in line for line in failed), failed
     for record in (tmp_path / "runs").glob("test_dies_in_a_worker_*.failed.json"):
-        assert "ended without a result" in read_failure(record.with_name(record.name[:-len(".failed.json")]))
+        assert "ended without a result" in read_failure(record.with_name(record.name[: -len(".failed.json")]))
     assert len(list((tmp_path / "runs").glob("zeroshot_*/summary.json"))) == 2  # the other cells ran
 
 
 @pytest.mark.slow
 def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_the_same_numbers(
-        tmp_path, toy_test_checkpoint):
+    tmp_path, toy_test_checkpoint
+):
     """SIGTERM to the sweep while its workers run cells: the command exits 143, each running
     cell keeps its last completed round, and the same command run again resumes them to the
     numbers of a sweep never stopped."""
@@ -257,8 +301,15 @@ def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_th
     stopped = tmp_path / "stopped"
     stopped.mkdir()
     runs = stopped / "runs"
-    code = reproduce_signalled(stopped, write_sweep(stopped, sweep), lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,
-                               lambda: os.kill(os.getpid(), signal.SIGTERM), "--workers", "2", *flags)
+    code = reproduce_signalled(
+        stopped,
+        write_sweep(stopped, sweep),
+        lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,
+        lambda: os.kill(os.getpid(), signal.SIGTERM),
+        "--workers",
+        "2",
+        *flags,
+    )
     assert code == 143
     assert not list(runs.glob("*_seed*/summary.json"))  # neither cell finished ...
     assert len(list(runs.glob(".*.checkpoint.json"))) == 2  # ... and both kept a round
@@ -282,16 +333,41 @@ def test_slurm_executor_submits_one_array_with_the_settings(tmp_path, monkeypatc
     fake_slurm(tmp_path / "bin", script)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     code = reproduce(
-        tmp_path, write_sweep(tmp_path), "--executor", "slurm", "--no-wait", "--slurm-partition", "gpu",
-        "--slurm-gpus-per-task", "1", "--slurm-time", "2:30:00", "--slurm-account", "lab", "--slurm-max-running", "3",
-        "--cpus-per-cell", "4", "--slurm-mem-gb", "16",
+        tmp_path,
+        write_sweep(tmp_path),
+        "--executor",
+        "slurm",
+        "--no-wait",
+        "--slurm-partition",
+        "gpu",
+        "--slurm-gpus-per-task",
+        "1",
+        "--slurm-time",
+        "2:30:00",
+        "--slurm-account",
+        "lab",
+        "--slurm-max-running",
+        "3",
+        "--cpus-per-cell",
+        "4",
+        "--slurm-mem-gb",
+        "16",
     )
     out = capsys.readouterr().out
     assert code == 0, out
     assert "submitted 4 cells" in out and "run the same command again" in out
     lines = script.read_text().splitlines()
-    for flag in ("--partition=gpu", "--gpus-per-task=1", "--time=150", "--array=0-3%3", "--cpus-per-task=4",
-                 "--account=lab", "--mem=16GB", "--signal=USR2@90", "--job-name=fedbench"):
+    for flag in (
+        "--partition=gpu",
+        "--gpus-per-task=1",
+        "--time=150",
+        "--array=0-3%3",
+        "--cpus-per-task=4",
+        "--account=lab",
+        "--mem=16GB",
+        "--signal=USR2@90",
+        "--job-name=fedbench",
+    ):
         assert f"#SBATCH {flag}" in lines, (flag, lines)
     logs = tmp_path / "runs" / "slurm-logs"
     assert f"#SBATCH --output={logs}/%A_%a/%A_%a_0_log.out" in lines
@@ -308,14 +384,17 @@ def test_a_missing_engine_names_its_extra(executor, module, tmp_path, monkeypatc
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--ray-address", "auto"], "--ray-address only apply to --executor ray"),
-    (["--executor", "ray", "--slurm-partition", "gpu"], "--slurm-partition only apply to --executor slurm"),
-    (["--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task only apply to --executor slurm"),
-    (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes"),
-    (["--executor", "ray", "--device", "cuda:1"], "device cuda:1 pins every cell to one GPU"),
-    (["--executor", "ray", "--workers", "2"], "--workers only apply to --executor local"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--ray-address", "auto"], "--ray-address only apply to --executor ray"),
+        (["--executor", "ray", "--slurm-partition", "gpu"], "--slurm-partition only apply to --executor slurm"),
+        (["--slurm-gpus-per-task", "0"], "--slurm-gpus-per-task only apply to --executor slurm"),
+        (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes"),
+        (["--executor", "ray", "--device", "cuda:1"], "device cuda:1 pins every cell to one GPU"),
+        (["--executor", "ray", "--workers", "2"], "--workers only apply to --executor local"),
+    ],
+)
 def test_flags_that_do_not_fit_the_executor_are_refused(flags, message, tmp_path, capsys):
     assert reproduce(tmp_path, write_sweep(tmp_path), *flags) == 2
     err = capsys.readouterr().err
@@ -328,8 +407,10 @@ def test_cpus_per_cell_must_be_positive(tmp_path, capsys):
     assert stop.value.code == 2 and "expected an integer >= 1, got '0'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("text, minutes", [("240", 240), ("30:30", 31), ("4:00:00", 240), ("1-00:00:00", 1440),
-                                           ("2-12", 3600), ("0-1:30", 90)])
+@pytest.mark.parametrize(
+    "text, minutes",
+    [("240", 240), ("30:30", 31), ("4:00:00", 240), ("1-00:00:00", 1440), ("2-12", 3600), ("0-1:30", 90)],
+)
 def test_slurm_time_reads_slurms_formats(text, minutes):
     from benchmark.sweeps.executors import slurm_minutes
 

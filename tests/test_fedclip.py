@@ -65,9 +65,27 @@ def test_only_the_adapter_learns(tiny_backbone):
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "run", "--method", "fedclip", "--dataset", "dtd", "--backbone", ref.TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", tmp_path, "--shots", 2, "--rounds", 2, "--clients", 2,
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "fedclip",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        ref.TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--shots",
+        2,
+        "--rounds",
+        2,
+        "--clients",
+        2,
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())

@@ -99,9 +99,27 @@ def test_only_ctx_and_meta_net_learn(tiny_backbone):
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "run", "--method", "fedcocoop", "--dataset", "dtd", "--backbone", ref.TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", tmp_path, "--shots", 2, "--rounds", 2, "--clients", 2,
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "fedcocoop",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        ref.TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--shots",
+        2,
+        "--rounds",
+        2,
+        "--clients",
+        2,
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())

@@ -64,9 +64,7 @@ def test_forward_matches_the_formulas(tiny_backbone):
         assert sorted(text_deep) == sorted(visual_deep) == [1, 2]  # blocks 1 .. depth - 1; block 3 carries on
         tokens, embeddings = ref.prompt_embeddings(model, NAMES, state["ctx"], "a photo of a")
         text = ref.normalize(ref.text_features(model, tokens, embeddings, text_deep=text_deep))
-        image = ref.normalize(
-            ref.image_features(model, images, visual_prompts=visual_prompts, visual_deep=visual_deep)
-        )
+        image = ref.normalize(ref.image_features(model, images, visual_prompts=visual_prompts, visual_deep=visual_deep))
         expected = tiny_backbone.logit_scale * image @ text.T
     assert got.shape == (5, 3)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
@@ -111,9 +109,29 @@ def test_depth_beyond_the_towers_is_a_clear_error(tiny_backbone):
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "run", "--method", "fedmaple", "--depth", 3, "--dataset", "dtd", "--backbone", ref.TINY, "--pretrained",
-        "none", "--data-root", fake_data_root, "--out", tmp_path, "--shots", 2, "--rounds", 2, "--clients", 2,
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "fedmaple",
+        "--depth",
+        3,
+        "--dataset",
+        "dtd",
+        "--backbone",
+        ref.TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--shots",
+        2,
+        "--rounds",
+        2,
+        "--clients",
+        2,
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())

@@ -27,14 +27,23 @@ DESCRIPTORS = {  # none starts with "a", "has", ... so every clause is "which ha
 
 # -- the spec's own examples (sentence builder, logit aggregation, pooling) -------------------
 def test_sentence_builder_examples():
-    assert (attribute_sentence("a photo of a", "small red striped circle", "", "red colour")
-            == "a photo of a small red striped circle, which has red colour")
+    assert (
+        attribute_sentence("a photo of a", "small red striped circle", "", "red colour")
+        == "a photo of a small red striped circle, which has red colour"
+    )
     assert attribute_sentence("a photo of a", "dog", "", "has four legs") == "a photo of a dog, which has four legs"
-    assert attribute_sentence("a photo of a", "kite", "", "angular frame") == "a photo of a kite, which is angular frame"
-    assert attribute_sentence("a photo of a", "axe", "", "used for chopping") == "a photo of a axe, which is used for chopping"
+    assert (
+        attribute_sentence("a photo of a", "kite", "", "angular frame") == "a photo of a kite, which is angular frame"
+    )
+    assert (
+        attribute_sentence("a photo of a", "axe", "", "used for chopping")
+        == "a photo of a axe, which is used for chopping"
+    )
     assert attribute_sentence("a photo of a", "cat", "", "often striped") == "a photo of a cat, which often striped"
-    assert (attribute_sentence("a photo of a", "rose", "a type of flower, ", "red petals")
-            == "a photo of a rose, a type of flower, which has red petals")
+    assert (
+        attribute_sentence("a photo of a", "rose", "a type of flower, ", "red petals")
+        == "a photo of a rose, a type of flower, which has red petals"
+    )
     long = attribute_sentence("a photo of a", "small red striped circle", "", "x" * 100)
     assert len(long) == 77 and long.startswith("a photo of a small red striped circle, which has xxx")
 
@@ -44,8 +53,9 @@ def test_class_logit_is_100_times_the_mean_cosine_and_ignores_descriptor_order()
     image = F.normalize(torch.randn(2, 8), dim=-1)
     sentences = F.normalize(torch.randn(3, 5, 8), dim=-1)
     logits = attribute_logits(image, sentences, 100.0)
-    by_hand = torch.tensor([[100 * sum(float(image[b] @ sentences[c, j]) for j in range(5)) / 5 for c in range(3)]
-                            for b in range(2)])
+    by_hand = torch.tensor(
+        [[100 * sum(float(image[b] @ sentences[c, j]) for j in range(5)) / 5 for c in range(3)] for b in range(2)]
+    )
     assert torch.allclose(logits, by_hand, atol=1e-4)
     shuffled = sentences[:, torch.randperm(5)]
     assert torch.allclose(attribute_logits(image, shuffled, 100.0), logits, atol=1e-5)
@@ -65,8 +75,9 @@ def attributes_dir(tmp_path):
     folder = tmp_path / "attrs"
     folder.mkdir()
     (folder / "toyset.json").write_text(json.dumps(DESCRIPTORS))
-    (folder / "dtd.json").write_text(json.dumps({f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"]
-                                                 for i in range(12)}))
+    (folder / "dtd.json").write_text(
+        json.dumps({f"texture {chr(ord('a') + i)}": [f"colour {i}", f"pattern {i}"] for i in range(12)})
+    )
     return folder
 
 
@@ -80,8 +91,9 @@ def make_fedmvp(tiny_backbone, attributes_dir, **hparams) -> FedMVP:
 def independent_logits(method: FedMVP, backbone, images: torch.Tensor, lora: bool) -> torch.Tensor:
     """The spec's formulas, written out with the method's weights but none of its code."""
     model, visual = backbone.model, backbone.model.visual
-    sentences = [f"a photo of a {c.replace('_', ' ')}, which has {d}" for c in CLASSES
-                 for d in DESCRIPTORS[c.replace("_", " ")]]
+    sentences = [
+        f"a photo of a {c.replace('_', ' ')}, which has {d}" for c in CLASSES for d in DESCRIPTORS[c.replace("_", " ")]
+    ]
     with torch.no_grad():
         e = F.normalize(backbone.encode_text(backbone.tokenize(sentences)), dim=-1)  # [C*K, D]
     # X0 = [CLS; patches] + positions (before ln_pre)
@@ -94,10 +106,10 @@ def independent_logits(method: FedMVP, backbone, images: torch.Tensor, lora: boo
     context = context.unsqueeze(0).repeat(len(images), 1, 1)
     q_in, k_in, v_in = patches, context, context
     if lora:
-        l = method.lora
-        q_in = q_in + q_in @ l.query_A @ l.query_B
-        k_in = k_in + k_in @ l.key_A @ l.key_B
-        v_in = v_in + v_in @ l.value_A @ l.value_B
+        lo = method.lora
+        q_in = q_in + q_in @ lo.query_A @ lo.query_B
+        k_in = k_in + k_in @ lo.key_A @ lo.key_B
+        v_in = v_in + v_in @ lo.value_A @ lo.value_B
     pf = method.promptformer
     width, heads = patches.shape[-1], 4
     q = F.layer_norm(q_in, (width,), pf.norm.weight, pf.norm.bias)
@@ -200,25 +212,49 @@ class ControlledFedMVP(FedMVP):
         after = self.state_dict()
         moved = lambda prefix: any(not torch.equal(self._before[k], after[k]) for k in after if k.startswith(prefix))  # noqa: E731
         c = self.current_client
-        TRACE.append({"client": c.client_id, "round": c.round, "lora_before": bool(self._before["use_lora"]),
-                      "lora_after": bool(after["use_lora"]), "block": moved("promptformer."),
-                      "proj": moved("text_proj."), "lora": moved("lora.")})
+        TRACE.append(
+            {
+                "client": c.client_id,
+                "round": c.round,
+                "lora_before": bool(self._before["use_lora"]),
+                "lora_after": bool(after["use_lora"]),
+                "block": moved("promptformer."),
+                "proj": moved("text_proj."),
+                "lora": moved("lora."),
+            }
+        )
 
 
 def run_controlled(fake_data_root, tmp_path, attributes_dir, targets, rounds, **method_args):
     TRACE.clear()
     TARGETS.clear()
     TARGETS.update(targets)
-    config = tiny_config(fake_data_root, tmp_path, method="test_fedmvp_controlled", clients=2, shots=4, rounds=rounds,
-                         batch_size=8, aggregation="uniform", attributes=str(attributes_dir), method_args=method_args)
+    config = tiny_config(
+        fake_data_root,
+        tmp_path,
+        method="test_fedmvp_controlled",
+        clients=2,
+        shots=4,
+        rounds=rounds,
+        batch_size=8,
+        aggregation="uniform",
+        attributes=str(attributes_dir),
+        method_args=method_args,
+    )
     result = run_experiment(config, write=False, progress=False)
     return {(t["client"], t["round"]): t for t in TRACE}, result
 
 
 def test_code_mode_switch_from_the_next_round_on_and_never_back(fake_data_root, tmp_path, attributes_dir):
     trace, result = run_controlled(
-        fake_data_root, tmp_path, attributes_dir, {(0, 2): 0.3}, rounds=4,
-        local_steps="code", lora_check="code", lora_trainable="code",
+        fake_data_root,
+        tmp_path,
+        attributes_dir,
+        {(0, 2): 0.3},
+        rounds=4,
+        local_steps="code",
+        lora_check="code",
+        lora_trainable="code",
     )
     assert [trace[(0, r)]["lora_before"] for r in (1, 2, 3, 4)] == [False, False, True, True]
     assert trace[(0, 2)]["lora_after"] and trace[(0, 4)]["lora_after"]  # losses of 1.0 later: no way back
@@ -245,9 +281,29 @@ def test_paper_mode_checks_only_the_first_loss_and_trains_lora_only(fake_data_ro
 
 # -- attribute files through the CLI -----------------------------------------------------------
 def test_missing_attribute_file_is_a_clean_cli_error(fedbench, fake_data_root, tmp_path):
-    done = fedbench("run", "--method", "fedmvp", "--dataset", "dtd", "--backbone", "fedbench-tiny-vit",
-                    "--pretrained", "none", "--data-root", fake_data_root, "--out", tmp_path, "--wandb", "disabled",
-                    "--clients", "2", "--shots", "2", "--rounds", "1")
+    done = fedbench(
+        "run",
+        "--method",
+        "fedmvp",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        "fedbench-tiny-vit",
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--wandb",
+        "disabled",
+        "--clients",
+        "2",
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+    )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and "'dtd'" in done.stderr
     assert str(fake_data_root / "attributes" / "dtd.json") in done.stderr
@@ -276,10 +332,33 @@ def test_logits_stay_fp32_under_bf16_autocast(tiny_backbone, attributes_dir):
 @pytest.mark.slow  # needs the test toy CLIP (pretrained once, minutes on a fresh cache); 13 s once cached
 def test_fedmvp_runs_on_the_toy_world_from_a_fresh_data_root(fedbench, toy_test_checkpoint, tmp_path):
     root = tmp_path / "data"  # empty: the toy world must write its own attribute file
-    done = fedbench("run", "--method", "fedmvp", "--dataset", "toy", "--pretrained", "fedbench-toy-test",
-                    "--data-root", root, "--out", tmp_path / "runs", "--wandb", "disabled", "--clients", "2",
-                    "--shots", "2", "--rounds", "2", "--local-epochs", "1", "--batch-size", "8",
-                    "--aggregation", "uniform")
+    done = fedbench(
+        "run",
+        "--method",
+        "fedmvp",
+        "--dataset",
+        "toy",
+        "--pretrained",
+        "fedbench-toy-test",
+        "--data-root",
+        root,
+        "--out",
+        tmp_path / "runs",
+        "--wandb",
+        "disabled",
+        "--clients",
+        "2",
+        "--shots",
+        "2",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--aggregation",
+        "uniform",
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next((tmp_path / "runs").glob("fedmvp_toy_*/summary.json")).read_text())
     assert summary["attributes_file"] == str(root / "attributes" / "toy.json")

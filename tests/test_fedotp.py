@@ -63,7 +63,9 @@ def loop_logits(patches: np.ndarray, prompts: np.ndarray, scale: float, **ot) ->
     out = np.zeros((B, C))
     for i in range(B):
         for c in range(C):
-            sim = np.array([[patches[i, m] @ prompts[n, c] for n in range(prompts.shape[0])] for m in range(len(patches[i]))])
+            sim = np.array(
+                [[patches[i, m] @ prompts[n, c] for n in range(prompts.shape[0])] for m in range(len(patches[i]))]
+            )
             plan = reference_plan((1.0 - sim)[None], **ot)[0]
             out[i, c] = scale * (plan * sim).sum()
     return out
@@ -226,5 +228,7 @@ def test_ot_option_is_checked_and_sinkhorn_transports_all_mass(tiny_backbone):
     method = build_method("fedotp", tiny_backbone, {"ot": "Sinkhorn"})
     sinkhorn = method.classify(patches, prompts)
     # Balanced: the plan carries mass 1, so logits are the plan-weighted mean cosine * scale.
-    expected = loop_logits(patches.double().numpy(), prompts.double().numpy(), tiny_backbone.logit_scale, ot="sinkhorn", **OT_DEFAULTS)
+    expected = loop_logits(
+        patches.double().numpy(), prompts.double().numpy(), tiny_backbone.logit_scale, ot="sinkhorn", **OT_DEFAULTS
+    )
     np.testing.assert_allclose(sinkhorn.numpy(), expected, rtol=1e-4)

@@ -39,7 +39,9 @@ def test_contrastive_loss_matches_a_hand_computation():
     full = torch.tensor([[0.0, 1.0, 0.0], [1.0, 0.0, 3.0]])
     # Class 0: cos(a, s) = 1/sqrt2, cos(s, f) = 1/sqrt2 -> both logits equal -> log 2.
     got = contrastive_loss(anchor, global_only, full, temperature=0.5)
-    assert got.item() == pytest.approx(hand_contrastive(anchor.numpy(), global_only.numpy(), full.numpy(), 0.5), rel=1e-6)
+    assert got.item() == pytest.approx(
+        hand_contrastive(anchor.numpy(), global_only.numpy(), full.numpy(), 0.5), rel=1e-6
+    )
     assert contrastive_loss(anchor[:1], global_only[:1], full[:1], 0.5).item() == pytest.approx(math.log(2), rel=1e-6)
 
 
@@ -70,7 +72,11 @@ def test_training_loss_is_cross_entropy_plus_mu_times_contrastive(tiny_backbone)
         global_only = method.prompts.encode(method.sigma, NAMES)
         full = method.prompts.encode(method.U @ method.V + method.sigma, NAMES)
     logits = tiny_backbone.logit_scale * features.numpy() @ F.normalize(full, dim=-1).numpy().T
-    log_softmax = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) - logits.max(1, keepdims=True)
+    log_softmax = (
+        logits
+        - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True))
+        - logits.max(1, keepdims=True)
+    )
     ce = -np.mean(log_softmax[np.arange(4), labels.numpy()])
     expected = ce + 0.5 * hand_contrastive(anchor.numpy(), global_only.numpy(), full.numpy(), 0.5)
     assert loss == pytest.approx(expected, rel=1e-4)
@@ -79,7 +85,9 @@ def test_training_loss_is_cross_entropy_plus_mu_times_contrastive(tiny_backbone)
 def test_gradient_of_the_contrastive_term_reaches_all_three_parts(tiny_backbone):
     method = build_method("fedpgp", tiny_backbone)
     method.set_client(ClientContext(0, 1, NAMES, 2))
-    method.training_step((F.normalize(torch.randn(2, tiny_backbone.embed_dim), dim=-1), torch.tensor([0, 1])), 0).backward()
+    method.training_step(
+        (F.normalize(torch.randn(2, tiny_backbone.embed_dim), dim=-1), torch.tensor([0, 1])), 0
+    ).backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in (method.sigma, method.U, method.V))
 
 

@@ -27,7 +27,9 @@ def test_count_on_vit_b16(vit_b16):
     method = build_method("fedtpg", vit_b16)
     # queries 4x512; two LayerNorms; MHA 512, 4 heads (in 3x512x512 + 3x512, out 512x512 + 512);
     # FFN: LayerNorm, Linear 512 -> 4096, GEGLU, Linear 2048 -> 512.
-    expected = 4 * 512 + 2 * 1024 + (3 * 512 * 512 + 3 * 512 + 512 * 512 + 512) + (1024 + 512 * 4096 + 4096 + 2048 * 512 + 512)
+    expected = (
+        4 * 512 + 2 * 1024 + (3 * 512 * 512 + 3 * 512 + 512 * 512 + 512) + (1024 + 512 * 4096 + 4096 + 2048 * 512 + 512)
+    )
     assert expected == 4_206_080
     assert method.parameter_counts() == {"trainable_params": 4_206_080, "uploaded_params": 4_206_080}
 
@@ -95,7 +97,9 @@ def test_prompt_is_shared_by_the_classes_and_depends_on_the_class_set(tiny_backb
     first = seen.inputs[0]  # [C, L, W]: the text tower's input
     prompt_in = first[:, 1:5] - pos[1:5]
     assert prompt_in.shape == (3, 4, width)
-    assert torch.allclose(prompt_in[0], prompt_in[1], atol=1e-6) and torch.allclose(prompt_in[0], prompt_in[2], atol=1e-6)
+    assert torch.allclose(prompt_in[0], prompt_in[1], atol=1e-6) and torch.allclose(
+        prompt_in[0], prompt_in[2], atol=1e-6
+    )
     with torch.no_grad():
         own = method.translator(method.class_name_embeddings(NAMES))
         other = method.translator(method.class_name_embeddings(NAMES[:2]))
@@ -115,9 +119,27 @@ def test_only_the_translator_learns(tiny_backbone):
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "run", "--method", "fedtpg", "--dataset", "dtd", "--backbone", ref.TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", tmp_path, "--shots", 2, "--rounds", 2, "--clients", 2,
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "fedtpg",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        ref.TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--shots",
+        2,
+        "--rounds",
+        2,
+        "--clients",
+        2,
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())

@@ -96,9 +96,27 @@ def test_depth_beyond_the_tower_is_a_clear_error(tiny_backbone):
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "run", "--method", "fedvpt", "--dataset", "dtd", "--backbone", ref.TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", tmp_path, "--shots", 2, "--rounds", 2, "--clients", 2,
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "fedvpt",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        ref.TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path,
+        "--shots",
+        2,
+        "--rounds",
+        2,
+        "--clients",
+        2,
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())

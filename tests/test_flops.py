@@ -103,8 +103,10 @@ def test_an_evaluation_batch_kind_names_shapes_not_values():
 SAMPLED_EXACTLY = {"promptfl", "pfedmoap", "fedotp"}
 
 
-@pytest.mark.parametrize("method", [m if m in SAMPLED_EXACTLY else pytest.param(m, marks=pytest.mark.slow)
-                                    for m in trained_built_in_methods()])
+@pytest.mark.parametrize(
+    "method",
+    [m if m in SAMPLED_EXACTLY else pytest.param(m, marks=pytest.mark.slow) for m in trained_built_in_methods()],
+)
 def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
     from benchmark.federation.features import FeatureCache
     from benchmark.runs import runner

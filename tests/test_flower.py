@@ -17,9 +17,21 @@ from benchmark.config import ConfigError, build_config
 
 def toy_config(tmp_path, method: str, **method_args):
     return build_config(
-        dict(method=method, dataset="toy", backbone="fedbench-toy-vit", pretrained="fedbench-toy-test",
-             clients=4, shots=4, rounds=2, local_epochs=1, batch_size=8, seed=3, wandb="disabled",
-             checkpoint_every=0, out=str(tmp_path / "runs")),
+        dict(
+            method=method,
+            dataset="toy",
+            backbone="fedbench-toy-vit",
+            pretrained="fedbench-toy-test",
+            clients=4,
+            shots=4,
+            rounds=2,
+            local_epochs=1,
+            batch_size=8,
+            seed=3,
+            wandb="disabled",
+            checkpoint_every=0,
+            out=str(tmp_path / "runs"),
+        ),
         {"method_args": method_args},
     )
 
@@ -33,8 +45,11 @@ def test_states_cross_flower_bit_for_bit():
     from benchmark.runs.flower import from_record, to_record
 
     state = {
-        "w": torch.randn(3, 4), "double": torch.randn(5, dtype=torch.float64), "count": torch.tensor([3]),
-        "bf16": torch.randn(2, 2).to(torch.bfloat16), "strided": torch.randn(4, 4)[:, 1],
+        "w": torch.randn(3, 4),
+        "double": torch.randn(5, dtype=torch.float64),
+        "count": torch.tensor([3]),
+        "bf16": torch.randn(2, 2).to(torch.bfloat16),
+        "strided": torch.randn(4, 4)[:, 1],
     }
     back = from_record(to_record(state))
     assert set(back) == set(state)
@@ -48,8 +63,9 @@ def test_a_node_sends_only_the_upload_keys_and_keeps_its_own_state(toy_test_chec
     from benchmark.runs import flower
 
     config = toy_config(tmp_path, "pfedmma", **PFEDMMA)
-    context = Context(run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 4},
-                      state=RecordDict(), run_config={})
+    context = Context(
+        run_id=1, node_id=7, node_config={"partition-id": 2, "num-partitions": 4}, state=RecordDict(), run_config={}
+    )
     round_1 = RecordDict({"fedbench": flower.config_record(config, 1)})  # what the server sends
     reply = flower.client_train(round_1, context)
     world = flower._WORLD[next(iter(flower._WORLD))]
@@ -64,7 +80,9 @@ def test_a_node_sends_only_the_upload_keys_and_keeps_its_own_state(toy_test_chec
     scored = flower.client_evaluate(round_1, context)
     assert not scored.array_records  # evaluation sends back numbers only
     assert set(scored["metrics"]) == {"client-id", "Local", "Base", "Novel"}
-    assert torch.equal(flower.from_record(context.state[flower.STATE])["text_down.2.weight"], kept["text_down.2.weight"])
+    assert torch.equal(
+        flower.from_record(context.state[flower.STATE])["text_down.2.weight"], kept["text_down.2.weight"]
+    )
 
 
 def test_node_config_holds_only_node_options():
@@ -97,8 +115,26 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
     to the last digit."""
     import json
 
-    toy = ["--dataset", "toy", "--pretrained", "fedbench-toy-test", "--clients", "4", "--shots", "4",
-           "--rounds", "2", "--local-epochs", "1", "--batch-size", "8", "--seed", "3", "--wandb", "disabled"]
+    toy = [
+        "--dataset",
+        "toy",
+        "--pretrained",
+        "fedbench-toy-test",
+        "--clients",
+        "4",
+        "--shots",
+        "4",
+        "--rounds",
+        "2",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--seed",
+        "3",
+        "--wandb",
+        "disabled",
+    ]
     for method, args, parallel in (("promptfl", [], "1"), ("pfedmma", ["--first-block", "2", "--lr", "0.1"], "2")):
         folders = {}
         for engine, extra in (("run", []), ("flower", ["--parallel", parallel])):
@@ -116,18 +152,59 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
 @pytest.mark.slow
 def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(fedbench, toy_test_checkpoint, tmp_path):
     """The node's DivergenceError reaches the command as `fedbench run` reports it (exit 1)."""
-    done = fedbench("flower", "--method", "pfedmma", "--first-block", "2", "--lr", "1e9", "--dataset", "toy",
-                    "--pretrained", "fedbench-toy-test", "--clients", "4", "--shots", "4", "--rounds", "1",
-                    "--local-epochs", "1", "--batch-size", "8", "--seed", "3", "--wandb", "disabled",
-                    "--out", tmp_path / "runs")
+    done = fedbench(
+        "flower",
+        "--method",
+        "pfedmma",
+        "--first-block",
+        "2",
+        "--lr",
+        "1e9",
+        "--dataset",
+        "toy",
+        "--pretrained",
+        "fedbench-toy-test",
+        "--clients",
+        "4",
+        "--shots",
+        "4",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--seed",
+        "3",
+        "--wandb",
+        "disabled",
+        "--out",
+        tmp_path / "runs",
+    )
     assert done.returncode == 1
-    assert re.search(r"fedbench flower: error: method 'pfedmma' diverged at round 1, client \d, step \d+ with lr "
-                     r"1e\+09: the training loss is nan\. The run is stopped and no run folder is written", done.stderr)
+    assert re.search(
+        r"fedbench flower: error: method 'pfedmma' diverged at round 1, client \d, step \d+ with lr "
+        r"1e\+09: the training loss is nan\. The run is stopped and no run folder is written",
+        done.stderr,
+    )
     assert not [p for p in (tmp_path / "runs").glob("pfedmma_*") if p.is_dir()]
 
 
 def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, toy_test_checkpoint, tmp_path):
-    done = fedbench("flower", "--method", "zeroshot", "--dataset", "toy", "--pretrained", "fedbench-toy-test",
-                    "--clients", "4", "--wandb", "disabled", "--out", tmp_path / "runs")
+    done = fedbench(
+        "flower",
+        "--method",
+        "zeroshot",
+        "--dataset",
+        "toy",
+        "--pretrained",
+        "fedbench-toy-test",
+        "--clients",
+        "4",
+        "--wandb",
+        "disabled",
+        "--out",
+        tmp_path / "runs",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "'zeroshot' trains nothing" in done.stderr and "fedbench run" in done.stderr

@@ -23,12 +23,25 @@ from data.transforms import clip_transforms
 # Partitions: the client counts and class blocks of the authors' harness
 
 NINE = {  # the base-to-new datasets in the authors' order, with their class counts
-    "caltech101": 100, "oxford_flowers": 102, "fgvc_aircraft": 100, "ucf101": 101, "oxford_pets": 37,
-    "food101": 101, "dtd": 47, "stanford_cars": 196, "sun397": 397,
+    "caltech101": 100,
+    "oxford_flowers": 102,
+    "fgvc_aircraft": 100,
+    "ucf101": 101,
+    "oxford_pets": 37,
+    "food101": 101,
+    "dtd": 47,
+    "stanford_cars": 196,
+    "sun397": 397,
 }
 NINE_BLOCKS = {
-    "caltech101": [20, 30], "oxford_flowers": [20, 20, 11], "fgvc_aircraft": [20, 30], "ucf101": [20, 20, 11],
-    "oxford_pets": [19], "food101": [20, 20, 11], "dtd": [24], "stanford_cars": [20, 20, 20, 20, 18],
+    "caltech101": [20, 30],
+    "oxford_flowers": [20, 20, 11],
+    "fgvc_aircraft": [20, 30],
+    "ucf101": [20, 20, 11],
+    "oxford_pets": [19],
+    "food101": [20, 20, 11],
+    "dtd": [24],
+    "stanford_cars": [20, 20, 20, 20, 18],
     "sun397": [20] * 9 + [19],
 }
 
@@ -108,8 +121,9 @@ def test_a_class_without_training_images_is_an_error():
 def test_partition_manifest_round_trips_targets(tmp_path):
     from data.partition import load_manifest, save_manifest
 
-    partition = class_chunk_partition(_labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "transfer",
-                                      targets=("b", "c"))
+    partition = class_chunk_partition(
+        _labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "transfer", targets=("b", "c")
+    )
     save_manifest(partition, tmp_path / "p.json")
     assert load_manifest(tmp_path / "p.json") == partition
     plain = class_chunk_partition(_labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "classchunk")
@@ -122,7 +136,9 @@ def test_partition_manifest_round_trips_targets(tmp_path):
 TRANSFORMS = clip_transforms(32, augment=False)
 
 
-def _fake(name: str, num_classes: int, train_per_class: int = 3, test_per_class: int = 2, domains=None) -> DatasetSplits:
+def _fake(
+    name: str, num_classes: int, train_per_class: int = 3, test_per_class: int = 2, domains=None
+) -> DatasetSplits:
     """An in-memory dataset; every image is a constant colour = its label (for the tests
     only the labels matter: the accuracy function is recorded, not computed)."""
     classes = [f"{name} class {c}" for c in range(num_classes)]
@@ -133,7 +149,9 @@ def _fake(name: str, num_classes: int, train_per_class: int = 3, test_per_class:
         tags = [d for d in doms for _ in range(num_classes * per_class)] if domains else None
         images = torch.tensor(labels, dtype=torch.uint8).view(-1, 1, 1, 1).expand(-1, 4, 4, 3).contiguous()
         splits[split] = TensorImages(f"{name}/{split}", images, labels, classes, TRANSFORMS.test, domains=tags)
-    return DatasetSplits(name, splits["train"], splits["test"], classes, domain_names=list(domains) if domains else None)
+    return DatasetSplits(
+        name, splits["train"], splits["test"], classes, domain_names=list(domains) if domains else None
+    )
 
 
 def test_combined_dataset_keeps_each_member_in_its_own_label_block():
@@ -141,7 +159,9 @@ def test_combined_dataset_keeps_each_member_in_its_own_label_block():
     combined = combine("a+b", [a, b], [c])
     members = members_of(combined)
     assert [(m.name, m.offset, m.num_classes, m.trains) for m in members] == [
-        ("a", 0, 4, True), ("b", 4, 6, True), ("c", 10, 3, False)
+        ("a", 0, 4, True),
+        ("b", 4, 6, True),
+        ("c", 10, 3, False),
     ]
     assert len(combined.train) == len(a.train) + len(b.train)  # c is tested only
     assert len(combined.test) == len(a.test) + len(b.test) + len(c.test)
@@ -213,9 +233,12 @@ def test_classchunk_local_base_new_per_dataset_then_equal_weights():
     protocol = get_protocol("classchunk")
     partition = protocol.partition(dataset, config)
     assert [(c.domain, c.class_ids) for c in partition.clients] == [
-        ("a", tuple(range(5))), ("b", tuple(range(10, 21))), ("b", tuple(range(21, 32)))
+        ("a", tuple(range(5))),
+        ("b", tuple(range(10, 21))),
+        ("b", tuple(range(21, 32))),
     ]
     labels = dataset.test.labels
+
     # accuracy = 60 on a, 90 on b for Base; 40 / 70 for New; Local = first class id of the client
     def answer(indices, class_ids):
         in_b = class_ids[0] >= 10
@@ -224,6 +247,7 @@ def test_classchunk_local_base_new_per_dataset_then_equal_weights():
         if len(class_ids) in (5, 22):  # new sets
             return 70.0 if in_b else 40.0
         return float(class_ids[0])
+
     recorder = Recorder(answer)
     per_client, summary = _evaluate(protocol, dataset, partition, recorder)
     for (indices, class_ids), client in zip(recorder.calls[0::3], partition.clients):  # the Local calls
@@ -279,8 +303,15 @@ def test_transfer_scores_each_test_dataset_over_its_own_classes_and_averages_the
     variant_a = _fake("imagenet_a", 6)  # the -A / -R variants: a class list of their own
     variant_v2 = _fake("imagenet_v2", 30)
     dataset = combine("imagenet+imagenet_v2+imagenet_a", [imagenet], [variant_v2, variant_a])
-    config = build_config({"dataset": "imagenet", "protocol": "transfer", "classes_per_client": 5, "shots": 1,
-                           "eval_datasets": "imagenet_v2+imagenet_a+imagenet"})
+    config = build_config(
+        {
+            "dataset": "imagenet",
+            "protocol": "transfer",
+            "classes_per_client": 5,
+            "shots": 1,
+            "eval_datasets": "imagenet_v2+imagenet_a+imagenet",
+        }
+    )
     protocol = get_protocol("transfer")
     protocol.check(config)
     partition = protocol.partition(dataset, config)
@@ -307,8 +338,18 @@ def _toy_run(tmp_path, **options):
 
     from benchmark.runs.runner import run_experiment
 
-    base = dict(backbone=TINY, pretrained="none", out=str(tmp_path / "runs"), shots=2, rounds=1, local_epochs=1,
-                batch_size=16, seed=1, wandb="disabled", method="promptfl")
+    base = dict(
+        backbone=TINY,
+        pretrained="none",
+        out=str(tmp_path / "runs"),
+        shots=2,
+        rounds=1,
+        local_epochs=1,
+        batch_size=16,
+        seed=1,
+        wandb="disabled",
+        method="promptfl",
+    )
     return run_experiment(build_config({**base, **options}), progress=False)
 
 
@@ -320,7 +361,9 @@ def test_classchunk_runs_over_three_toy_datasets(tmp_path):
     summary = json.loads((result.run_dir / "summary.json").read_text())
     assert summary["clients"] == 2 + 4 + 2  # 16, 32 and 16 base classes in blocks of 8
     assert set(summary["metrics"]) == {"Local", "Base", "New", "HM"}
-    assert set(summary["details"]) == {f"{d}/{m}" for d in ("toy", "toy_shapes", "toy_patterns") for m in ("Local", "Base", "New")}
+    assert set(summary["details"]) == {
+        f"{d}/{m}" for d in ("toy", "toy_shapes", "toy_patterns") for m in ("Local", "Base", "New")
+    }
     for metric in ("Local", "Base", "New"):
         per_dataset = [summary["details"][f"{d}/{metric}"] for d in ("toy", "toy_shapes", "toy_patterns")]
         assert summary["metrics"][metric] == pytest.approx(np.mean(per_dataset))
@@ -332,8 +375,15 @@ def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
     msst = _toy_run(tmp_path, dataset="toy_domains", protocol="msst", target="noisy", classes_per_client=5)
     assert msst.summary["clients"] == 3 * 2 and set(msst.summary["metrics"]) == {"Acc"}
     assert "_to-noisy_" in msst.run_dir.name
-    transfer = _toy_run(tmp_path, dataset="toy", protocol="transfer", classes_per_client=8,
-                        eval_datasets="toy_shapes+toy_patterns", participation=0.5, rounds=2)
+    transfer = _toy_run(
+        tmp_path,
+        dataset="toy",
+        protocol="transfer",
+        classes_per_client=8,
+        eval_datasets="toy_shapes+toy_patterns",
+        participation=0.5,
+        rounds=2,
+    )
     metrics = transfer.summary["metrics"]
     assert set(metrics) == {"Local", "toy_shapes", "toy_patterns", "Avg"} and transfer.summary["clients"] == 4
     assert metrics["Avg"] == pytest.approx((metrics["toy_shapes"] + metrics["toy_patterns"]) / 2)
@@ -374,7 +424,8 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
 
     fixed = load_preset("fedmvp_msst").cells(seeds=[1], methods=["zeroshot"])
     assert [(c.dataset, c.part, c.config.target) for c in fixed] == [
-        (d, FIXED_TARGETS[d], FIXED_TARGETS[d]) for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
+        (d, FIXED_TARGETS[d], FIXED_TARGETS[d])
+        for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
     from benchmark.evaluation.protocols import get_protocol
 
@@ -385,7 +436,9 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
     lodo = load_preset("fedmvp_msst_lodo").cells(seeds=[1], methods=["zeroshot"])
     domains = {d: dataset_info(d).domains for d in FIXED_TARGETS}
     assert all(FIXED_TARGETS[d] in domains[d] for d in FIXED_TARGETS)  # the fixed targets are real domains
-    assert [(c.dataset, c.part) for c in lodo] == [(d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in domains[d]]
+    assert [(c.dataset, c.part) for c in lodo] == [
+        (d, t) for d in FIXED_TARGETS if d != "toy_domains" for t in domains[d]
+    ]
     assert len({run_name(c.config) for c in lodo}) == len(lodo) == 4 + 4 + 4 + 4 + 6
 
 
@@ -433,8 +486,15 @@ FAKE_METRICS = {
     "fedmvp_base2new": {"Local": 80.0, "Base": 70.0, "New": 75.0, "HM": 74.8},
     "fedmvp_msst": {"Acc": 50.0},
     "fedmvp_msst_lodo": {"Acc": 50.0},
-    "fedmvp_imagenet": {"Local": 90.0, "imagenet": 70.0, "imagenet_v2": 60.0, "imagenet_sketch": 45.0,
-                        "imagenet_a": 50.0, "imagenet_r": 75.0, "Avg": 57.5},
+    "fedmvp_imagenet": {
+        "Local": 90.0,
+        "imagenet": 70.0,
+        "imagenet_v2": 60.0,
+        "imagenet_sketch": 45.0,
+        "imagenet_a": 50.0,
+        "imagenet_r": 75.0,
+        "Avg": 57.5,
+    },
     "fedmvp_crossdata": {"Local": 90.0, **{d: 60.0 for d in (*NINE, "eurosat")}, "Avg": 60.0},
 }
 
@@ -473,10 +533,19 @@ def test_transfer_on_imagenet_layouts_scores_each_variant_over_its_own_class_lis
 
     from data.combined import load_datasets
 
-    fakes = {name: make_fake_dataset(name, tmp_path, num_classes=n, per_class=2)
-             for name, n in (("imagenet", 6), ("imagenet_v2", 6), ("imagenet_a", 3), ("imagenet_r", 2))}
-    config = build_config({"dataset": "imagenet", "protocol": "transfer", "classes_per_client": 2, "shots": 1,
-                           "eval_datasets": "imagenet+imagenet_v2+imagenet_a+imagenet_r"})
+    fakes = {
+        name: make_fake_dataset(name, tmp_path, num_classes=n, per_class=2)
+        for name, n in (("imagenet", 6), ("imagenet_v2", 6), ("imagenet_a", 3), ("imagenet_r", 2))
+    }
+    config = build_config(
+        {
+            "dataset": "imagenet",
+            "protocol": "transfer",
+            "classes_per_client": 2,
+            "shots": 1,
+            "eval_datasets": "imagenet+imagenet_v2+imagenet_a+imagenet_r",
+        }
+    )
     protocol = get_protocol("transfer")
     protocol.check(config)
     dataset = load_datasets(config.datasets, tmp_path, TRANSFORMS, config.test_datasets)
@@ -536,7 +605,16 @@ def test_attribute_methods_refuse_several_datasets_before_loading_any(tmp_path):
 
     from benchmark.runs.runner import run_experiment
 
-    config = build_config({"method": "fedmvp", "dataset": "toy+toy_shapes", "protocol": "classchunk", "backbone": TINY,
-                           "pretrained": "none", "wandb": "disabled", "out": str(tmp_path)})
+    config = build_config(
+        {
+            "method": "fedmvp",
+            "dataset": "toy+toy_shapes",
+            "protocol": "classchunk",
+            "backbone": TINY,
+            "pretrained": "none",
+            "wandb": "disabled",
+            "out": str(tmp_path),
+        }
+    )
     with pytest.raises(ConfigError, match="fedmvp reads one dataset's class attribute file"):
         run_experiment(config, write=False, progress=False)

@@ -55,9 +55,33 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
     from benchmark.registry import get_method, hyperparameters
 
     out = tmp_path / "runs"
-    done = fedbench("run", "--method", "promptfl", "--dataset", "dtd", "--backbone", "fedbench-tiny-vit",
-                    "--pretrained", "none", "--data-root", fake_data_root, "--out", out, "--shots", "2",
-                    "--rounds", "1", "--clients", "3", "--local-epochs", "1", "--wandb", "disabled", "--lr", "0.01")
+    done = fedbench(
+        "run",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        "fedbench-tiny-vit",
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        out,
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--clients",
+        "3",
+        "--local-epochs",
+        "1",
+        "--wandb",
+        "disabled",
+        "--lr",
+        "0.01",
+    )
     assert done.returncode == 0, done.stderr
     (run,) = out.glob("promptfl_*")
     saved = yaml.safe_load((run / "config.yaml").read_text())

@@ -85,7 +85,10 @@ def violations(root: Path = ROOT) -> list[str]:
             bad.append(f"{where}: an import up a layer ({LAYERS[layer(src)] or 'top level'} -> {LAYERS[layer(dst)]})")
         if lazy and not src.startswith("benchmark.cli") and src.startswith("benchmark") and "# lazy:" not in text:
             bad.append(f"{where} inside a function without a `# lazy:` reason")
-    bad += [f"import cycle: {' -> '.join(c)}" for c in _cycles({k: v for k, v in graph.items() if k.startswith("benchmark")})]
+    bad += [
+        f"import cycle: {' -> '.join(c)}"
+        for c in _cycles({k: v for k, v in graph.items() if k.startswith("benchmark")})
+    ]
     return bad
 
 
@@ -96,7 +99,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                cycles.append(path[path.index(nxt):] + [nxt])
+                cycles.append(path[path.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, path + [nxt])
         state[node] = "done"

@@ -117,8 +117,11 @@ def test_every_lora_weight_is_uploaded_nothing_is_personal(tiny_backbone):
     method = CLIPLoRA(tiny_backbone)
     state = method.client_state()
     expected = {
-        f"lora.{tower}.{i}.{proj}.{m}" for tower in ("text", "vision") for i in range(4)
-        for proj in ("q", "k", "v") for m in ("A", "B")
+        f"lora.{tower}.{i}.{proj}.{m}"
+        for tower in ("text", "vision")
+        for i in range(4)
+        for proj in ("q", "k", "v")
+        for m in ("A", "B")
     }
     assert set(state) == expected
     assert set(method.uploaded_state()) == expected

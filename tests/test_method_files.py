@@ -38,9 +38,31 @@ def plugin_file(tmp_path, monkeypatch):
 
 
 def test_run_a_method_from_a_file_path(plugin_file, fedbench, fake_data_root, tmp_path):
-    done = fedbench("run", "--method", f"{plugin_file}:FrozenAgain", "--dataset", "dtd", "--backbone", TINY,
-                    "--pretrained", "none", "--data-root", fake_data_root, "--out", tmp_path / "runs", "--shots", "2",
-                    "--rounds", "1", "--clients", "3", "--wandb", "disabled", "--temperature", "2")
+    done = fedbench(
+        "run",
+        "--method",
+        f"{plugin_file}:FrozenAgain",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path / "runs",
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--clients",
+        "3",
+        "--wandb",
+        "disabled",
+        "--temperature",
+        "2",
+    )
     assert done.returncode == 0, done.stderr
     (run,) = (tmp_path / "runs").glob("frozen_again_dtd_*")
     config = (run / "config.yaml").read_text()
@@ -57,10 +79,16 @@ def test_a_missing_file_or_class_is_a_clear_error(plugin_file, fedbench, tmp_pat
 
 def test_fedbench_plugins_registers_file_methods(plugin_file, tmp_path):
     env = {**os.environ, "FEDBENCH_PLUGINS": f"{plugin_file}:FrozenAgain"}
-    done = subprocess.run([sys.executable, "-m", "benchmark.cli", "methods"], capture_output=True, text=True,
-                          env=env, timeout=600, cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmark.cli", "methods"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 0, done.stderr
-    line = next(l for l in done.stdout.splitlines() if l.startswith("frozen_again"))
+    line = next(out for out in done.stdout.splitlines() if out.startswith("frozen_again"))
     assert "Zero-shot CLIP under another name." in line and f"[file {plugin_file}]" in line
 
 
@@ -74,7 +102,7 @@ def test_new_method_outside_the_repo_writes_a_package_with_an_entry_point(fedben
     pyproject = tomllib.loads((package / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["fedbench.methods"] == {"my_adapter": "fedbench_my_adapter.method"}
     module = package / "fedbench_my_adapter" / "method.py"
-    assert "@register_method(\"my_adapter\")" in module.read_text()
+    assert '@register_method("my_adapter")' in module.read_text()
     assert f"fedbench run --method {module}:MyAdapter" in done.stdout
     assert not (tmp_path / "methods").exists()
 

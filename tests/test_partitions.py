@@ -132,8 +132,9 @@ def _domain_data():
 
 def test_domain_partition_keeps_clients_inside_their_domain():
     train, test, train_dom, test_dom = _domain_data()
-    partition = domain_partition(train, test, train_dom, test_dom, clients_per_domain=3, beta=0.5, seed=1,
-                                 domain_names=DOMAINS)
+    partition = domain_partition(
+        train, test, train_dom, test_dom, clients_per_domain=3, beta=0.5, seed=1, domain_names=DOMAINS
+    )
     assert partition.protocol == "domains" and len(partition.clients) == 12
     assert [c.domain for c in partition.clients] == [d for d in DOMAINS for _ in range(3)]
     assert [c.client_id for c in partition.clients] == list(range(12))
@@ -171,6 +172,7 @@ def test_manifest_round_trip(tmp_path):
 
 # --- the dirichlet and domains protocols, end to end with zero-shot CLIP on fake data ----
 
+
 def _recording_accuracy(calls):
     def accuracy(indices, class_ids):
         calls.append((tuple(indices), tuple(class_ids)))
@@ -196,8 +198,15 @@ def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, pr
 
     make_fake_dataset(dataset, tmp_path / "data", num_classes=3, per_class=8)
     config = tiny_config(
-        tmp_path / "data", tmp_path, dataset=dataset, protocol=protocol, method="zeroshot",
-        clients=clients, shots=0, rounds=1, beta=0.5,
+        tmp_path / "data",
+        tmp_path,
+        dataset=dataset,
+        protocol=protocol,
+        method="zeroshot",
+        clients=clients,
+        shots=0,
+        rounds=1,
+        beta=0.5,
     )
     result = run_experiment(config, progress=False)
     metrics = result.summary["metrics"]
@@ -242,4 +251,6 @@ def test_domains_protocol_config_errors(tmp_path):
     with pytest.raises(ConfigError, match="multiple of 4"):
         get_protocol("domains").partition(office, tiny_config(tmp_path, tmp_path, clients=10))
     with pytest.raises(ConfigError, match="feature-shift"):
-        get_protocol("domains").partition(load_dataset("dtd", tmp_path, transforms), tiny_config(tmp_path, tmp_path, clients=4))
+        get_protocol("domains").partition(
+            load_dataset("dtd", tmp_path, transforms), tiny_config(tmp_path, tmp_path, clients=4)
+        )

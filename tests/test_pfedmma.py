@@ -55,11 +55,16 @@ def test_counts_on_the_real_architectures(name, request):
     backbone = request.getfixturevalue(name)
     method = build_method("pfedmma", backbone)
     assert (backbone.text.width, backbone.vision.width, backbone.text.blocks, backbone.vision.blocks) == (
-        512, 768, 12, 12,
+        512,
+        768,
+        12,
+        12,
     )
     assert method.parameter_counts() == {"trainable_params": 674_560, "uploaded_params": 8_448}
     assert expected_counts(512, 768, 8) == (674_560, 8_448)
-    assert sorted(method.uploaded_state()) == sorted(f"shared.{b}.{p}" for b in range(5, 13) for p in ("weight", "bias"))
+    assert sorted(method.uploaded_state()) == sorted(
+        f"shared.{b}.{p}" for b in range(5, 13) for p in ("weight", "bias")
+    )
     # Init: kaiming-normal (fan_out, relu) on every Linear, up included; zero biases.
     for key, value in method.state_dict().items():
         if key.endswith(".bias"):
@@ -85,8 +90,9 @@ def test_describe_prints_the_counts(vit_b16, capsys):
 
 def test_other_depths_and_a_clear_range_error(tiny_backbone):
     # ViT-L-14's shapes (text 12 x 768, vision 24 x 1024): the range pairs blocks of the same index.
-    vit_l = SimpleNamespace(name="ViT-L-14", text=SimpleNamespace(width=768, blocks=12),
-                            vision=SimpleNamespace(width=1024, blocks=24))
+    vit_l = SimpleNamespace(
+        name="ViT-L-14", text=SimpleNamespace(width=768, blocks=12), vision=SimpleNamespace(width=1024, blocks=24)
+    )
     method = PFedMMA(vit_l)
     assert method.block_numbers == list(range(5, 13))
     trainable, uploaded = expected_counts(768, 1024, 8)
@@ -158,7 +164,9 @@ def test_every_adapter_trains_and_the_backbone_stays_frozen(tiny_backbone):
     optimizer = method.configure_optimizers()
     assert isinstance(optimizer, torch.optim.SGD)  # constant lr: no scheduler
     assert {k: optimizer.defaults[k] for k in ("lr", "momentum", "weight_decay")} == {
-        "lr": 0.001, "momentum": 0.9, "weight_decay": 5e-4,
+        "lr": 0.001,
+        "momentum": 0.9,
+        "weight_decay": 5e-4,
     }
 
 
@@ -202,7 +210,12 @@ def test_gradient_scaling_against_the_unscaled_adapter(tiny_backbone, tower, alp
 # -- federation --------------------------------------------------------------------------
 def _run(fake_data_root, tmp_path, federate, rounds=2, clients=3):
     config = tiny_config(
-        fake_data_root, tmp_path, method="pfedmma", rounds=rounds, clients=clients, shots=2,
+        fake_data_root,
+        tmp_path,
+        method="pfedmma",
+        rounds=rounds,
+        clients=clients,
+        shots=2,
         method_args={"first_block": 3, "federate": federate, "lr": 0.01},
     )
     return run_experiment(config, write=False, progress=False)
@@ -253,12 +266,35 @@ def test_cli_run_trains_end_to_end_and_reports_the_bytes_sent(fake_data_root, tm
     from benchmark.cli import main
 
     out = tmp_path / "runs"
-    code = main([
-        "run", "--method", "pfedmma", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", str(fake_data_root), "--out", str(out), "--shots", "2",
-        "--local-epochs", "1", "--clients", "2", "--first-block", "2", "--rounds", "1",
-        "--wandb", "disabled",
-    ])
+    code = main(
+        [
+            "run",
+            "--method",
+            "pfedmma",
+            "--dataset",
+            "dtd",
+            "--backbone",
+            TINY,
+            "--pretrained",
+            "none",
+            "--data-root",
+            str(fake_data_root),
+            "--out",
+            str(out),
+            "--shots",
+            "2",
+            "--local-epochs",
+            "1",
+            "--clients",
+            "2",
+            "--first-block",
+            "2",
+            "--rounds",
+            "1",
+            "--wandb",
+            "disabled",
+        ]
+    )
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "| pfedmma" in printed.out

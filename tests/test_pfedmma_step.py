@@ -91,7 +91,10 @@ if __name__ == "__main__":
     indices = list(client.train_indices)[:8]
     images = torch.stack([dataset.train.load(i) for i in indices])
     labels = torch.tensor([list(client.train_classes).index(dataset.train.labels[i]) for i in indices])
-    print("toy CLIP (blocks 2-4):", {t: [f"{g:.3g}" for g in v] for t, v in step_gains(method, images, labels, names).items()})
+    print(
+        "toy CLIP (blocks 2-4):",
+        {t: [f"{g:.3g}" for g in v] for t, v in step_gains(method, images, labels, names).items()},
+    )
 
     vit = load_backbone("ViT-B-16", None)
     torch.manual_seed(0)

@@ -76,8 +76,12 @@ def test_the_guide_shows_exactly_the_tested_example():
     assert found, "the guide must include docs/examples/half_prompt.py between its BEGIN/END markers"
     assert found.group(1) == EXAMPLE.read_text()
     assert 30 <= len(EXAMPLE.read_text().splitlines()) <= 60
-    for command in ("fedbench run --method half_prompt", "fedbench reproduce toy --methods half_prompt",
-                    '[project.entry-points."fedbench.methods"]', "fedbench new-method"):
+    for command in (
+        "fedbench run --method half_prompt",
+        "fedbench reproduce toy --methods half_prompt",
+        '[project.entry-points."fedbench.methods"]',
+        "fedbench new-method",
+    ):
         assert command in guide
 
 
@@ -89,8 +93,9 @@ def test_half_prompt_uploads_its_shared_half_and_keeps_the_other(half_prompt, fa
     assert set(method.uploaded_state()) == {"shared_ctx"}
     assert method.uploaded_state()["shared_ctx"].shape == (n_shared, TINY_TEXT_WIDTH)
 
-    config = tiny_config(fake_data_root, tmp_path, method="half_prompt", method_args=args, clients=clients, rounds=rounds,
-                         shots=2)
+    config = tiny_config(
+        fake_data_root, tmp_path, method="half_prompt", method_args=args, clients=clients, rounds=rounds, shots=2
+    )
     result = run_experiment(config, write=False, progress=False)
     states = result.federation.client_states
     assert len(states) == clients
@@ -108,16 +113,41 @@ def test_half_prompt_uploads_its_shared_half_and_keeps_the_other(half_prompt, fa
 def test_half_prompt_hyperparameters_are_flags_and_are_checked(half_prompt, fedbench, fake_data_root, tmp_path):
     out = tmp_path / "runs"
     done = fedbench(
-        "run", "--method", "half_prompt", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", out, "--shots", "2", "--rounds", "1", "--local-epochs", "1",
-        "--clients", "2", "--n-ctx", "4", "--n-shared", "3", "--wandb", "disabled",
+        "run",
+        "--method",
+        "half_prompt",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        out,
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--clients",
+        "2",
+        "--n-ctx",
+        "4",
+        "--n-shared",
+        "3",
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     (run_dir,) = [p.parent for p in out.glob("*/summary.json")]
     config = (run_dir / "config.yaml").read_text()
     assert "n_shared: 3" in config and "n_ctx: 4" in config
-    bad = fedbench("run", "--method", "half_prompt", "--backbone", TINY, "--pretrained", "none", "--n-shared", "4",
-                   "--n-ctx", "4")
+    bad = fedbench(
+        "run", "--method", "half_prompt", "--backbone", TINY, "--pretrained", "none", "--n-shared", "4", "--n-ctx", "4"
+    )
     assert bad.returncode == 2 and "method 'half_prompt': n_shared must be between 1 and n_ctx - 1 = 3" in bad.stderr
     assert "Traceback" not in bad.stderr
 
@@ -272,8 +302,10 @@ def test_each_plugin_method_is_credited_to_the_entry_point_that_names_it(fresh_r
         load_module()
         return type("Sub", (module.Decorated,), {"__module__": "shared_plugin_classes"})
 
-    fresh_registry(FakeEntryPoint("by_class", "pkg.m:Sub", load_class, "pkg"),
-                   FakeEntryPoint("by_module", "pkg.m", load_module, "pkg"))
+    fresh_registry(
+        FakeEntryPoint("by_class", "pkg.m:Sub", load_class, "pkg"),
+        FakeEntryPoint("by_module", "pkg.m", load_module, "pkg"),
+    )
     assert {"by_class", "by_module"} <= set(registry.available_methods()) and not registry.PLUGIN_ERRORS
     assert registry.method_origin("by_class") == "plugin 'by_class' (package pkg)"
     assert registry.method_origin("by_module") == "plugin 'by_module' (package pkg)"
@@ -282,8 +314,9 @@ def test_each_plugin_method_is_credited_to_the_entry_point_that_names_it(fresh_r
 # -- fedbench new-method --------------------------------------------------------------------
 
 
-def test_new_method_writes_a_documented_skeleton_that_runs(fedbench, fresh_registry, fake_data_root, tmp_path,
-                                                           monkeypatch):
+def test_new_method_writes_a_documented_skeleton_that_runs(
+    fedbench, fresh_registry, fake_data_root, tmp_path, monkeypatch
+):
     import inspect
 
     done = fedbench("new-method", "my_prompt", "--out", tmp_path / "methods")
@@ -366,7 +399,9 @@ def test_an_installed_plugin_package_is_listed_and_runs(fake_data_root, tmp_path
     pip = [sys.executable, "-m", "pip"]
     install = subprocess.run(
         pip + ["install", "--no-deps", "--no-build-isolation", "--no-index", "--no-cache-dir", "-q", str(package)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     try:
         assert install.returncode == 0, install.stderr
@@ -380,10 +415,37 @@ def test_an_installed_plugin_package_is_listed_and_runs(fake_data_root, tmp_path
 
         out = tmp_path / "runs"
         run = subprocess.run(
-            [exe, "run", "--method", "smoke_class", "--backbone", TINY, "--pretrained", "none",
-             "--dataset", "dtd", "--data-root", str(fake_data_root), "--out", str(out), "--shots", "2",
-             "--rounds", "1", "--clients", "2", "--local-epochs", "1", "--n-shared", "2", "--wandb", "disabled"],
-            capture_output=True, text=True, timeout=600,
+            [
+                exe,
+                "run",
+                "--method",
+                "smoke_class",
+                "--backbone",
+                TINY,
+                "--pretrained",
+                "none",
+                "--dataset",
+                "dtd",
+                "--data-root",
+                str(fake_data_root),
+                "--out",
+                str(out),
+                "--shots",
+                "2",
+                "--rounds",
+                "1",
+                "--clients",
+                "2",
+                "--local-epochs",
+                "1",
+                "--n-shared",
+                "2",
+                "--wandb",
+                "disabled",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert run.returncode == 0, run.stderr
         assert "| smoke_class" in run.stdout
@@ -404,6 +466,8 @@ def test_a_hyperparameter_named_like_a_run_option_is_rejected_at_registration(fr
         def __init__(self, backbone, beta: float = 0.9) -> None:
             super().__init__(backbone)
 
-    with pytest.raises(registry.MethodError, match=r"hyperparameter 'beta' has the name of a run option \(--beta\); rename it"):
+    with pytest.raises(
+        registry.MethodError, match=r"hyperparameter 'beta' has the name of a run option \(--beta\); rename it"
+    ):
         registry.register_method("shadowed_beta")(ShadowedBeta)
     assert "shadowed_beta" not in registry.available_methods()

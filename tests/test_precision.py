@@ -122,7 +122,9 @@ def lora_block_errors(backbone, image, b_std: float = 0.01) -> dict[str, float]:
     block = backbone.model.visual.transformer.resblocks[11]
     x = block_input(backbone, image, 12)
     projections = (wrapper.q, wrapper.k, wrapper.v)
-    trained = [torch.randn(p.B.shape, generator=torch.Generator().manual_seed(i)) * b_std for i, p in enumerate(projections)]
+    trained = [
+        torch.randn(p.B.shape, generator=torch.Generator().manual_seed(i)) * b_std for i, p in enumerate(projections)
+    ]
 
     def contribution(ctx) -> torch.Tensor:
         outputs = []
@@ -208,12 +210,18 @@ def test_training_and_evaluation_run_under_the_same_autocast(fake_data_root, tmp
             on = torch.is_autocast_enabled("cpu")
             seen.add((on, torch.get_autocast_dtype("cpu") if on else None))
 
-        hooks = [tiny_backbone.model.visual.ln_post.register_forward_hook(record),
-                 tiny_backbone.model.ln_final.register_forward_hook(record)]
+        hooks = [
+            tiny_backbone.model.visual.ln_post.register_forward_hook(record),
+            tiny_backbone.model.ln_final.register_forward_hook(record),
+        ]
         try:
             method_args = {"first_block": 2} if method == "pfedmma" else {}
             config = tiny_config(
-                fake_data_root, tmp_path / precision, method=method, precision=precision, rounds=1,
+                fake_data_root,
+                tmp_path / precision,
+                method=method,
+                precision=precision,
+                rounds=1,
                 method_args=method_args,
             )
             result = run_experiment(config, progress=False)
@@ -225,7 +233,9 @@ def test_training_and_evaluation_run_under_the_same_autocast(fake_data_root, tmp
 
 
 def test_precision_values_are_checked():
-    with pytest.raises(ConfigError, match="precision = 'bf16' is invalid: expected auto, 32-true, bf16-mixed, 16-mixed"):
+    with pytest.raises(
+        ConfigError, match="precision = 'bf16' is invalid: expected auto, 32-true, bf16-mixed, 16-mixed"
+    ):
         build_config({"precision": "bf16"})
 
 
@@ -238,9 +248,29 @@ def test_fp16_on_cpu_is_refused(fake_data_root, tmp_path):
 
 def test_profile_prints_the_precision(fedbench, fake_data_root, tmp_path):
     done = fedbench(
-        "profile", "--method", "promptfl", "--dataset", "dtd", "--backbone", "fedbench-tiny-vit",
-        "--pretrained", "none", "--data-root", str(fake_data_root), "--shots", "2", "--rounds", "1",
-        "--clients", "3", "--local-epochs", "1", "--precision", "bf16-mixed", "--wandb", "disabled",
+        "profile",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        "fedbench-tiny-vit",
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(fake_data_root),
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--clients",
+        "3",
+        "--local-epochs",
+        "1",
+        "--precision",
+        "bf16-mixed",
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     assert "device cpu, precision bf16-mixed (blocks' matmuls autocast, residual streams fp32)" in done.stdout
@@ -255,7 +285,9 @@ def test_auto_precision_on_a_gpu_is_the_methods_choice(method, expected):
 
     assert resolve_device(build_config({"method": method, "device": "cuda"})) == ("cuda", expected)
     assert resolve_device(build_config({"method": method, "device": "cpu"})) == ("cpu", "32-true")
-    assert resolve_device(build_config({"method": method, "device": "cuda", "precision": "bf16-mixed"}))[1] == "bf16-mixed"
+    assert (
+        resolve_device(build_config({"method": method, "device": "cuda", "precision": "bf16-mixed"}))[1] == "bf16-mixed"
+    )
 
 
 if __name__ == "__main__":  # the README's figures: PYTHONPATH=. python tests/test_precision.py
@@ -268,4 +300,6 @@ if __name__ == "__main__":  # the README's figures: PYTHONPATH=. python tests/te
         ("pFedMMA, image feature", forward_effect_errors(backbone, pfedmma, one_image)),
         ("LoRA (B ~ N(0, 0.01)), vision block 12", lora_block_errors(backbone, one_image)),
     ):
-        print(name + ": " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in numbers.items()))
+        print(
+            name + ": " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in numbers.items())
+        )

@@ -24,7 +24,8 @@ def vit_b16():
 def test_counts_on_vit_b16(vit_b16):
     assert build_method("promptfl", vit_b16).parameter_counts() == {"trainable_params": 8_192, "uploaded_params": 8_192}
     assert build_method("promptfl", vit_b16, {"n_ctx": 4}).parameter_counts() == {
-        "trainable_params": 2_048, "uploaded_params": 2_048,
+        "trainable_params": 2_048,
+        "uploaded_params": 2_048,
     }
 
 

@@ -46,14 +46,33 @@ class NanAfter(FederatedMethod):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
+
 TOY = ("--dataset", "toy", "--backbone", "fedbench-toy-vit", "--pretrained", "fedbench-toy-test")
 
 
 def tiny_flags(data_root: Path, out: Path, *extra: str) -> list[str]:
     return [
-        "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none", "--data-root", str(data_root),
-        "--out", str(out), "--shots", "2", "--local-epochs", "1", "--clients", "3", "--batch-size", "8",
-        "--wandb", "disabled", *extra,
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(data_root),
+        "--out",
+        str(out),
+        "--shots",
+        "2",
+        "--local-epochs",
+        "1",
+        "--clients",
+        "3",
+        "--batch-size",
+        "8",
+        "--wandb",
+        "disabled",
+        *extra,
     ]
 
 
@@ -63,9 +82,28 @@ def tiny_flags(data_root: Path, out: Path, *extra: str) -> list[str]:
 def test_divergent_toy_run_exits_nonzero_naming_where_and_writes_nothing(fedbench, toy_test_checkpoint, tmp_path):
     out = tmp_path / "runs"
     done = fedbench(
-        "run", "--method", "pfedmma", "--first-block", "2", "--lr", "1e6", *TOY, "--out", out,
-        "--clients", "4", "--shots", "2", "--rounds", "3", "--local-epochs", "1", "--batch-size", "8",
-        "--wandb", "disabled",
+        "run",
+        "--method",
+        "pfedmma",
+        "--first-block",
+        "2",
+        "--lr",
+        "1e6",
+        *TOY,
+        "--out",
+        out,
+        "--clients",
+        "4",
+        "--shots",
+        "2",
+        "--rounds",
+        "3",
+        "--local-epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
@@ -80,8 +118,9 @@ def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):
     from benchmark.errors import DivergenceError
     from benchmark.runs.runner import run_experiment
 
-    config = tiny_config(fake_data_root, tmp_path, method="test_nan_after", method_args={"nan_at_step": 2},
-                         local_epochs=3)  # one step per epoch here
+    config = tiny_config(
+        fake_data_root, tmp_path, method="test_nan_after", method_args={"nan_at_step": 2}, local_epochs=3
+    )  # one step per epoch here
     with pytest.raises(DivergenceError, match=r"round 1, client 0, step 2 with lr 0.1: the training loss is nan"):
         run_experiment(config, progress=False)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
@@ -92,8 +131,11 @@ def test_a_state_is_finite_exactly_when_every_value_is(dtype):
     from benchmark.federation.simulator import all_finite
 
     big = torch.finfo(dtype).max
-    state = {"a": torch.full((1000,), big, dtype=dtype), "b": torch.full((3,), -big, dtype=dtype),
-             "steps": torch.tensor([7])}
+    state = {
+        "a": torch.full((1000,), big, dtype=dtype),
+        "b": torch.full((3,), -big, dtype=dtype),
+        "steps": torch.tensor([7]),
+    }
     assert all_finite(state)  # the largest values, many of them: no overflow in the check
     assert all_finite({}) and all_finite({"steps": torch.tensor([1])})
     for bad in (float("nan"), float("inf"), -float("inf")):
@@ -132,7 +174,9 @@ def test_failed_cell_is_shown_as_failed_and_retried(tmp_path, fake_data_root, ca
     assert row.count("failed") == 4 and not any(ch.isdigit() for ch in row.replace("seeds", ""))
     stats = pd.read_csv(tmp_path / "results" / "table.csv")
     failed = stats[stats.label == "diverges"]
-    assert len(failed) == 8 and (failed["failed"] == 2).all() and failed["mean"].isna().all()  # 4 metrics x (dtd, Average)
+    assert (
+        len(failed) == 8 and (failed["failed"] == 2).all() and failed["mean"].isna().all()
+    )  # 4 metrics x (dtd, Average)
     runs = tmp_path / "runs"
     assert len(list(runs.glob("test_nan_after_*.failed.json"))) == 2
     assert not [p for p in runs.iterdir() if p.is_dir() and p.name.startswith("test_nan_after")]
@@ -210,15 +254,18 @@ def test_malformed_cli_values_are_a_clean_error(argv, message, capsys):
     assert "Traceback" not in err and message in err
 
 
-@pytest.mark.parametrize("text", [
-    "run: [1]\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
-    "run: {}\ndatasets: dtd\nmethods: [zeroshot]\nseeds: [1]\n",
-    "run: {}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [one]\n",
-    "run: {}\ndatasets: [dtd]\nmethods: [{label: x}]\nseeds: [1]\n",
-    "run: {rounds: 2}\nrun: {rounds: 3}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
-    "run: {rounds: true}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
-    "just text\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "run: [1]\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
+        "run: {}\ndatasets: dtd\nmethods: [zeroshot]\nseeds: [1]\n",
+        "run: {}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [one]\n",
+        "run: {}\ndatasets: [dtd]\nmethods: [{label: x}]\nseeds: [1]\n",
+        "run: {rounds: 2}\nrun: {rounds: 3}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
+        "run: {rounds: true}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n",
+        "just text\n",
+    ],
+)
 def test_malformed_presets_are_a_clean_error(tmp_path, text, capsys):
     preset = tmp_path / "bad.yaml"
     preset.write_text(text)
@@ -304,8 +351,15 @@ def test_run_folders_follow_the_umask_and_damaged_summaries_count_missing(fake_d
 def test_signals_end_a_run_with_their_exit_code_and_no_run_folder(fake_data_root, tmp_path, signum, code):
     out = tmp_path / "runs"
     log = tmp_path / "stderr.txt"
-    command = [sys.executable, "-m", "benchmark.cli", "run", "--method", "promptfl",
-               *tiny_flags(fake_data_root, out, "--rounds", "500")]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmark.cli",
+        "run",
+        "--method",
+        "promptfl",
+        *tiny_flags(fake_data_root, out, "--rounds", "500"),
+    ]
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.time() + 300
@@ -424,13 +478,23 @@ def test_two_concurrent_sweeps_run_each_cell_exactly_once(tmp_path, fake_data_ro
         f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}, wandb: disabled}}\n"
         "datasets: [dtd]\nmethods: [counted]\nseeds: [1, 2, 3, 4, 5, 6]\n"
     )
-    env = {**os.environ, "COUNT_FILE": str(tmp_path / "starts.txt"),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), os.environ.get("PYTHONPATH", "")])}
-    code = (f"import sys, counted; from benchmark.cli import main; sys.exit(main(['reproduce', {str(preset)!r}, "
-            f"'--out', {str(tmp_path / 'runs')!r}, '--results', sys.argv[1]]))")
+    env = {
+        **os.environ,
+        "COUNT_FILE": str(tmp_path / "starts.txt"),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "plugin"), os.environ.get("PYTHONPATH", "")]),
+    }
+    code = (
+        f"import sys, counted; from benchmark.cli import main; sys.exit(main(['reproduce', {str(preset)!r}, "
+        f"'--out', {str(tmp_path / 'runs')!r}, '--results', sys.argv[1]]))"
+    )
     sweeps = [
-        subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"results{i}")], env=env, text=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path / f"results{i}")],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         for i in range(2)
     ]
     outputs = [p.communicate(timeout=900) for p in sweeps]
@@ -454,8 +518,16 @@ def test_augmented_training_gives_the_same_numbers_with_0_and_2_workers(fake_dat
     from benchmark.runs.runner import run_experiment
 
     def run(workers: int):
-        config = tiny_config(fake_data_root, tmp_path, method="promptfl", augment=True, num_workers=workers,
-                             local_epochs=2, rounds=2, method_args={"lr": 0.05})
+        config = tiny_config(
+            fake_data_root,
+            tmp_path,
+            method="promptfl",
+            augment=True,
+            num_workers=workers,
+            local_epochs=2,
+            rounds=2,
+            method_args={"lr": 0.05},
+        )
         return config, run_experiment(config, write=False, progress=False)
 
     (config0, serial), (config2, parallel) = run(0), run(2)
@@ -492,8 +564,17 @@ def test_sigterm_stops_reproduce_with_143_listing_the_finished_cells(fake_data_r
         "datasets: [dtd]\nmethods: [promptfl]\nseeds: [1]\ngrid: {rounds: [1, 500]}\n"
     )
     runs = tmp_path / "runs"
-    command = [sys.executable, "-m", "benchmark.cli", "reproduce", str(preset), "--out", str(runs),
-               "--results", str(tmp_path / "results")]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmark.cli",
+        "reproduce",
+        str(preset),
+        "--out",
+        str(runs),
+        "--results",
+        str(tmp_path / "results"),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 300
     while time.time() < deadline and not list(runs.glob("promptfl_*/summary.json")):

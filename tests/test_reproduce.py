@@ -25,7 +25,9 @@ def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl")
 
 
 def reproduce(tmp_path: Path, preset: Path, *extra: str) -> int:
-    return main(["reproduce", str(preset), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra])
+    return main(
+        ["reproduce", str(preset), "--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), *extra]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +75,23 @@ def test_paper_numbers_sit_in_the_right_cells(reproduced):
     reference = pd.read_csv(REFERENCE)
     # Anchors typed from the pFedMMA paper's base-to-novel table (7-dataset average), so a
     # damaged packaged file cannot pass by agreeing with itself.
-    anchors = {("CLIP", "Local"): 76.36, ("CLIP", "Novel"): 81.21, ("PromptFL", "Local"): 88.93, ("PromptFL", "HM"): 83.09}
+    anchors = {
+        ("CLIP", "Local"): 76.36,
+        ("CLIP", "Novel"): 81.21,
+        ("PromptFL", "Local"): 88.93,
+        ("PromptFL", "HM"): 83.09,
+    }
     for (paper_name, metric), value in anchors.items():
-        rows = reference[(reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)]
+        rows = reference[
+            (reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)
+        ]
         assert rows["value"].tolist() == [value]
     comparison = pd.read_csv(tmp / "results" / "paper_comparison.csv")
     for paper_name, ours in (("CLIP", "zeroshot"), ("PromptFL", "promptfl")):
         for metric in ("Local", "Novel", "HM"):
-            expected = reference[(reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)]
+            expected = reference[
+                (reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)
+            ]
             row = comparison[(comparison.method == ours) & (comparison.metric == metric)]
             assert row["paper"].item() == expected["value"].item()
             assert row["delta"].item() == pytest.approx(row["ours"].item() - row["paper"].item())
@@ -120,12 +131,18 @@ def test_a_reproduce_that_ran_nothing_exits_non_zero_with_the_reason(tmp_path, c
     assert reproduce(tmp_path, preset, "--datasets", "dtd") == 1
     captured = capsys.readouterr()
     assert "ran 0 runs" in captured.out
-    assert "nothing it was asked to run ran: 1 of the 1 cells to run were skipped because their data is missing" in captured.err
+    assert (
+        "nothing it was asked to run ran: 1 of the 1 cells to run were skipped because their data is missing"
+        in captured.err
+    )
     assert str(tmp_path / "nodata" / "dtd") in captured.err
 
 
 def test_dry_run_of_the_paper_table_lists_168_cells_and_missing_data(tmp_path, capsys):
-    assert main(["reproduce", "base2novel", "--dry-run", "--data-root", str(tmp_path / "nodata"), "--out", str(tmp_path)]) == 0
+    assert (
+        main(["reproduce", "base2novel", "--dry-run", "--data-root", str(tmp_path / "nodata"), "--out", str(tmp_path)])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "168 cells: 0 done, 168 to run" in out
     for dataset in ("caltech101", "oxford_pets", "oxford_flowers", "food101", "dtd", "sun397", "ucf101"):
@@ -155,8 +172,17 @@ def test_wandb_offline_runs_hold_the_results(tmp_path, fake_data_root):
 @pytest.mark.slow
 def test_killed_sweep_resumes_only_missing_cells(tmp_path, fake_data_root):
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",), seeds=(1, 2, 3, 4), rounds=3)
-    command = [sys.executable, "-m", "benchmark.cli", "reproduce", str(preset), "--out", str(tmp_path / "runs"),
-               "--results", str(tmp_path / "results")]
+    command = [
+        sys.executable,
+        "-m",
+        "benchmark.cli",
+        "reproduce",
+        str(preset),
+        "--out",
+        str(tmp_path / "runs"),
+        "--results",
+        str(tmp_path / "results"),
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     runs = tmp_path / "runs"
     deadline = time.time() + 240

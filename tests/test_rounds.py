@@ -36,8 +36,10 @@ def test_eval_every_1_gives_every_rounds_accuracy_and_the_last_equals_the_summar
     assert sorted(per_client.groupby("round").size().to_dict().items()) == [(r, config.clients) for r in (1, 2, 3)]
 
     # Evaluating every round changes no number: the same run evaluated once at the end.
-    once = run_experiment(tiny_config(fake_data_root, tmp_path / "once", method=method, rounds=rounds,
-                                      eval_every=rounds, shots=2), progress=False)
+    once = run_experiment(
+        tiny_config(fake_data_root, tmp_path / "once", method=method, rounds=rounds, eval_every=rounds, shots=2),
+        progress=False,
+    )
     assert once.summary["metrics"] == result.summary["metrics"]
     for cid, state in once.federation.client_states.items():  # bit-identical models, not just equal accuracies
         for key, value in state.items():

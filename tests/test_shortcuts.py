@@ -29,8 +29,20 @@ METHOD_TOLERANCE = {"fedotp": 5e-5}
 # Hyperparameters that fit the toy CLIP's 4 blocks per tower (as the toy preset sets them).
 TOY_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}, "pfedmoap": {"gate_heads": 4}}
 METHODS = (
-    "zeroshot", "promptfl", "fedotp", "fedpgp", "pfedmoap", "clip_adapter", "lora", "pfedmma",
-    "fedmaple", "fedvpt", "fedclip", "fedcocoop", "fedtpg", "fedmvp",
+    "zeroshot",
+    "promptfl",
+    "fedotp",
+    "fedpgp",
+    "pfedmoap",
+    "clip_adapter",
+    "lora",
+    "pfedmma",
+    "fedmaple",
+    "fedvpt",
+    "fedclip",
+    "fedcocoop",
+    "fedtpg",
+    "fedmvp",
 )
 
 
@@ -330,9 +342,21 @@ def test_a_short_toy_run_scores_the_same_with_and_without_shortcuts(method, tmp_
 
     def run(enabled: bool):
         config = build_config(
-            dict(method=method, dataset="toy", backbone="fedbench-toy-vit", pretrained="fedbench-toy-test",
-                 clients=3, shots=4, rounds=2, local_epochs=1, batch_size=4, seed=1, wandb="disabled",
-                 out=str(tmp_path), shortcuts=enabled),
+            dict(
+                method=method,
+                dataset="toy",
+                backbone="fedbench-toy-vit",
+                pretrained="fedbench-toy-test",
+                clients=3,
+                shots=4,
+                rounds=2,
+                local_epochs=1,
+                batch_size=4,
+                seed=1,
+                wandb="disabled",
+                out=str(tmp_path),
+                shortcuts=enabled,
+            ),
             {"method_args": TOY_ARGS.get(method, {})},
         )
         return run_experiment(config, write=False, progress=False)
@@ -363,5 +387,7 @@ def test_evaluation_encodes_each_class_set_once_per_state(toy_test_backbone, toy
     score = Evaluator(method, split, None, batch_size=16).load(method.client_state())
     scores = [score(own, base), score(every_base, base), score(every_novel, novel)]
     assert len(calls) == 2  # base once, novel once
-    plain = [accuracy(method, split, i, c, batch_size=16) for i, c in ((own, base), (every_base, base), (every_novel, novel))]
+    plain = [
+        accuracy(method, split, i, c, batch_size=16) for i, c in ((own, base), (every_base, base), (every_novel, novel))
+    ]
     assert scores == plain

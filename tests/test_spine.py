@@ -106,8 +106,15 @@ def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_ro
     for schedule in ([[0, 1, 2]], [[0, 1, 2], [0]]):
         method = build_seeded_method(config, backbone)
         sim = FederatedSimulator(
-            method, dataset.train, dataset.train.labels, dataset.class_names, partition.clients,
-            schedule, config.seed, TrainerSettings(batch_size=8), progress=False,
+            method,
+            dataset.train,
+            dataset.train.labels,
+            dataset.class_names,
+            partition.clients,
+            schedule,
+            config.seed,
+            TrainerSettings(batch_size=8),
+            progress=False,
         )
         runs[len(schedule)] = sim.run().client_states
     for cid in (1, 2):
@@ -153,7 +160,12 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
         assert torch.equal(state["ctx"], second.federation.client_states[cid]["ctx"])
     run_dir = first.run_dir
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "config.yaml", "environment.json", "metrics.csv", "partition.json", "summary.json", "timing.json",
+        "config.yaml",
+        "environment.json",
+        "metrics.csv",
+        "partition.json",
+        "summary.json",
+        "timing.json",
     ]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert set(summary["metrics"]) == {"Local", "Base", "Novel", "HM"}
@@ -189,9 +201,31 @@ def test_console_script_is_installed():
 def test_cli_run_prints_the_table_and_writes_the_run(fedbench, fake_data_root, tmp_path):
     out = tmp_path / "runs"
     done = fedbench(
-        "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", str(fake_data_root), "--out", str(out), "--shots", "2", "--rounds", "1",
-        "--local-epochs", "1", "--clients", "2", "--lr", "0.01", "--wandb", "disabled",
+        "run",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(fake_data_root),
+        "--out",
+        str(out),
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--local-epochs",
+        "1",
+        "--clients",
+        "2",
+        "--lr",
+        "0.01",
+        "--wandb",
+        "disabled",
     )
     assert done.returncode == 0, done.stderr
     assert "| promptfl" in done.stdout and "Local" in done.stdout and "HM" in done.stdout
@@ -212,8 +246,17 @@ def test_cli_errors_say_what_to_do(fedbench, fake_data_root, tmp_path):
     assert nope.returncode == 2 and "unknown method 'nope'" in nope.stderr and "fedbench methods" in nope.stderr
     assert "Traceback" not in nope.stderr
     missing = fedbench(
-        "run", "--method", "zeroshot", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", str(tmp_path / "empty"),
+        "run",
+        "--method",
+        "zeroshot",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(tmp_path / "empty"),
     )
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert str(tmp_path / "empty" / "dtd") in missing.stderr and "--data-root" in missing.stderr

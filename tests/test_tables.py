@@ -16,8 +16,18 @@ def long_rows(values: dict[tuple[str, str, int], dict[str, float]], tuned=("prom
     rows = []
     for (label, dataset, seed), metrics in values.items():
         for metric, value in metrics.items():
-            rows.append({"label": label, "hyperparameters": "tuned" if label in tuned else "paper", "method": label,
-                         "dataset": dataset, "grid": "", "seed": seed, "metric": metric, "value": value})
+            rows.append(
+                {
+                    "label": label,
+                    "hyperparameters": "tuned" if label in tuned else "paper",
+                    "method": label,
+                    "dataset": dataset,
+                    "grid": "",
+                    "seed": seed,
+                    "metric": metric,
+                    "value": value,
+                }
+            )
     return pd.DataFrame(rows)
 
 

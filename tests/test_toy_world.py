@@ -125,6 +125,7 @@ def test_domains_differ_in_style():
     for d in ("noisy", "blurred", "checkerboard", "cluttered"):
         other = world.render(attrs, d, 32, seed=2).float()
         assert (other - clean).abs().mean() > 1.0, d
+
     # blur lowers local contrast
     def grad(x):
         return (x[:, 1:] - x[:, :-1]).abs().mean()
@@ -209,9 +210,20 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
 
     def run(method, **method_args):
         config = build_config(
-            dict(method=method, dataset="toy", backbone="fedbench-toy-vit", pretrained="fedbench-toy-test",
-                 clients=8, shots=16, rounds=5, local_epochs=2, batch_size=8, seed=1, wandb="disabled",
-                 out=str(tmp_path)),
+            dict(
+                method=method,
+                dataset="toy",
+                backbone="fedbench-toy-vit",
+                pretrained="fedbench-toy-test",
+                clients=8,
+                shots=16,
+                rounds=5,
+                local_epochs=2,
+                batch_size=8,
+                seed=1,
+                wandb="disabled",
+                out=str(tmp_path),
+            ),
             {"method_args": method_args},
         )
         return run_experiment(config, progress=False)

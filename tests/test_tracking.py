@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def fedbench_process(*args, env=None) -> subprocess.CompletedProcess:
     """The CLI in its own process: W&B's core has flushed the run when the process exits."""
     return subprocess.run(
-        [sys.executable, "-m", "benchmark.cli", *map(str, args)], capture_output=True, text=True, timeout=900,
-        env={**os.environ, "WANDB_MODE": "offline", **(env or {})}, cwd=ROOT,
+        [sys.executable, "-m", "benchmark.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "WANDB_MODE": "offline", **(env or {})},
+        cwd=ROOT,
     )
 
 
@@ -32,9 +36,33 @@ def tracked_run(tmp_path_factory, fake_data_root):
     tmp = tmp_path_factory.mktemp("tracked")
     wandb_dir = tmp / "wandb_home"
     done = fedbench_process(
-        "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", fake_data_root, "--out", tmp / "runs", "--shots", "2", "--rounds", "3", "--clients", "3",
-        "--local-epochs", "1", "--wandb", "offline", "--eval-every", "1", "--n-ctx", "4",
+        "run",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp / "runs",
+        "--shots",
+        "2",
+        "--rounds",
+        "3",
+        "--clients",
+        "3",
+        "--local-epochs",
+        "1",
+        "--wandb",
+        "offline",
+        "--eval-every",
+        "1",
+        "--n-ctx",
+        "4",
         env={"WANDB_DIR": str(wandb_dir)},
     )
     assert done.returncode == 0, done.stderr
@@ -82,9 +110,29 @@ def test_a_failed_run_is_recorded_with_a_non_zero_exit_code(tmp_path, fake_data_
     damaged = tmp_path / "damaged.pt"
     damaged.write_bytes(b"not a checkpoint")  # exists, so it fails only once the run has started
     done = fedbench_process(
-        "run", "--method", "promptfl", "--dataset", "dtd", "--backbone", TINY, "--pretrained", damaged,
-        "--data-root", fake_data_root, "--out", tmp_path / "runs", "--shots", "2", "--rounds", "1",
-        "--clients", "3", "--local-epochs", "1", "--wandb", "offline",
+        "run",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        damaged,
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path / "runs",
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--clients",
+        "3",
+        "--local-epochs",
+        "1",
+        "--wandb",
+        "offline",
     )
     assert done.returncode == 2 and f"could not load checkpoint {damaged}" in done.stderr
     (folder,) = offline_runs(tmp_path / "runs")
@@ -98,8 +146,20 @@ def test_reproduce_tags_runs_with_preset_filters_and_overrides(tmp_path, fake_da
         f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}}}\n"
         "datasets: [dtd]\nmethods: [zeroshot, promptfl]\nseeds: [1]\n"
     )
-    done = fedbench_process("reproduce", preset, "--out", tmp_path / "runs", "--results", tmp_path / "results",
-                            "--methods", "zeroshot", "--set", "rounds=2", "--wandb", "offline")
+    done = fedbench_process(
+        "reproduce",
+        preset,
+        "--out",
+        tmp_path / "runs",
+        "--results",
+        tmp_path / "results",
+        "--methods",
+        "zeroshot",
+        "--set",
+        "rounds=2",
+        "--wandb",
+        "offline",
+    )
     assert done.returncode == 0, done.stderr
     runs = {read_offline_run(f).name: read_offline_run(f) for f in offline_runs(tmp_path / "runs")}
     table = runs.pop("table-tagged")

@@ -189,8 +189,9 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     uninterrupted = trials(straight / "results")
     assert list(uninterrupted["param_lr"]) == list(finished["param_lr"])
     assert list(uninterrupted["value"]) == list(finished["value"])
-    assert (straight / "results" / "tuned.yaml").read_text().split("values:")[1] == \
-        (killed / "results" / "tuned.yaml").read_text().split("values:")[1]
+    assert (straight / "results" / "tuned.yaml").read_text().split("values:")[1] == (
+        killed / "results" / "tuned.yaml"
+    ).read_text().split("values:")[1]
 
 
 @pytest.mark.slow

@@ -32,12 +32,34 @@ def test_bad_hyperparameter_in_yaml_is_reported_before_loading(fedbench, empty_c
 
 
 def test_missing_data_and_missing_checkpoint_are_reported_before_loading(fedbench, empty_cache, tmp_path):
-    done = fedbench("run", "--method", "zeroshot", "--dataset", "dtd", "--data-root", tmp_path / "nodata",
-                    "--out", tmp_path / "runs", "--wandb", "disabled")
+    done = fedbench(
+        "run",
+        "--method",
+        "zeroshot",
+        "--dataset",
+        "dtd",
+        "--data-root",
+        tmp_path / "nodata",
+        "--out",
+        tmp_path / "runs",
+        "--wandb",
+        "disabled",
+    )
     assert done.returncode == 2 and f"looked for the folder {tmp_path / 'nodata' / 'dtd'}" in done.stderr
     assert nothing_built(empty_cache)
-    done = fedbench("run", "--method", "zeroshot", "--backbone", TINY, "--pretrained", tmp_path / "nope.pt",
-                    "--out", tmp_path / "runs", "--wandb", "disabled")
+    done = fedbench(
+        "run",
+        "--method",
+        "zeroshot",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        tmp_path / "nope.pt",
+        "--out",
+        tmp_path / "runs",
+        "--wandb",
+        "disabled",
+    )
     assert done.returncode == 2 and f"checkpoint file {tmp_path / 'nope.pt'}" in done.stderr
     assert not (tmp_path / "runs").exists()
 
@@ -109,7 +131,10 @@ def test_method_help_and_describe_show_docs_types_and_choices(fedbench, tmp_path
     assert "--federate STR str, one of shared | all | none; default 'shared'. what a client uploads" in text
     assert "--alpha FLOAT float; default 0.001. scale of the adapter's output" in text
     described = fedbench("methods", "--describe", "promptfl", "--backbone", TINY)
-    assert "  --n-ctx int = 16\n      number of learned context vectors before the class name (CoOp: 16)." in described.stdout
+    assert (
+        "  --n-ctx int = 16\n      number of learned context vectors before the class name (CoOp: 16)."
+        in described.stdout
+    )
     config = tmp_path / "c.yaml"
     config.write_text("method: pfedmma\nmethod_args: {federate: everything}\n")
     done = fedbench("run", "--config", config, "--print-config")

@@ -93,4 +93,3 @@ def _stop_on_signals() -> dict[int, object]:
         previous[signum] = signal.getsignal(signum)
         signal.signal(signum, stop)
     return previous
-

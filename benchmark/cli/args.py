@@ -23,14 +23,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         )
         if kind is bool and defaults[f.name].default is True:  # an on-by-default switch: --no-NAME turns it off
             parser.add_argument(
-                "--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", default=argparse.SUPPRESS,
+                "--no-" + f.name.replace("_", "-"),
+                dest=f.name,
+                action="store_false",
+                default=argparse.SUPPRESS,
                 help=f"the same as --{f.name.replace('_', '-')} false",
             )
     parser.add_argument(
         "--method-help", action="store_true", help="list the chosen method's hyperparameter flags and exit"
     )
     parser.add_argument(
-        "--print-config", action="store_true",
+        "--print-config",
+        action="store_true",
         help="print the resolved config (YAML, every method hyperparameter; usable as --config) and exit",
     )
 

@@ -24,7 +24,9 @@ def harmonic_mean(*values: float) -> float:
     return len(values) / sum(1.0 / v for v in values)
 
 
-def indices_of_classes(labels: Sequence[int], class_ids: Sequence[int], among: Sequence[int] | None = None) -> list[int]:
+def indices_of_classes(
+    labels: Sequence[int], class_ids: Sequence[int], among: Sequence[int] | None = None
+) -> list[int]:
     wanted = set(class_ids)
     pool = range(len(labels)) if among is None else among
     return [i for i in pool if labels[i] in wanted]
@@ -69,7 +71,13 @@ class Evaluator:
                 with flops.charge("evaluation"):
                     self._classes[classes] = class_features(self.method, self.test, class_ids)
             self._memo[key] = accuracy(
-                self.method, self.test, indices, class_ids, self.cache, self.batch_size, self.num_workers,
+                self.method,
+                self.test,
+                indices,
+                class_ids,
+                self.cache,
+                self.batch_size,
+                self.num_workers,
                 self._classes[classes],
             )
         return self._memo[key]

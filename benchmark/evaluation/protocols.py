@@ -76,6 +76,7 @@ class Protocol:
     def details(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
         """Numbers kept in the run folder beside the headline ones (per dataset, say)."""
         return {}
+
     headline: ClassVar[str] = ""  # the one metric that ranks methods (tuning selects on it)
 
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
@@ -102,7 +103,11 @@ class Base2Novel(Protocol):
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         try:
             return base2novel_partition(
-                dataset.train.labels, len(dataset.class_names), config.clients, config.shots, config.seed,
+                dataset.train.labels,
+                len(dataset.class_names),
+                config.clients,
+                config.shots,
+                config.seed,
                 config.class_dealing,
             )
         except ValueError as exc:
@@ -143,8 +148,14 @@ class DirichletLabelShift(Protocol):
 
         try:
             return dirichlet_partition(
-                dataset.train.labels, dataset.test.labels, config.clients, config.beta, config.seed,
-                min_size=config.min_client_size, shots=config.shots, num_classes=len(dataset.class_names),
+                dataset.train.labels,
+                dataset.test.labels,
+                config.clients,
+                config.beta,
+                config.seed,
+                min_size=config.min_client_size,
+                shots=config.shots,
+                num_classes=len(dataset.class_names),
             )
         except ValueError as exc:
             raise ConfigError(f"dirichlet protocol on {dataset.name}: {exc}") from None
@@ -182,9 +193,17 @@ class DomainFeatureShift(Protocol):
             )
         try:
             return domain_partition(
-                dataset.train.labels, dataset.test.labels, dataset.train.domains, dataset.test.domains,
-                config.clients // len(domains), config.beta, config.seed, min_size=config.min_client_size,
-                shots=config.shots, domain_names=domains, num_classes=len(dataset.class_names),
+                dataset.train.labels,
+                dataset.test.labels,
+                dataset.train.domains,
+                dataset.test.domains,
+                config.clients // len(domains),
+                config.beta,
+                config.seed,
+                min_size=config.min_client_size,
+                shots=config.shots,
+                domain_names=domains,
+                num_classes=len(dataset.class_names),
             )
         except ValueError as exc:
             raise ConfigError(f"domains protocol on {dataset.name}: {exc}") from None
@@ -285,7 +304,9 @@ class ClassChunkBase2New(Protocol):
         }
 
     def summarize(self, per_client, partition):
-        summary = {m: float(np.mean(list(_by_group(per_client, partition, m).values()))) for m in ("Local", "Base", "New")}
+        summary = {
+            m: float(np.mean(list(_by_group(per_client, partition, m).values()))) for m in ("Local", "Base", "New")
+        }
         summary["HM"] = harmonic_mean(summary["Local"], summary["Base"], summary["New"])
         return summary
 
@@ -319,7 +340,9 @@ def msst_targets(dataset: str, targets) -> list[str]:
         raise ConfigError(f"targets = {targets!r} is invalid: expected fixed, lodo or a list of domains")
     domains = list(dataset_info(dataset).domains)
     if not domains:
-        raise ConfigError(f"targets: {targets} needs a multi-domain dataset; the catalog lists no domains for {dataset}")
+        raise ConfigError(
+            f"targets: {targets} needs a multi-domain dataset; the catalog lists no domains for {dataset}"
+        )
     if targets == "lodo":
         return domains
     if dataset not in FIXED_TARGETS:
@@ -400,7 +423,9 @@ class Transfer(Protocol):
 
     def planned_clients(self, config):
 
-        return _planned_chunks(config.datasets, config, lambda info: chunk_count(info.num_classes, config.classes_per_client))
+        return _planned_chunks(
+            config.datasets, config, lambda info: chunk_count(info.num_classes, config.classes_per_client)
+        )
 
     def check(self, config: RunConfig) -> None:
         super().check(config)

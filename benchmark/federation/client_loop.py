@@ -115,7 +115,11 @@ class ClientLoop:
         self._proxy = weakref.proxy(self.fabric)
 
     def fit(
-        self, module: L.LightningModule, batches: Sized, epochs: int, class_names: tuple[str, ...] = (),
+        self,
+        module: L.LightningModule,
+        batches: Sized,
+        epochs: int,
+        class_names: tuple[str, ...] = (),
     ) -> ClientRoundTraining:
         """Train `module` for `epochs` passes over `batches` (iterated once per epoch, its
         `sampler` told the epoch as Lightning tells it). Raises `NonFiniteLoss` for a NaN or
@@ -314,8 +318,11 @@ def read_common_form(configured, automatic: bool) -> tuple[list, list[LRSchedule
     if not (automatic and type(configured) is dict and configured.keys() == {"optimizer", "lr_scheduler"}):
         return None
     optimizer, entry = configured["optimizer"], configured["lr_scheduler"]
-    if not (isinstance(optimizer, torch.optim.Optimizer) and type(entry) is dict
-            and entry.keys() <= {"scheduler", "interval"}):
+    if not (
+        isinstance(optimizer, torch.optim.Optimizer)
+        and type(entry) is dict
+        and entry.keys() <= {"scheduler", "interval"}
+    ):
         return None
     scheduler, interval = entry.get("scheduler"), entry.get("interval", "epoch")
     plain = isinstance(scheduler, LRScheduler) and not isinstance(scheduler, (ReduceLROnPlateau, OneCycleLR))

@@ -169,7 +169,10 @@ class ClientBatches:
         self.loader = None
         if num_workers > 0:
             self.loader = DataLoader(
-                dataset, batch_size=batch_size, sampler=self.sampler, num_workers=num_workers,
+                dataset,
+                batch_size=batch_size,
+                sampler=self.sampler,
+                num_workers=num_workers,
                 generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs, which nothing here draws from
             )
 
@@ -182,7 +185,7 @@ class ClientBatches:
             return
         keys = list(self.sampler)
         for start in range(0, len(keys), self.batch_size):
-            yield self.dataset.batch(keys[start:start + self.batch_size])
+            yield self.dataset.batch(keys[start : start + self.batch_size])
 
 
 @dataclass
@@ -295,7 +298,8 @@ class FederatedSimulator:
         # caches), ~7 us in a row.
         self._seeds = {
             (round_index, cid): client_seed(seed, round_index, cid)
-            for round_index, sampled in enumerate(schedule) for cid in sampled
+            for round_index, sampled in enumerate(schedule)
+            for cid in sampled
         }
         self.seed = seed
         self.settings = settings
@@ -366,10 +370,17 @@ class FederatedSimulator:
                 if self.on_snapshot:
                     # Shallow copies: the next round replaces entries (never tensors in place), and a
                     # snapshot may be saved only after a stop in the middle of that round.
-                    self.on_snapshot(FederationSnapshot(
-                        round_index + 1, dict(states), aggregate, dict(bank), list(result.rounds),
-                        dict(result.rounds_trained), rng_states(),
-                    ))
+                    self.on_snapshot(
+                        FederationSnapshot(
+                            round_index + 1,
+                            dict(states),
+                            aggregate,
+                            dict(bank),
+                            list(result.rounds),
+                            dict(result.rounds_trained),
+                            rng_states(),
+                        )
+                    )
                 bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
                 bar.update()
         finally:
@@ -389,7 +400,11 @@ class FederatedSimulator:
         trained = method.client_state()
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
-            trained, method.upload_of(trained), training.loss, training.model_seconds, training.data_seconds,
+            trained,
+            method.upload_of(trained),
+            training.loss,
+            training.model_seconds,
+            training.data_seconds,
             training.optimizer_seconds,
         )
 
@@ -438,13 +453,17 @@ class FederatedSimulator:
         dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
         batches = ClientBatches(dataset, min(s.batch_size, max(1, shard.num_samples)), seed, s.num_workers)
         client = ClientContext(
-            cid, round_index + 1, tuple(self.class_names[c] for c in shard.train_classes), shard.num_samples,
+            cid,
+            round_index + 1,
+            tuple(self.class_names[c] for c in shard.train_classes),
+            shard.num_samples,
             len(self.schedule),
         )
         return batches, client
 
-    def _divergence(self, what: str, round_index: int, cid: int | None, step: int | None = None,
-                    lr: float | None = None) -> DivergenceError:
+    def _divergence(
+        self, what: str, round_index: int, cid: int | None, step: int | None = None, lr: float | None = None
+    ) -> DivergenceError:
         where = [f"round {round_index + 1}"] + ([f"client {cid}"] if cid is not None else [])
         where += [f"step {step}"] if step is not None else []
         rate = f" with lr {lr:g}" if lr is not None else ""

@@ -117,7 +117,10 @@ class Checkpointer:
         payload = {
             "format": FORMAT,
             "partition_hash": checkpoint.partition_hash,
-            "federation": {**checkpoint.federation.__dict__, "rounds": [r.__dict__ for r in checkpoint.federation.rounds]},
+            "federation": {
+                **checkpoint.federation.__dict__,
+                "rounds": [r.__dict__ for r in checkpoint.federation.rounds],
+            },
             "rows": [row.__dict__ for row in checkpoint.rows],
             "wandb_run_id": checkpoint.wandb_run_id,
         }
@@ -142,12 +145,16 @@ class Checkpointer:
             federation = dict(payload["federation"])
             federation["rounds"] = [RoundLog(**r) for r in federation["rounds"]]
             return RunCheckpoint(
-                FederationSnapshot(**federation), [MetricRow(**row) for row in payload["rows"]],
-                payload.get("wandb_run_id"), payload["partition_hash"],
+                FederationSnapshot(**federation),
+                [MetricRow(**row) for row in payload["rows"]],
+                payload.get("wandb_run_id"),
+                payload["partition_hash"],
             )
         except Exception as exc:  # a damaged or foreign checkpoint must not stop the run
-            warnings.warn(f"round checkpoint {self.path} cannot be used ({exc.__class__.__name__}: {exc}); "
-                          "the run starts from round 1")
+            warnings.warn(
+                f"round checkpoint {self.path} cannot be used ({exc.__class__.__name__}: {exc}); "
+                "the run starts from round 1"
+            )
             return None
 
     def remove(self) -> None:

@@ -141,7 +141,7 @@ def _on_node(content: RecordDict, context: Context) -> Iterator[tuple[ClientWorl
             _WORLD[key] = ClientWorld(config)
         world = _WORLD[key]
         if "partition-id" not in context.node_config:
-            raise ConfigError("this node has no partition-id: start it with --node-config \"partition-id=K\"")
+            raise ConfigError('this node has no partition-id: start it with --node-config "partition-id=K"')
         cid = int(context.node_config["partition-id"])
         clients = len(world.run.partition.clients)
         if not 0 <= cid < clients:
@@ -171,11 +171,16 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
     with _on_node(content, context) as (world, cid, round_number):
         trained = world.simulator.client_round(cid, round_number - 1, _own_state(world, context), _received(content))
     context.state[STATE] = to_record(trained.state)
-    metrics = MetricRecord({
-        "client-id": cid, "num-examples": world.run.partition.clients[cid].num_samples,
-        "train-loss": trained.loss, "model-seconds": trained.model_seconds,
-        "data-seconds": trained.data_seconds, "optimizer-seconds": trained.optimizer_seconds,
-    })
+    metrics = MetricRecord(
+        {
+            "client-id": cid,
+            "num-examples": world.run.partition.clients[cid].num_samples,
+            "train-loss": trained.loss,
+            "model-seconds": trained.model_seconds,
+            "data-seconds": trained.data_seconds,
+            "optimizer-seconds": trained.optimizer_seconds,
+        }
+    )
     return RecordDict({"upload": to_record(trained.upload), "metrics": metrics})
 
 
@@ -190,7 +195,11 @@ def client_evaluate(content: RecordDict, context: Context) -> RecordDict:
             method.load_client_state(received)
         with autocast_context(run.device, run.precision):
             metrics = evaluate_client(
-                world.evaluator, run.protocol, run.dataset, run.partition, run.partition.clients[cid],
+                world.evaluator,
+                run.protocol,
+                run.dataset,
+                run.partition,
+                run.partition.clients[cid],
                 method.client_state(),
             )
     return RecordDict({"metrics": MetricRecord({"client-id": cid, **metrics})})
@@ -240,8 +249,9 @@ class MethodStrategy(Strategy):
     `configure_evaluate` / `aggregate_evaluate` score every client on its node in the
     rounds `fedbench run` evaluates. State: the aggregate and the bank of latest uploads."""
 
-    def __init__(self, run, nodes: dict[int, int], on_round_end: Callable, on_evaluate: Callable,
-                 eval_rounds: frozenset[int]) -> None:
+    def __init__(
+        self, run, nodes: dict[int, int], on_round_end: Callable, on_evaluate: Callable, eval_rounds: frozenset[int]
+    ) -> None:
         self.run, self.method, self.nodes = run, run.method, nodes
         self.on_round_end, self.on_evaluate, self.eval_rounds = on_round_end, on_evaluate, eval_rounds
         self.server = run.simulator()  # the simulator's server-side rules (weights, finiteness)
@@ -392,8 +402,12 @@ def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
         init = {"num_cpus": parallel * client_cpus}
         if client_gpus:
             init["num_gpus"] = parallel * client_gpus
-        run_simulation(app, client_app, num_supernodes=len(run.partition.clients),
-                       backend_config={"client_resources": resources, "init_args": init})
+        run_simulation(
+            app,
+            client_app,
+            num_supernodes=len(run.partition.clients),
+            backend_config={"client_resources": resources, "init_args": init},
+        )
         if not outcome:
             raise RuntimeError("the Flower simulation ended without a result (its log above says why)")
         return outcome[0]

@@ -251,7 +251,9 @@ def run_name(config: RunConfig) -> str:
     # Several datasets make a long name: count them instead (the hash keeps names unique).
     datasets = config.dataset if len(config.datasets) <= 2 else f"{config.datasets[0]}+{len(config.datasets) - 1}more"
     target = f"_to-{config.target}" if config.target else ""
-    return f"{config.method}_{datasets}{target}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
+    return (
+        f"{config.method}_{datasets}{target}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
+    )
 
 
 def save_yaml(config: RunConfig, path: Path) -> None:

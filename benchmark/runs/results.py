@@ -58,7 +58,11 @@ def code_version() -> dict[str, Any]:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root, capture_output=True, text=True, timeout=5, check=True,
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         ).stdout.strip()
         version.update(git_commit=commit, git_dirty=bool(dirty))
     except (OSError, subprocess.SubprocessError):
@@ -68,7 +72,6 @@ def code_version() -> dict[str, Any]:
 
 def environment(method: str | None = None) -> dict[str, Any]:
     import torch
-
 
     return {
         "code": code_version(),
@@ -181,8 +184,10 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
             raise ValueError("metrics must map names to numbers")
         return summary
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-        warnings.warn(f"{path} is damaged ({exc.__class__.__name__}: {exc}); the cell counts as missing and "
-                      "will be run again", stacklevel=2)
+        warnings.warn(
+            f"{path} is damaged ({exc.__class__.__name__}: {exc}); the cell counts as missing and will be run again",
+            stacklevel=2,
+        )
         return None
 
 

@@ -129,7 +129,10 @@ class Engine(Interface):
     client's metrics after the last round. No round checkpoints: it runs from round 1."""
 
     def __call__(
-        self, run: "PreparedRun", on_round_end: Callable, on_evaluate: Callable[[int, PerClient], Any],
+        self,
+        run: "PreparedRun",
+        on_round_end: Callable,
+        on_evaluate: Callable[[int, PerClient], Any],
         eval_rounds: frozenset[int],
     ) -> tuple[FederationResult, PerClient]: ...
 
@@ -156,14 +159,24 @@ class PreparedRun:
 
     def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
         return FederatedSimulator(
-            self.method, self.train_inputs, self.dataset.train.labels, self.dataset.class_names,
-            self.partition.clients, self.schedule, self.config.seed, self.settings, progress=progress, **hooks,
+            self.method,
+            self.train_inputs,
+            self.dataset.train.labels,
+            self.dataset.class_names,
+            self.partition.clients,
+            self.schedule,
+            self.config.seed,
+            self.settings,
+            progress=progress,
+            **hooks,
         )
 
     def evaluator(self) -> Evaluator:
         """One evaluator for every evaluated round: it memoizes by state, so a client whose
         state did not change (or a global method's shared state) is scored once."""
-        return Evaluator(self.method, self.dataset.test, _FEATURES, self.config.eval_batch_size, self.config.num_workers)
+        return Evaluator(
+            self.method, self.dataset.test, _FEATURES, self.config.eval_batch_size, self.config.num_workers
+        )
 
 
 def prepare_run(config: RunConfig, progress: bool = True, train_features: bool = True) -> PreparedRun:
@@ -216,8 +229,19 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         )
         method.set_class_attributes(attributes)
     return PreparedRun(
-        config, protocol, device, precision, method, dataset, validation, partition, schedule, train_inputs,
-        cache_train, settings, attributes,
+        config,
+        protocol,
+        device,
+        precision,
+        method,
+        dataset,
+        validation,
+        partition,
+        schedule,
+        train_inputs,
+        cache_train,
+        settings,
+        attributes,
     )
 
 
@@ -243,8 +267,9 @@ def _run_counted(
         if progress:
             print(f"resuming {run_dir.name} after round {resume.federation.next_round} from its round checkpoint")
     if write and checkpointer.every > 0:  # the space the checkpoint will take, before any round
-        check_output_location(Path(config.out), RUN_FOLDER_BYTES + 2 * len(partition.clients) * state_bytes(
-            method.client_state()))
+        check_output_location(
+            Path(config.out), RUN_FOLDER_BYTES + 2 * len(partition.clients) * state_bytes(method.client_state())
+        )
 
     last_round: list[RunCheckpoint] = []  # the latest completed round, saved or not
 
@@ -292,8 +317,11 @@ def _run_counted(
         per_client, summary_metrics, details = record_evaluation(final_round, final_scores)
     else:
         simulator = run.simulator(
-            progress, on_round_end=on_round_end, on_snapshot=on_snapshot if write else None,
-            eval_rounds=eval_rounds, on_evaluate=evaluate_round,
+            progress,
+            on_round_end=on_round_end,
+            on_snapshot=on_snapshot if write else None,
+            eval_rounds=eval_rounds,
+            on_evaluate=evaluate_round,
         )
         try:
             with kept_on_preemption(keep_last_round):
@@ -349,7 +377,11 @@ def _run_counted(
         "flops": {**account.summary(), "train_steps": account.steps, "train_steps_counted": account.steps_counted},
     }
     if write:
-        manifest = {"hash": partition.hash, **partition.manifest(), **({"validation": validation} if validation else {})}
+        manifest = {
+            "hash": partition.hash,
+            **partition.manifest(),
+            **({"validation": validation} if validation else {}),
+        }
         write_run(run_dir, config, rows, summary, manifest, timing)
         if not config.keep_checkpoints:
             checkpointer.remove()

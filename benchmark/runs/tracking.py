@@ -43,8 +43,12 @@ class Tracker:
     @classmethod
     @contextmanager
     def for_run(
-        cls, config: RunConfig, job_type: str | None = None, name: str | None = None,
-        run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = (),
+        cls,
+        config: RunConfig,
+        job_type: str | None = None,
+        name: str | None = None,
+        run_config: dict[str, Any] | None = None,
+        tags: list[str] | tuple[str, ...] = (),
     ) -> Iterator["Tracker"]:
         """`name` and `run_config` replace the cell's run name and config (the table run)."""
         tracker = cls(_start(config, job_type, name, run_config, tags))
@@ -66,8 +70,12 @@ class Tracker:
     def log_round(self, log) -> None:
         if self.run is None:
             return
-        values = {ROUND: log.round, "bytes_up": log.bytes_up, "bytes_down": log.bytes_down,
-                  "round_seconds": log.total_seconds}
+        values = {
+            ROUND: log.round,
+            "bytes_up": log.bytes_up,
+            "bytes_down": log.bytes_down,
+            "round_seconds": log.total_seconds,
+        }
         if log.train_loss:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
         self._guard("log", self.run.log, values)
@@ -142,8 +150,12 @@ def wandb_config(config: RunConfig) -> dict[str, Any]:
     values = {k: v for k, v in resolved_config(config).to_dict().items() if k not in UNLOGGED_FIELDS}
     values["device"], values["precision"] = resolve_device(config)
     identity = cell_identity(config)
-    values.update(config_hash=cell_hash(config), method_version=identity["method"], weights=identity["weights"],
-                  data=identity["data"])
+    values.update(
+        config_hash=cell_hash(config),
+        method_version=identity["method"],
+        weights=identity["weights"],
+        data=identity["data"],
+    )
     return values
 
 
@@ -166,8 +178,13 @@ def init_timeout() -> float:
         return DEFAULT_INIT_TIMEOUT
 
 
-def _start(config: RunConfig, job_type: str | None, name: str | None = None,
-           run_config: dict[str, Any] | None = None, tags: list[str] | tuple[str, ...] = ()) -> Any | None:
+def _start(
+    config: RunConfig,
+    job_type: str | None,
+    name: str | None = None,
+    run_config: dict[str, Any] | None = None,
+    tags: list[str] | tuple[str, ...] = (),
+) -> Any | None:
     global _server_unreachable
     if config.wandb == "disabled":
         return None

@@ -28,8 +28,13 @@ def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...]) -> di
     datasets = [d["name"] for d in preset.datasets]
     panels = [Panel(f"{headline} by method", "bar", (headline,), ("job_type",), {"group": preset.name})]
     panels += [
-        Panel(f"{' / '.join(metrics)} on {dataset}", "bar", metrics, ("job_type",),
-              {"group": preset.name, "config.dataset": dataset})
+        Panel(
+            f"{' / '.join(metrics)} on {dataset}",
+            "bar",
+            metrics,
+            ("job_type",),
+            {"group": preset.name, "config.dataset": dataset},
+        )
         for dataset in datasets
     ]
     panels += [
@@ -37,8 +42,12 @@ def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...]) -> di
         Panel("train loss per round", "line", ("train_loss/mean",), ("job_type",), {"group": preset.name}),
         Panel("bytes uploaded per round", "line", ("bytes_up",), ("job_type",), {"group": preset.name}),
     ]
-    return {"project": project, "title": f"fedbench: {preset.title}", "group": preset.name,
-            "panels": [asdict(p) for p in panels]}
+    return {
+        "project": project,
+        "title": f"fedbench: {preset.title}",
+        "group": preset.name,
+        "panels": [asdict(p) for p in panels],
+    }
 
 
 def runset_filter(filters: dict[str, Any]) -> str:
@@ -72,8 +81,13 @@ def publish(spec: dict[str, Any], entity: str | None = None) -> str:
             if panel["kind"] == "line":
                 grid_panels.append(wr.LinePlot(title=panel["title"], x="round", y=list(panel["metrics"])))
             else:
-                grid_panels.append(wr.BarPlot(title=panel["title"], metrics=list(panel["metrics"]),
-                                              groupby=panel["group_by"][0] if panel["group_by"] else None))
+                grid_panels.append(
+                    wr.BarPlot(
+                        title=panel["title"],
+                        metrics=list(panel["metrics"]),
+                        groupby=panel["group_by"][0] if panel["group_by"] else None,
+                    )
+                )
         blocks.append(wr.PanelGrid(runsets=[runset], panels=grid_panels))
     report = wr.Report(project=spec["project"], entity=entity or "", title=spec["title"], blocks=blocks)
     report.save()

@@ -41,8 +41,18 @@ ENGINES = {"ray": "ray", "slurm": "submitit"}  # executor -> the module its extr
 
 # The environment a cell reads (fedbench's own variables, W&B's and the weight caches'),
 # carried from the sweep to its workers. Not WANDB_API_KEY: workers log in on their own.
-CARRIED_ENV = ("FEDBENCH_", "WANDB_MODE", "WANDB_DIR", "WANDB_PROJECT", "WANDB_ENTITY", "WANDB_SILENT",
-               "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "TORCH_HOME")
+CARRIED_ENV = (
+    "FEDBENCH_",
+    "WANDB_MODE",
+    "WANDB_DIR",
+    "WANDB_PROJECT",
+    "WANDB_ENTITY",
+    "WANDB_SILENT",
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "TORCH_HOME",
+)
 
 
 def engine(executor: str):
@@ -78,13 +88,15 @@ class CellJob:
     method_files: tuple[str, ...]
 
     @classmethod
-    def prepare(cls, cell: Cell, force: bool = False, tags: tuple[str, ...] = (), threads: int | None = None) -> "CellJob":
+    def prepare(
+        cls, cell: Cell, force: bool = False, tags: tuple[str, ...] = (), threads: int | None = None
+    ) -> "CellJob":
         import torch
 
-
         env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(CARRIED_ENV)))
-        return cls(cell, force, tuple(tags), threads or torch.get_num_threads(), os.getcwd(), env,
-                   tuple(loaded_method_files()))
+        return cls(
+            cell, force, tuple(tags), threads or torch.get_num_threads(), os.getcwd(), env, tuple(loaded_method_files())
+        )
 
     @property
     def name(self) -> str:
@@ -106,7 +118,6 @@ class CellJob:
     def applied(self) -> Iterator[None]:
         """This process set up as the sweep's (restored after: a Ray worker runs many tasks)."""
         import torch
-
 
         try:
             before_cwd = os.getcwd()
@@ -263,11 +274,17 @@ class _Worker:
             outcome = None
         if outcome is None:
             self.process.join(timeout=10)
-            return job, lost(job, f"its worker process (pid {self.process.pid}) ended without a result, exit code "
-                                  f"{self.process.exitcode} (killed? out of memory?)")
+            return job, lost(
+                job,
+                f"its worker process (pid {self.process.pid}) ended without a result, exit code "
+                f"{self.process.exitcode} (killed? out of memory?)",
+            )
         if outcome.status == "interrupted":  # signalled by someone else than this sweep
-            return job, lost(job, f"its worker process (pid {self.process.pid}) was {outcome.detail}; the next sweep "
-                                  "resumes it from its last round checkpoint, if one was written")
+            return job, lost(
+                job,
+                f"its worker process (pid {self.process.pid}) was {outcome.detail}; the next sweep "
+                "resumes it from its last round checkpoint, if one was written",
+            )
         return job, outcome
 
     def close(self) -> None:
@@ -361,8 +378,11 @@ class RayExecutor:
                         outcome = ray.get(ref)
                     except ray.exceptions.RayError as exc:
                         cause = getattr(exc, "cause", None) or exc
-                        outcome = lost(job, f"Ray task ended without a result: {cause.__class__.__name__}: "
-                                            f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}")
+                        outcome = lost(
+                            job,
+                            f"Ray task ended without a result: {cause.__class__.__name__}: "
+                            f"{str(cause).strip().splitlines()[-1] if str(cause).strip() else ''}",
+                        )
                     yield job, outcome
         except BaseException:
             for ref in pending:  # a stopped sweep stops its tasks (their cells resume later)
@@ -395,9 +415,15 @@ class SlurmExecutor:
     poll_seconds = 5.0
 
     def __init__(
-        self, partition: str | None = None, gpus_per_task: int = 1, time_minutes: int = 240,
-        mem_gb: float | None = None, account: str | None = None, qos: str | None = None,
-        max_running: int | None = None, wait: bool = True,
+        self,
+        partition: str | None = None,
+        gpus_per_task: int = 1,
+        time_minutes: int = 240,
+        mem_gb: float | None = None,
+        account: str | None = None,
+        qos: str | None = None,
+        max_running: int | None = None,
+        wait: bool = True,
     ) -> None:
         self.partition, self.gpus_per_task, self.time_minutes = partition, gpus_per_task, time_minutes
         self.mem_gb, self.account, self.qos, self.max_running = mem_gb, account, qos, max_running
@@ -407,11 +433,20 @@ class SlurmExecutor:
         """The submitit executor with every setting of the sbatch script."""
         submitit = engine("slurm")
         executor = submitit.AutoExecutor(folder=folder, cluster=self.cluster)
-        slurm = {"partition": self.partition, "gpus_per_task": self.gpus_per_task or None, "account": self.account,
-                 "qos": self.qos, "array_parallelism": self.max_running}
+        slurm = {
+            "partition": self.partition,
+            "gpus_per_task": self.gpus_per_task or None,
+            "account": self.account,
+            "qos": self.qos,
+            "array_parallelism": self.max_running,
+        }
         executor.update_parameters(
-            name="fedbench", timeout_min=self.time_minutes, cpus_per_task=threads, mem_gb=self.mem_gb,
-            stderr_to_stdout=True, **{f"slurm_{k}": v for k, v in slurm.items() if v is not None},
+            name="fedbench",
+            timeout_min=self.time_minutes,
+            cpus_per_task=threads,
+            mem_gb=self.mem_gb,
+            stderr_to_stdout=True,
+            **{f"slurm_{k}": v for k, v in slurm.items() if v is not None},
         )
         return executor
 
@@ -434,13 +469,18 @@ class SlurmExecutor:
                 try:
                     outcome = handle.result()
                 except Exception as exc:  # the task died, or was not requeued (timed out too often)
-                    outcome = lost(job, f"Slurm task {handle.job_id} ended without a result: {_reason(exc)} "
-                                        f"(log: {handle.paths.stdout})")
+                    outcome = lost(
+                        job,
+                        f"Slurm task {handle.job_id} ended without a result: {_reason(exc)} "
+                        f"(log: {handle.paths.stdout})",
+                    )
                 yield job, outcome
         except BaseException as exc:
             if not isinstance(exc, GeneratorExit):
-                tqdm.write(f"the submitted tasks keep running (scancel {array} stops them); "
-                           "run the same command again to follow them and render the table")
+                tqdm.write(
+                    f"the submitted tasks keep running (scancel {array} stops them); "
+                    "run the same command again to follow them and render the table"
+                )
             raise
 
 
@@ -474,6 +514,8 @@ def slurm_minutes(text: str) -> int:
     except ValueError:
         total = 0
     if total <= 0:
-        raise ConfigError(f"--slurm-time takes minutes or Slurm's [DAYS-]HOURS:MINUTES:SECONDS (e.g. 240, 4:00:00, "
-                          f"1-00:00:00), got {text!r}")
+        raise ConfigError(
+            f"--slurm-time takes minutes or Slurm's [DAYS-]HOURS:MINUTES:SECONDS (e.g. 240, 4:00:00, "
+            f"1-00:00:00), got {text!r}"
+        )
     return int(-(-total // 1))

@@ -40,12 +40,20 @@ PAPER_METRICS = {"Acc": "Avg"}
 # targets); ImageNet to its variants and cross-dataset: one run, a metric per test dataset.
 PAPER_COLUMNS = {
     "fedmvp_msst": {
-        "PACS": ("pacs", "Acc"), "OfficeHome": ("office_home", "Acc"), "VLCS": ("vlcs", "Acc"),
-        "TerraInc": ("terra_incognita", "Acc"), "DomainNet": ("domainnet_full", "Acc"), "Avg": ("Average", "Acc"),
+        "PACS": ("pacs", "Acc"),
+        "OfficeHome": ("office_home", "Acc"),
+        "VLCS": ("vlcs", "Acc"),
+        "TerraInc": ("terra_incognita", "Acc"),
+        "DomainNet": ("domainnet_full", "Acc"),
+        "Avg": ("Average", "Acc"),
     },
     "fedmvp_imagenet": {
-        "IN": ("Average", "imagenet"), "IN-V2": ("Average", "imagenet_v2"), "IN-S": ("Average", "imagenet_sketch"),
-        "IN-A": ("Average", "imagenet_a"), "IN-R": ("Average", "imagenet_r"), "Avg": ("Average", "Avg"),
+        "IN": ("Average", "imagenet"),
+        "IN-V2": ("Average", "imagenet_v2"),
+        "IN-S": ("Average", "imagenet_sketch"),
+        "IN-A": ("Average", "imagenet_a"),
+        "IN-R": ("Average", "imagenet_r"),
+        "Avg": ("Average", "Avg"),
     },
     "fedtpg_crossdata_log": {"Avg10": ("Average", "Avg"), "Local_imagenet": ("Average", "Local")},
 }

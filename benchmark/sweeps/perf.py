@@ -52,8 +52,13 @@ from data.partition import deal_classes
 # clients, batch size; the test-split sizes of the CoOp split files these datasets use.
 TABLE1_DATASETS = ("caltech101", "oxford_pets", "oxford_flowers", "food101", "dtd", "sun397", "ucf101")
 COOP_TEST_IMAGES = {
-    "caltech101": 2465, "oxford_pets": 3669, "oxford_flowers": 2463, "food101": 30300,
-    "dtd": 1692, "sun397": 19850, "ucf101": 3783,
+    "caltech101": 2465,
+    "oxford_pets": 3669,
+    "oxford_flowers": 2463,
+    "food101": 30300,
+    "dtd": 1692,
+    "sun397": 19850,
+    "ucf101": 3783,
 }
 
 
@@ -145,8 +150,10 @@ def _fresh_download(method: FederatedMethod, clients: int, step: int) -> None:
     generator = torch.Generator().manual_seed(step)
 
     def jitter(state):
-        return {k: v + 0.01 * torch.randn(v.shape, generator=generator).to(v) if v.is_floating_point() else v
-                for k, v in state.items()}
+        return {
+            k: v + 0.01 * torch.randn(v.shape, generator=generator).to(v) if v.is_floating_point() else v
+            for k, v in state.items()
+        }
 
     bank = {cid: jitter(upload) for cid in range(clients)}
     method.load_client_state(method.download(0, jitter(upload), bank))
@@ -175,9 +182,7 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
 
             def step(b: int) -> float:
                 method.zero_grad(set_to_none=True)
-                _, counted = flops.count_flops(
-                    lambda: method.training_step((images[:b], labels[:b]), 0).backward()
-                )
+                _, counted = flops.count_flops(lambda: method.training_step((images[:b], labels[:b]), 0).backward())
                 return counted
 
             # Cold steps on one image (what they add does not depend on the batch).
@@ -288,14 +293,18 @@ def schedule_cost(units: UnitCosts, schedule: Schedule, minimum: bool) -> Cost:
             tn = text_novel_cold if first else text_novel_warm
             if minimum:
                 cost.add("eval_text", seeds * states * (tb + tn))
-                cost.add("eval_images", seeds * states * (
-                    _at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)))
+                cost.add(
+                    "eval_images",
+                    seeds * states * (_at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)),
+                )
             else:
                 # Each state encodes the base and the novel classes once (Local shares Base's);
                 # Base and Novel are scored once per distinct state, Local once per client.
                 cost.add("eval_text", seeds * states * (tb + tn))
-                cost.add("eval_images", seeds * states * (
-                    _at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)))
+                cost.add(
+                    "eval_images",
+                    seeds * states * (_at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)),
+                )
                 for own in dealt:
                     local = test * len(own) / classes
                     cost.add("eval_images", seeds * _at(units.scoring, local, base))
@@ -329,12 +338,14 @@ def table_costs(
                 print(f"  counting {label} ({'shortcuts on' if on else 'plain path'}) ...", flush=True)
             with shortcuts.use(on):
                 costs[on] = measure(method, schedule.clients)
-        reports.append(MethodReport(
-            label,
-            executed=schedule_cost(costs[True], schedule, minimum=False),
-            minimum=schedule_cost(costs[True], schedule, minimum=True),
-            plain=schedule_cost(costs[False], schedule, minimum=False),
-        ))
+        reports.append(
+            MethodReport(
+                label,
+                executed=schedule_cost(costs[True], schedule, minimum=False),
+                minimum=schedule_cost(costs[True], schedule, minimum=True),
+                plain=schedule_cost(costs[False], schedule, minimum=False),
+            )
+        )
     return reports
 
 
@@ -358,7 +369,9 @@ def format_table(reports: Sequence[MethodReport]) -> str:
     for r in reports:
         e, m, p = r.executed.total, r.minimum.total, r.plain.total
         totals = [totals[0] + e, totals[1] + m, totals[2] + p]
-        lines.append(f"| {r.method} | {e / unit:,.1f} | {m / unit:,.1f} | {_ratio(e, m)} | {p / unit:,.1f} | {_ratio(p, m)} |")
+        lines.append(
+            f"| {r.method} | {e / unit:,.1f} | {m / unit:,.1f} | {_ratio(e, m)} | {p / unit:,.1f} | {_ratio(p, m)} |"
+        )
     e, m, p = totals
     lines.append(f"| **all** | {e / unit:,.1f} | {m / unit:,.1f} | {_ratio(e, m)} | {p / unit:,.1f} | {_ratio(p, m)} |")
     return "\n".join(lines)
@@ -369,7 +382,8 @@ def format_sources(reports: Sequence[MethodReport]) -> str:
     unit, unit_name = flop_unit(reports)
     lines = [
         f"| source | executed ({unit_name}) | minimum ({unit_name}) | plain path ({unit_name}) | "
-        + " | ".join(r.method for r in reports) + " |",
+        + " | ".join(r.method for r in reports)
+        + " |",
         "|---|---:|---:|---:|" + "---:|" * len(reports),
     ]
     for key, what in SOURCES:
@@ -390,4 +404,3 @@ def _ratio(a: float, b: float) -> str:
 def worst_ratio(reports: Sequence[MethodReport]) -> tuple[str, float]:
     ratios = [(r.method, r.executed.total / r.minimum.total) for r in reports if r.minimum.total > 0]
     return max(ratios, key=lambda item: item[1])
-

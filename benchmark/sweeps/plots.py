@@ -59,9 +59,11 @@ def method_colours(labels: Sequence[str]) -> dict[str, tuple]:
     return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
 
 
-
 def radar(
-    stats: pd.DataFrame, path: Path, colours: dict[str, tuple] | None = None, metrics: Sequence[str] | None = None,
+    stats: pd.DataFrame,
+    path: Path,
+    colours: dict[str, tuple] | None = None,
+    metrics: Sequence[str] | None = None,
 ) -> Path | None:
     """One polygon per table row (`radar_values`: the numbers of table.md) over `metrics`
     (default Local, Base, Novel or New, HM), one panel per grid value. Each axis spans its
@@ -98,7 +100,9 @@ def radar(
         ax.tick_params(axis="x", pad=12)
         ax.set_yticklabels([])
         ax.set_ylim(0, 1)
-        ax.set_title(f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10, pad=36)  # above the top axis label
+        ax.set_title(
+            f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10, pad=36
+        )  # above the top axis label
         ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
     fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.1)
     fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -131,8 +135,15 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | 
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
         for (label, grid), rows in data[data["metric"] == metric].groupby(["label", "grid"], sort=False):
-            ax.plot(rows["round"], rows["value"], marker="o", ms=3, color=colours.get(label),
-                    linestyle=styles[grid], label=f"{label} ({grid})" if grid else label)
+            ax.plot(
+                rows["round"],
+                rows["value"],
+                marker="o",
+                ms=3,
+                color=colours.get(label),
+                linestyle=styles[grid],
+                label=f"{label} ({grid})" if grid else label,
+            )
         ax.set_title(metric)
         ax.set_xlabel("round")
         ax.set_ylabel("accuracy (%)")

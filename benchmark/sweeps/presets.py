@@ -91,17 +91,18 @@ class Preset:
                 for variant in chosen_methods:
                     for seed in seeds if seeds is not None else self.seeds:
                         for part in parts:
-                            config = resolve_method_file(build_config(
-                                self.run,
-                                ds.get("run", {}),
-                                dict(grid),
-                                {"dataset": data, "method": variant.method, "seed": seed,
-                                 "wandb_group": self.name},
-                                {"target": part} if part else {},
-                                {"method_args": variant.method_args},
-                                {"method_args": tuned.get(variant.label, {})},
-                                overrides or {},
-                            ))
+                            config = resolve_method_file(
+                                build_config(
+                                    self.run,
+                                    ds.get("run", {}),
+                                    dict(grid),
+                                    {"dataset": data, "method": variant.method, "seed": seed, "wandb_group": self.name},
+                                    {"target": part} if part else {},
+                                    {"method_args": variant.method_args},
+                                    {"method_args": tuned.get(variant.label, {})},
+                                    overrides or {},
+                                )
+                            )
                             if part and config.protocol != "msst":
                                 raise ConfigError(
                                     f"preset {self.name}: targets are msst target domains, but dataset "
@@ -164,19 +165,30 @@ def load_preset(name_or_path: str) -> Preset:
     missing = [k for k in ("run", "datasets", "methods", "seeds") if k not in data]
     if missing:
         raise ConfigError(f"preset {path} lacks {', '.join(missing)}; see benchmark/presets/base2novel.yaml")
-    for key, kind in (("run", dict), ("datasets", list), ("methods", list), ("seeds", list), ("grid", (dict, type(None)))):
+    for key, kind in (
+        ("run", dict),
+        ("datasets", list),
+        ("methods", list),
+        ("seeds", list),
+        ("grid", (dict, type(None))),
+    ):
         if not isinstance(data.get(key), kind):
-            raise ConfigError(f"preset {path}: {key} must be a {'mapping' if key in ('run', 'grid') else 'list'}, "
-                              f"got {data.get(key)!r}")
+            raise ConfigError(
+                f"preset {path}: {key} must be a {'mapping' if key in ('run', 'grid') else 'list'}, "
+                f"got {data.get(key)!r}"
+            )
     if any(not isinstance(s, int) or isinstance(s, bool) for s in data["seeds"]):
         raise ConfigError(f"preset {path}: seeds must be integers, got {data['seeds']!r}")
     if any(not isinstance(d, (str, dict)) or isinstance(d, dict) and "name" not in d for d in data["datasets"]):
         raise ConfigError(f"preset {path}: each dataset is a name or {{name, run}}, got {data['datasets']!r}")
     if any(not isinstance(m, (str, dict)) or isinstance(m, dict) and "method" not in m for m in data["methods"]):
-        raise ConfigError(f"preset {path}: each method is a name or {{label, method, method_args}}, got {data['methods']!r}")
+        raise ConfigError(
+            f"preset {path}: each method is a name or {{label, method, method_args}}, got {data['methods']!r}"
+        )
     datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
     methods = [
-        MethodVariant(m, m) if isinstance(m, str)
+        MethodVariant(m, m)
+        if isinstance(m, str)
         else MethodVariant(m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})))
         for m in data["methods"]
     ]
@@ -185,7 +197,9 @@ def load_preset(name_or_path: str) -> Preset:
         raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
     tuned = data.get("tuned") or {}
     if tuned and not isinstance(tuned.get("values"), dict):
-        raise ConfigError(f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'")
+        raise ConfigError(
+            f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'"
+        )
     preset = Preset(
         name=path.stem,
         title=data.get("title", path.stem),
@@ -203,4 +217,6 @@ def load_preset(name_or_path: str) -> Preset:
 def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:
     unknown = sorted(set(wanted or []) - set(known))
     if unknown:
-        raise ConfigError(f"preset {preset!r} has no {kind} {', '.join(unknown)}; it has: {', '.join(dict.fromkeys(known))}")
+        raise ConfigError(
+            f"preset {preset!r} has no {kind} {', '.join(unknown)}; it has: {', '.join(dict.fromkeys(known))}"
+        )

@@ -52,7 +52,9 @@ class SweepPlan:
         ]
         sampling = {(c.config.client_sampling, _planned_clients(c.config), c.config.participation) for c in self.cells}
         lines.extend(
-            f"client sampling: {describe_sampling(*s)}" if s[1] else f"client sampling: {s[0]} (clients follow from the data)"
+            f"client sampling: {describe_sampling(*s)}"
+            if s[1]
+            else f"client sampling: {s[0]} (clients follow from the data)"
             for s in sorted(sampling, key=str)
         )
         by_dataset: dict[str, list[int]] = {}
@@ -164,8 +166,13 @@ class SweepReport:
 
 
 def run_sweep(
-    plan: SweepPlan, results_dir: Path, progress: bool = True, wandb_mode: str | None = None, tags: tuple[str, ...] = (),
-    executor=None, threads: int | None = None,
+    plan: SweepPlan,
+    results_dir: Path,
+    progress: bool = True,
+    wandb_mode: str | None = None,
+    tags: tuple[str, ...] = (),
+    executor=None,
+    threads: int | None = None,
 ) -> SweepReport:
     """Run the missing cells on `executor` (default: here, one after another; see
     benchmark.sweeps.executors), a failing cell reported while the others go on, then render the
@@ -173,14 +180,19 @@ def run_sweep(
     (default: this process's)."""
     from tqdm.auto import tqdm
 
-
     executor = executor or LocalExecutor()
     report = SweepReport(skipped=[c for c in plan.todo if not plan.can_run(c)])
     jobs = [CellJob.prepare(c, plan.force, tags, threads) for c in plan.todo if plan.can_run(c)]
     # A bar of the table's cells: those done before count from the start, the ETA follows
     # the cells finished in this call.
-    bar = tqdm(total=len(plan.done) + len(jobs), initial=len(plan.done), desc=f"reproduce {plan.preset.name}",
-               unit="cell", disable=not progress or not jobs, dynamic_ncols=True)
+    bar = tqdm(
+        total=len(plan.done) + len(jobs),
+        initial=len(plan.done),
+        desc=f"reproduce {plan.preset.name}",
+        unit="cell",
+        disable=not progress or not jobs,
+        dynamic_ncols=True,
+    )
 
     def started(job) -> None:
         bar.set_postfix_str(f"{job.cell.label} / {job.cell.dataset} / seed {job.cell.config.seed}")
@@ -205,9 +217,11 @@ def run_sweep(
 
 def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> None:
     """What a stopped sweep leaves: which cells are finished, which were cut short."""
-    print(f"reproduce {plan.preset.name} stopped; finished in this call: {len(report.ran)}, "
-          f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
-          f"not finished: {len(jobs) - report.finished}")
+    print(
+        f"reproduce {plan.preset.name} stopped; finished in this call: {len(report.ran)}, "
+        f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
+        f"not finished: {len(jobs) - report.finished}"
+    )
     for cell in report.ran:
         print(f"finished {run_name(cell.config)}")
     print("run the same command again to do the rest")
@@ -231,13 +245,18 @@ def render_tables(
     diffs = differences(long, HEADLINE_METHOD, headline)
     notes = []
     if any(c.hyperparameters == "tuned" for c in plan.shown):
-        notes.append(f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`." if plan.preset.tuned_command
-                     else "Tuned rows use the values chosen by `fedbench tune`.")
+        notes.append(
+            f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`."
+            if plan.preset.tuned_command
+            else "Tuned rows use the values chosen by `fedbench tune`."
+        )
     out = Path(results_dir)
     files = render(stats, comparison, out, plan.preset.title, diffs, notes)
     colours = method_colours([c.label for c in plan.shown])  # the same colour for a method in every figure
-    figures = (("radar", radar(stats, out / "radar.png", colours)),
-               ("curves", round_curves(plan.shown, out / "curves.png", colours)))
+    figures = (
+        ("radar", radar(stats, out / "radar.png", colours)),
+        ("curves", round_curves(plan.shown, out / "curves.png", colours)),
+    )
     for name, path in figures:
         if path is not None:
             files[name] = path
@@ -256,17 +275,20 @@ def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wand
     """The rendered table and plots, logged once per reproduction in a run of their own."""
     from dataclasses import replace
 
-
     config = replace(plan.cells[0].config, wandb=wandb_mode)  # project, group and output folder
     images = {k: v for k, v in files.items() if v.suffix == ".png"}
     tables: dict[str, Any] = {"table": stats}
     if not comparison.empty:
         tables["paper_comparison"] = comparison
     table_config = {
-        "preset": plan.preset.name, "title": plan.preset.title, "paper_table": plan.preset.paper_table,
+        "preset": plan.preset.name,
+        "title": plan.preset.title,
+        "paper_table": plan.preset.paper_table,
         "cells": len(plan.shown),
-        "methods": sorted({c.label for c in plan.shown}), "datasets": sorted({c.dataset for c in plan.shown}),
+        "methods": sorted({c.label for c in plan.shown}),
+        "datasets": sorted({c.dataset for c in plan.shown}),
     }
-    with Tracker.for_run(config, job_type="table", name=f"table-{plan.preset.name}", run_config=table_config,
-                         tags=(*tags, "table")) as tracker:
+    with Tracker.for_run(
+        config, job_type="table", name=f"table-{plan.preset.name}", run_config=table_config, tags=(*tags, "table")
+    ) as tracker:
         tracker.log_artifacts(tables, images)

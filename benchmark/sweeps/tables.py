@@ -45,8 +45,14 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
     parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
     for cell in cells:
         grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
-        key = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
-               "dataset": cell.dataset, "grid": grid, "seed": cell.config.seed}
+        key = {
+            "label": cell.label,
+            "hyperparameters": cell.hyperparameters,
+            "method": cell.config.method,
+            "dataset": cell.dataset,
+            "grid": grid,
+            "seed": cell.config.seed,
+        }
         if cell.part:
             parts.setdefault(tuple(key.values()), {})[cell.part] = None
         folder = run_dir(cell)
@@ -60,7 +66,9 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         rows.extend({**key, "metric": metric, "value": float(value)} for metric, value in metrics.items())
     for key, values in parts.items():
         if all(v is not None for v in values.values()):
-            rows.append({**dict(zip(KEYS + ["seed"], key)), "metric": PART_METRIC, "value": sum(values.values()) / len(values)})
+            rows.append(
+                {**dict(zip(KEYS + ["seed"], key)), "metric": PART_METRIC, "value": sum(values.values()) / len(values)}
+            )
     return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
 
 
@@ -104,14 +112,25 @@ def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
         metrics = list(get_protocol(cell.config.protocol).metrics) or ["status"]
         for dataset in (cell.dataset, AVERAGE):
             for metric in metrics:
-                here = (stats["label"] == cell.label) & (stats["grid"] == grid) & (stats["dataset"] == dataset) & (
-                    stats["metric"] == metric
+                here = (
+                    (stats["label"] == cell.label)
+                    & (stats["grid"] == grid)
+                    & (stats["dataset"] == dataset)
+                    & (stats["metric"] == metric)
                 )
                 if here.any():
                     stats.loc[here, "failed"] += 1
                 else:
-                    row = {"label": cell.label, "hyperparameters": cell.hyperparameters, "method": cell.config.method,
-                           "dataset": dataset, "grid": grid, "metric": metric, "n": 0, "failed": 1}
+                    row = {
+                        "label": cell.label,
+                        "hyperparameters": cell.hyperparameters,
+                        "method": cell.config.method,
+                        "dataset": dataset,
+                        "grid": grid,
+                        "metric": metric,
+                        "n": 0,
+                        "failed": 1,
+                    }
                     stats = pd.concat([stats, pd.DataFrame([row])], ignore_index=True)
     stats["failed"] = stats["failed"].fillna(0).astype(int)
     stats.loc[stats["failed"] > 0, ["mean", "std"]] = float("nan")
@@ -125,7 +144,9 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
     return stats
 
 
-def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequence[str] | None = None) -> pd.DataFrame:
+def paper_comparison(
+    stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequence[str] | None = None
+) -> pd.DataFrame:
     """Our mean next to the paper's number for every paper row of the methods in the table:
     `methods` (the preset's), else those with results. A cell still to run shows as NaN so
     the gap is visible, never dropped. One row per grid value (a shots ablation compares
@@ -136,11 +157,15 @@ def paper_comparison(stats: pd.DataFrame, reference: pd.DataFrame, methods: Sequ
     ours = stats[stats["label"] == stats["method"]].rename(columns={"mean": "ours"})  # default variants only
     wanted = set(ours["method"]) | set(methods or ())
     reference = reference[reference["method"].isin(wanted)]
-    merged = reference.merge(ours[["method", "hyperparameters", "dataset", "grid", "metric", "ours"]],
-                             on=["method", "dataset", "metric"], how="left")
+    merged = reference.merge(
+        ours[["method", "hyperparameters", "dataset", "grid", "metric", "ours"]],
+        on=["method", "dataset", "metric"],
+        how="left",
+    )
     merged["grid"] = merged["grid"].fillna("")
     merged["delta"] = merged["ours"] - merged["paper"]
     return merged[columns]
+
 
 def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
     """`reference` minus every other row label on `metric`, paired run by run (same dataset,
@@ -167,9 +192,19 @@ def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame
                 groups.append(("all (seeds x datasets)", by_grid["diff"].to_numpy()))
             for dataset, diffs in groups:
                 low, high, p = _interval_and_test(diffs)
-                rows.append({"reference": reference, "baseline": baseline, "grid": grid, "dataset": dataset,
-                             "pairs": len(diffs), "mean_diff": float(diffs.mean()), "ci_low": low, "ci_high": high,
-                             "p_wilcoxon": p})
+                rows.append(
+                    {
+                        "reference": reference,
+                        "baseline": baseline,
+                        "grid": grid,
+                        "dataset": dataset,
+                        "pairs": len(diffs),
+                        "mean_diff": float(diffs.mean()),
+                        "ci_low": low,
+                        "ci_high": high,
+                        "p_wilcoxon": p,
+                    }
+                )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -221,11 +256,15 @@ def render(
     datasets = list(dict.fromkeys(stats["dataset"]))
     order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
     md = [
-        f"# {title}", "",
+        f"# {title}",
+        "",
         "Mean ± std over seeds (n = number of seeds; one seed shows no ±); Average = per-seed mean over datasets "
         "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
         "hyperparameters: paper = the method's defaults (and the preset's settings), "
-        "tuned = chosen by `fedbench tune` on validation data.", "", *notes, *([""] if notes else []),
+        "tuned = chosen by `fedbench tune` on validation data.",
+        "",
+        *notes,
+        *([""] if notes else []),
     ]
     tex = []
     for dataset in order:
@@ -235,10 +274,13 @@ def render(
     if diffs is not None and not diffs.empty:
         reference = diffs["reference"].iloc[0]
         md += [
-            f"## {reference} minus each baseline", "",
+            f"## {reference} minus each baseline",
+            "",
             "Paired run by run (same dataset, grid and seed); interval: 95 % bootstrap of the mean difference over "
-            "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.", "",
-            _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])), "",
+            "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.",
+            "",
+            _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])),
+            "",
         ]
     if not comparison.empty:
         shown = comparison if (comparison["grid"] != "").any() else comparison.drop(columns="grid")
@@ -277,7 +319,11 @@ def latex_table(part: pd.DataFrame, caption: str) -> str:
         "\\midrule",
     ]
     for label, hyperparameters, grid in rows:
-        cells = [latex_escape(label), *([latex_escape(hyperparameters)] if has_tuned else []), *([latex_escape(grid)] if has_grid else [])]
+        cells = [
+            latex_escape(label),
+            *([latex_escape(hyperparameters)] if has_tuned else []),
+            *([latex_escape(grid)] if has_grid else []),
+        ]
         here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
         for metric in metrics:
             row = here[here["metric"] == metric]
@@ -295,8 +341,19 @@ def latex_table(part: pd.DataFrame, caption: str) -> str:
     return "\n".join(lines)
 
 
-LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "`": ""}
+LATEX_SPECIALS = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "`": "",
+}
 
 
 def latex_escape(text: str) -> str:
@@ -309,5 +366,7 @@ def _markdown(table: pd.DataFrame) -> str:
     frame = table.reset_index()
     header = "| " + " | ".join(map(str, frame.columns)) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = [
+        "| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |" for row in frame.itertuples(index=False)
+    ]
     return "\n".join([header, rule, *body])

@@ -80,7 +80,9 @@ class TuningPlan:
 
         protocols = {c.config.protocol for v in self.variants for c in self.cells(v, {})}
         if len(protocols) != 1:
-            raise ConfigError(f"table {self.preset.name} mixes protocols {sorted(protocols)}; tune one protocol at a time")
+            raise ConfigError(
+                f"table {self.preset.name} mixes protocols {sorted(protocols)}; tune one protocol at a time"
+            )
         return get_protocol(protocols.pop()).headline
 
     def space(self, variant: MethodVariant) -> dict[str, Any]:
@@ -128,7 +130,9 @@ def plan_tuning(
     for variant in chosen:
         (variants if get_method(variant.method).tunable else untunable).append(variant)
     untunable_labels = [v.label for v in untunable]
-    plan = TuningPlan(preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command)
+    plan = TuningPlan(
+        preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command
+    )
     if variants:
         plan.cells(variants[0], {})  # validates the filters and the overrides before anything runs
     return plan
@@ -183,8 +187,10 @@ def _open_study(plan: TuningPlan, variant: MethodVariant):
     recorded = study.user_attrs.get("identity")
     if recorded is None:
         if study.trials:
-            raise ConfigError(f"{plan.results_dir / TUNING_DB}: study {variant.label!r} has trials but no identity; "
-                              "it was not written by `fedbench tune`. Use another --results folder.")
+            raise ConfigError(
+                f"{plan.results_dir / TUNING_DB}: study {variant.label!r} has trials but no identity; "
+                "it was not written by `fedbench tune`. Use another --results folder."
+            )
         study.set_user_attr("identity", identity)
         study.set_user_attr("method", variant.method)
     elif recorded != identity:
@@ -214,7 +220,8 @@ def _finished(study) -> list:
     from optuna.trial import TrialState
 
     return [
-        t for t in study.get_trials(deepcopy=False)
+        t
+        for t in study.get_trials(deepcopy=False)
         if t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and "error" in t.user_attrs)
     ]
 
@@ -232,7 +239,6 @@ def _fail_interrupted(study, report: Callable[[str], None]) -> None:
 def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
     from optuna.samplers import TPESampler
     from optuna.trial import TrialState
-
 
     finished = len(_finished(study))
     study.sampler = TPESampler(seed=sampler_seed(plan.seed, finished), n_startup_trials=STARTUP_TRIALS)
@@ -285,7 +291,6 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     them) that were made under this plan's settings; others are reported and left out."""
     import optuna
 
-
     storage = _storage(plan)
     names = set(optuna.get_all_study_names(storage))
     studies = {}
@@ -312,17 +317,19 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
         for t in study.get_trials(deepcopy=False):
             interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
             metrics = _validation_metrics(plan, variants[label], t.params) if t.state.name == "COMPLETE" else {}
-            rows.append({
-                "method": label,
-                "trial": t.number,
-                "state": "INTERRUPTED" if interrupted else t.state.name,
-                **{f"param_{k}": v for k, v in sorted(t.params.items())},
-                "metric": f"{plan.headline} (validation)",
-                "value": t.value,
-                "chosen": best is not None and t.number == best.number,
-                **{f"val_{k}": v for k, v in metrics.items()},
-                "error": t.user_attrs.get("error", ""),
-            })
+            rows.append(
+                {
+                    "method": label,
+                    "trial": t.number,
+                    "state": "INTERRUPTED" if interrupted else t.state.name,
+                    **{f"param_{k}": v for k, v in sorted(t.params.items())},
+                    "metric": f"{plan.headline} (validation)",
+                    "value": t.value,
+                    "chosen": best is not None and t.number == best.number,
+                    **{f"val_{k}": v for k, v in metrics.items()},
+                    "error": t.user_attrs.get("error", ""),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -361,9 +368,12 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
             continue
         values[variant.label] = dict(sorted(best.params.items()))
         first = _first(study)
-        paper = next((t for t in study.get_trials(deepcopy=False) if t.number == first and t.state.name == "COMPLETE"), None)
+        paper = next(
+            (t for t in study.get_trials(deepcopy=False) if t.number == first and t.state.name == "COMPLETE"), None
+        )
         validation[variant.label] = {
-            "tuned": round(best.value, 4), "trial": best.number,
+            "tuned": round(best.value, 4),
+            "trial": best.number,
             "paper_default": None if paper is None else round(paper.value, 4),
         }
     tuned = {
@@ -371,7 +381,9 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
         "command": plan.command,
         "code": code_version(),
         "selection": {
-            "metric": plan.headline, "split": "validation", "trials_per_method": plan.trials,
+            "metric": plan.headline,
+            "split": "validation",
+            "trials_per_method": plan.trials,
             "sampler": f"optuna TPESampler(seed=sha256('fedbench-tune/{plan.seed}/<finished trials>'), "
             f"n_startup_trials={STARTUP_TRIALS}); trial 0 = the paper default",
             "seed": plan.seed,
@@ -421,9 +433,13 @@ def load_tuned(path: Path) -> dict[str, dict[str, Any]]:
     """The chosen values of a tuned.yaml (label -> hyperparameters), with a clear error."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"no tuned values at {path}: run `fedbench tune` on this table first (it writes {TUNED_YAML})")
+        raise ConfigError(
+            f"no tuned values at {path}: run `fedbench tune` on this table first (it writes {TUNED_YAML})"
+        )
     data = yaml.safe_load(path.read_text()) or {}
     values = data.get("values")
     if not isinstance(values, dict):
-        raise ConfigError(f"{path} has no 'values:' mapping of method -> hyperparameters; was it written by `fedbench tune`?")
+        raise ConfigError(
+            f"{path} has no 'values:' mapping of method -> hyperparameters; was it written by `fedbench tune`?"
+        )
     return {str(k): dict(v) for k, v in values.items()}

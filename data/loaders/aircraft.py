@@ -73,7 +73,10 @@ def load_fgvc_aircraft(folder: Path, transforms: ImageTransforms) -> DatasetSpli
             continue  # no validation list: tuning holds out part of train (data.validation)
         paths, labels = _read_split(folder, split, index)
         splits[split] = FileImages(
-            f"fgvc_aircraft/{split}", paths, labels, class_names,
+            f"fgvc_aircraft/{split}",
+            paths,
+            labels,
+            class_names,
             transforms.train if split == "train" else transforms.test,
             cache_key=f"fgvc_aircraft/{split}/{folder.resolve()}/{transforms.key}",
         )

@@ -48,7 +48,9 @@ def _images_and_labels(name: str, batches: list[Path], label_key: str, layout: s
             data = np.asarray(batch["data"], dtype=np.uint8)
             batch_labels = [int(y) for y in batch[label_key]]
         except (KeyError, TypeError, ValueError) as exc:
-            raise DatasetError(f"{name}: {path} lacks CIFAR fields ({exc}); expected 'data' and '{label_key}'.") from None
+            raise DatasetError(
+                f"{name}: {path} lacks CIFAR fields ({exc}); expected 'data' and '{label_key}'."
+            ) from None
         if data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or len(data) != len(batch_labels):
             raise DatasetError(
                 f"{name}: {path} holds data of shape {data.shape} for {len(batch_labels)} labels; "
@@ -94,18 +96,33 @@ _C100_LAYOUT = "cifar-100-python/{train, test, meta} (torchvision pickles)"
 
 
 @register_dataset(
-    "cifar10", folder="cifar-10-batches-py", layout=_C10_LAYOUT, how_to_get=_HOW.format(name="cifar10"), protocol="dirichlet",
+    "cifar10",
+    folder="cifar-10-batches-py",
+    layout=_C10_LAYOUT,
+    how_to_get=_HOW.format(name="cifar10"),
+    protocol="dirichlet",
     num_classes=10,
 )
 def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_cifar(
-        "cifar10", folder, [f"data_batch_{i}" for i in range(1, 6)], ["test_batch"], "batches.meta",
-        "labels", "label_names", transforms, _C10_LAYOUT,
+        "cifar10",
+        folder,
+        [f"data_batch_{i}" for i in range(1, 6)],
+        ["test_batch"],
+        "batches.meta",
+        "labels",
+        "label_names",
+        transforms,
+        _C10_LAYOUT,
     )
 
 
 @register_dataset(
-    "cifar100", folder="cifar-100-python", layout=_C100_LAYOUT, how_to_get=_HOW.format(name="cifar100"), protocol="dirichlet",
+    "cifar100",
+    folder="cifar-100-python",
+    layout=_C100_LAYOUT,
+    how_to_get=_HOW.format(name="cifar100"),
+    protocol="dirichlet",
     num_classes=100,
 )
 def load_cifar100(folder: Path, transforms: ImageTransforms) -> DatasetSplits:

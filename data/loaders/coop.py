@@ -16,7 +16,9 @@ from data.catalog import register_dataset
 from data.loaders.split_zhou import read_split_zhou
 from data.transforms import ImageTransforms
 
-_COOP = "Get it as described in CoOp's DATASETS.md (images + the split_zhou JSON), or run `fedbench data download {name}`."
+_COOP = (
+    "Get it as described in CoOp's DATASETS.md (images + the split_zhou JSON), or run `fedbench data download {name}`."
+)
 
 # name -> (folder under the data root, image folder inside it, split file)
 COOP_DATASETS: dict[str, tuple[str, str, str]] = {
@@ -32,8 +34,15 @@ COOP_DATASETS: dict[str, tuple[str, str, str]] = {
 }
 # Classes in each full release (CoOp's splits).
 COOP_NUM_CLASSES = {
-    "caltech101": 100, "oxford_pets": 37, "oxford_flowers": 102, "food101": 101, "dtd": 47,
-    "sun397": 397, "ucf101": 101, "stanford_cars": 196, "eurosat": 10,
+    "caltech101": 100,
+    "oxford_pets": 37,
+    "oxford_flowers": 102,
+    "food101": 101,
+    "dtd": 47,
+    "sun397": 397,
+    "ucf101": 101,
+    "stanford_cars": 196,
+    "eurosat": 10,
 }
 
 
@@ -96,7 +105,10 @@ def _coop(name: str) -> None:
         layout += " (imagelabels.mat and cat_to_name.json beside them)"
 
     @register_dataset(
-        name, folder=COOP_DATASETS[name][0], layout=layout, how_to_get=_COOP.format(name=name),
+        name,
+        folder=COOP_DATASETS[name][0],
+        layout=layout,
+        how_to_get=_COOP.format(name=name),
         num_classes=COOP_NUM_CLASSES[name],
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:

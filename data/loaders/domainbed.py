@@ -75,24 +75,56 @@ def _domains(*rows: tuple) -> tuple[Domain, ...]:
 DOMAINBED: dict[str, DomainBedSpec] = {
     spec.name: spec
     for spec in (
-        DomainBedSpec("pacs", "pacs", "pacs", _domains(
-            ("art_painting", ["art_painting"], "artpainting"), ("cartoon", ["cartoon"], "cartoon"),
-            ("photo", ["photo"], "photo"), ("sketch", ["sketch"], "sketch"),
-        ), 7),
-        DomainBedSpec("office_home", "officehome", "officehome", _domains(
-            ("art", ["art", "Art"], "art"), ("clipart", ["clipart", "Clipart"], "clipart"),
-            ("product", ["product", "Product"], "product"), ("realworld", ["realworld", "Real World"], "realworld"),
-        ), 65),
-        DomainBedSpec("vlcs", "VLCS", "VLCS", _domains(
-            ("caltech", ["CALTECH/full", "Caltech101"], "CALTECH"), ("labelme", ["LABELME/full", "LabelMe"], "LABELME"),
-            ("pascal", ["PASCAL/full", "VOC2007"], "PASCAL"), ("sun", ["SUN/full", "SUN09"], "SUN"),
-        ), 5),
-        DomainBedSpec("terra_incognita", "terra_incognita", "terraincognita", _domains(
-            *((f"L{n}", [f"location_{n}"], f"location{n}") for n in (38, 43, 46, 100))
-        ), 10),
-        DomainBedSpec("domainnet_full", "domainnet", "domainnet", _domains(
-            *((d, [d], d) for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"))
-        ), 345),
+        DomainBedSpec(
+            "pacs",
+            "pacs",
+            "pacs",
+            _domains(
+                ("art_painting", ["art_painting"], "artpainting"),
+                ("cartoon", ["cartoon"], "cartoon"),
+                ("photo", ["photo"], "photo"),
+                ("sketch", ["sketch"], "sketch"),
+            ),
+            7,
+        ),
+        DomainBedSpec(
+            "office_home",
+            "officehome",
+            "officehome",
+            _domains(
+                ("art", ["art", "Art"], "art"),
+                ("clipart", ["clipart", "Clipart"], "clipart"),
+                ("product", ["product", "Product"], "product"),
+                ("realworld", ["realworld", "Real World"], "realworld"),
+            ),
+            65,
+        ),
+        DomainBedSpec(
+            "vlcs",
+            "VLCS",
+            "VLCS",
+            _domains(
+                ("caltech", ["CALTECH/full", "Caltech101"], "CALTECH"),
+                ("labelme", ["LABELME/full", "LabelMe"], "LABELME"),
+                ("pascal", ["PASCAL/full", "VOC2007"], "PASCAL"),
+                ("sun", ["SUN/full", "SUN09"], "SUN"),
+            ),
+            5,
+        ),
+        DomainBedSpec(
+            "terra_incognita",
+            "terra_incognita",
+            "terraincognita",
+            _domains(*((f"L{n}", [f"location_{n}"], f"location{n}") for n in (38, 43, 46, 100))),
+            10,
+        ),
+        DomainBedSpec(
+            "domainnet_full",
+            "domainnet",
+            "domainnet",
+            _domains(*((d, [d], d) for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"))),
+            345,
+        ),
     )
 }
 
@@ -120,11 +152,16 @@ def make_domain_split(spec: DomainBedSpec, root: Path, domain: Domain, image_dir
         seed = zlib.crc32(f"{SPLIT_SEED}/{spec.name}/{domain.name}/{cls}".encode())
         random.Random(seed).shuffle(files)
         n_train, n_val, _ = split_counts(len(files))
-        for part, chunk in (("train", files[:n_train]), ("val", files[n_train : n_train + n_val]),
-                            ("test", files[n_train + n_val :])):
+        for part, chunk in (
+            ("train", files[:n_train]),
+            ("val", files[n_train : n_train + n_val]),
+            ("test", files[n_train + n_val :]),
+        ):
             split[part].extend([rel, label, cls] for rel in chunk)
     split["made_by"] = {
-        "suite": "fedbench", "seed": SPLIT_SEED, "fractions": {"train": FRACTIONS[0], "val": FRACTIONS[1]},
+        "suite": "fedbench",
+        "seed": SPLIT_SEED,
+        "fractions": {"train": FRACTIONS[0], "val": FRACTIONS[1]},
         "rule": "per class: files sorted by name, shuffled with a seed of (seed, dataset, domain, class), then cut",
     }
     return split
@@ -211,13 +248,22 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
                 "make new ones from the images present."
             )
         splits[part] = FileImages(
-            f"{spec.name}/{part}", [p for p, _, _ in part_rows], [y for _, y, _ in part_rows], class_names,
-            transforms.train if part == "train" else transforms.test, domains=[d for _, _, d in part_rows],
+            f"{spec.name}/{part}",
+            [p for p, _, _ in part_rows],
+            [y for _, y, _ in part_rows],
+            class_names,
+            transforms.train if part == "train" else transforms.test,
+            domains=[d for _, _, d in part_rows],
             cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
         )
     extra = {"notes": [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"]} if notes else {}
     return DatasetSplits(
-        spec.name, splits["train"], splits["test"], class_names, domain_names=[d.name for d in spec.domains], extra=extra,
+        spec.name,
+        splits["train"],
+        splits["test"],
+        class_names,
+        domain_names=[d.name for d in spec.domains],
+        extra=extra,
         val=splits.get("val") if len(splits.get("val", ())) else None,  # tuning selects on it
     )
 
@@ -225,17 +271,21 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
 _HOW = {
     "pacs": "PACS (DomainBed's copy: https://drive.google.com/uc?id=1JFr8f805nMUelQWWmfnJR3y4_SYoN5Pd).",
     "office_home": "OfficeHome (https://www.hemanthdv.org/officeHomeDataset.html; DomainBed's copy: "
-                   "https://drive.google.com/uc?id=1uY0pj7oFsjMxRwaD3Sxy0jgel0fsYXLC).",
+    "https://drive.google.com/uc?id=1uY0pj7oFsjMxRwaD3Sxy0jgel0fsYXLC).",
     "vlcs": "VLCS (DomainBed's copy: https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8).",
     "terra_incognita": "TerraIncognita: Caltech Camera Traps (https://lila.science/datasets/caltech-camera-traps), "
-                       "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
+    "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
     "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/).",
 }
 
 
 def _register(spec: DomainBedSpec) -> None:
     @register_dataset(
-        spec.name, folder=spec.folder, layout=spec.layout, protocol="domains", num_classes=spec.num_classes,
+        spec.name,
+        folder=spec.folder,
+        layout=spec.layout,
+        protocol="domains",
+        num_classes=spec.num_classes,
         domains=tuple(d.name for d in spec.domains),
         how_to_get=f"{_HOW[spec.name]} Run `fedbench data download {spec.name}` for the steps.",
     )

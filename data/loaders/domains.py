@@ -113,9 +113,8 @@ def read_domain_dataset(
     return DatasetSplits(name, splits["train"], splits["test"], class_names, domain_names=list(domains))
 
 
-_DN_LAYOUT = (
-    "DomainNet/<domain>/<class>/*.jpg and DomainNet/<domain>_{train,test}.pkl for the domains "
-    + ", ".join(DOMAINNET_DOMAINS)
+_DN_LAYOUT = "DomainNet/<domain>/<class>/*.jpg and DomainNet/<domain>_{train,test}.pkl for the domains " + ", ".join(
+    DOMAINNET_DOMAINS
 )
 _OC_LAYOUT = (
     "office_caltech_10/<domain>/<class>/* and office_caltech_10/<domain>_{train,test}.pkl for the domains "

@@ -13,7 +13,8 @@ def image_files(folder: Path) -> list[Path]:
     are skipped), so a listing never depends on the file system's order."""
     with os.scandir(folder) as entries:
         names = [
-            e.name for e in entries
+            e.name
+            for e in entries
             if not e.name.startswith(".") and os.path.splitext(e.name)[1].lower() in IMAGE_SUFFIXES and e.is_file()
         ]
     return [folder / name for name in sorted(names)]

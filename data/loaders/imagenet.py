@@ -28,7 +28,9 @@ from data.loaders.image_folders import image_files, subfolders
 from data.transforms import ImageTransforms
 
 CLASSNAMES_LINK = "https://drive.google.com/file/d/1-61f_ol79pViBFDG_IDlUQSwoLcn2XXF/view?usp=sharing"
-_CLASSNAMES_HOW = f"ImageNet's classnames.txt comes from CoOp's DATASETS.md ({CLASSNAMES_LINK}); every variant folder needs a copy."
+_CLASSNAMES_HOW = (
+    f"ImageNet's classnames.txt comes from CoOp's DATASETS.md ({CLASSNAMES_LINK}); every variant folder needs a copy."
+)
 
 
 def read_classnames(name: str, path: Path, layout: str) -> dict[str, str]:
@@ -38,7 +40,9 @@ def read_classnames(name: str, path: Path, layout: str) -> dict[str, str]:
     try:
         lines = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (UnicodeDecodeError, OSError) as exc:
-        raise DatasetError(f"{name}: {path} cannot be read as text ({exc.__class__.__name__}); the file is corrupt.") from None
+        raise DatasetError(
+            f"{name}: {path} cannot be read as text ({exc.__class__.__name__}); the file is corrupt."
+        ) from None
     names: dict[str, str] = {}
     for number, line in enumerate(lines, start=1):
         wnid, _, cname = line.partition(" ")
@@ -85,11 +89,17 @@ def _empty(name: str, class_names: list[str], transforms: ImageTransforms) -> Fi
 
 # --- ImageNet -------------------------------------------------------------------------
 
-IMAGENET_LAYOUT = "imagenet/{train,val}/<wnid>/*.JPEG (or imagenet/images/{train,val}/<wnid>/) and imagenet/classnames.txt"
+IMAGENET_LAYOUT = (
+    "imagenet/{train,val}/<wnid>/*.JPEG (or imagenet/images/{train,val}/<wnid>/) and imagenet/classnames.txt"
+)
 
 
 @register_dataset(
-    "imagenet", folder="imagenet", layout=IMAGENET_LAYOUT, num_classes=1000, protocol="imagenet",
+    "imagenet",
+    folder="imagenet",
+    layout=IMAGENET_LAYOUT,
+    num_classes=1000,
+    protocol="imagenet",
     how_to_get=(
         "ILSVRC-2012 from https://image-net.org (registration), train and val both sorted into wnid folders "
         f"(val: e.g. with the usual valprep.sh). {_CLASSNAMES_HOW} Run `fedbench data download imagenet` for the steps."
@@ -117,14 +127,20 @@ def load_imagenet(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
             )
         per_class = _class_folders("imagenet", split_dir, wnids, IMAGENET_LAYOUT)
         transform = transforms.train if split == "train" else transforms.test
-        splits[split] = _files("imagenet", split, per_class, class_names, transform, f"{split_dir.resolve()}/{transforms.key}")
+        splits[split] = _files(
+            "imagenet", split, per_class, class_names, transform, f"{split_dir.resolve()}/{transforms.key}"
+        )
     return DatasetSplits(
-        "imagenet", splits["train"], splits["test"], class_names,
+        "imagenet",
+        splits["train"],
+        splits["test"],
+        class_names,
         extra={"wnids": wnids, "imagenet_class_ids": list(range(len(wnids)))},
     )
 
 
 # --- the shifted test sets --------------------------------------------------------------
+
 
 def _variant(name: str, folder: str, image_dir: str, by_index: bool, all_classes: bool, how: str) -> None:
     """Register a test-only ImageNet variant. `by_index`: class folders are ImageNet label
@@ -134,8 +150,13 @@ def _variant(name: str, folder: str, image_dir: str, by_index: bool, all_classes
     layout = f"{folder}/{image_dir}/{pattern}/* and {folder}/classnames.txt (a copy of ImageNet's)"
 
     @register_dataset(
-        name, folder=folder, layout=layout, protocol="imagenet", test_only=True,
-        num_classes=1000 if all_classes else 200, how_to_get=f"{how} {_CLASSNAMES_HOW}",
+        name,
+        folder=folder,
+        layout=layout,
+        protocol="imagenet",
+        test_only=True,
+        num_classes=1000 if all_classes else 200,
+        how_to_get=f"{how} {_CLASSNAMES_HOW}",
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         classnames = read_classnames(name, root / "classnames.txt", layout)
@@ -164,24 +185,43 @@ def _variant(name: str, folder: str, image_dir: str, by_index: bool, all_classes
         per_class = _class_folders(name, test_dir, folders, layout)
         test = _files(name, "test", per_class, class_names, transforms.test, f"{test_dir.resolve()}/{transforms.key}")
         return DatasetSplits(
-            name, _empty(name, class_names, transforms), test, class_names,
+            name,
+            _empty(name, class_names, transforms),
+            test,
+            class_names,
             extra={"wnids": [imagenet_wnids[i] for i in class_ids], "imagenet_class_ids": class_ids},
         )
 
 
 _variant(
-    "imagenet_v2", "imagenetv2", "imagenetv2-matched-frequency-format-val", by_index=True, all_classes=True,
+    "imagenet_v2",
+    "imagenetv2",
+    "imagenetv2-matched-frequency-format-val",
+    by_index=True,
+    all_classes=True,
     how="ImageNet-V2 matched-frequency (https://huggingface.co/datasets/vaishaal/ImageNetV2), extracted into imagenetv2/.",
 )
 _variant(
-    "imagenet_sketch", "imagenet-sketch", "images", by_index=False, all_classes=True,
+    "imagenet_sketch",
+    "imagenet-sketch",
+    "images",
+    by_index=False,
+    all_classes=True,
     how="ImageNet-Sketch (https://github.com/HaohanWang/ImageNet-Sketch): its folder 'sketch' becomes imagenet-sketch/images.",
 )
 _variant(
-    "imagenet_a", "imagenet-adversarial", "imagenet-a", by_index=False, all_classes=False,
+    "imagenet_a",
+    "imagenet-adversarial",
+    "imagenet-a",
+    by_index=False,
+    all_classes=False,
     how="ImageNet-A (https://people.eecs.berkeley.edu/~hendrycks/imagenet-a.tar), extracted into imagenet-adversarial/.",
 )
 _variant(
-    "imagenet_r", "imagenet-rendition", "imagenet-r", by_index=False, all_classes=False,
+    "imagenet_r",
+    "imagenet-rendition",
+    "imagenet-r",
+    by_index=False,
+    all_classes=False,
     how="ImageNet-R (https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar), extracted into imagenet-rendition/.",
 )

@@ -13,9 +13,7 @@ from data.base import DatasetError, DatasetSplits, FileImages
 from data.transforms import ImageTransforms
 
 
-def read_split_zhou(
-    name: str, split_file: Path, image_dir: Path, transforms: ImageTransforms
-) -> DatasetSplits:
+def read_split_zhou(name: str, split_file: Path, image_dir: Path, transforms: ImageTransforms) -> DatasetSplits:
     """Read a split_zhou JSON into train/val/test `FileImages` (val: None when the file has no
     "val" entries); classes ordered by label."""
     if not split_file.is_file():

@@ -23,7 +23,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--backbone", default="ViT-B-16", help="architecture the FLOPs are counted on (default: ViT-B-16)")
     p.add_argument("--methods", nargs="+", default=list(TABLE1_METHODS), help="methods (default: Table 1's eight)")
     p.add_argument(
-        "--quick", action="store_true",
+        "--quick",
+        action="store_true",
         help="a smoke run: tiny CLIP, one dataset and seed, 2 rounds, no toy-CLIP runs (seconds, for tests)",
     )
     p.set_defaults(func=run)
@@ -106,15 +107,18 @@ def run(args) -> int:
         "| setting | client-rounds | per client-round | model | data loading | configure_optimizers | framework | "
         "framework share | all but the model | bare loop | added | three runs |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        *[f"| {o['name']} | {o['client_rounds']} | {o['total_ms']:.1f} ms | {o['model_ms']:.1f} ms | "
-          f"{o['data_ms']:.2f} ms ({o['data_share']:.1f} %) | {o['optimizer_ms']:.2f} ms ({o['optimizer_share']:.1f} %) | "
-          f"{o['framework_ms']:.2f} ms | {o['share']:.1f} % | {o['beyond_model_share']:.1f} % | "
-          f"{o['bare_rest_ms']:.2f} ms | {o['added_share']:.1f} % | "
-          f"{', '.join(f'{v:.1f}' for v in o['shares'])} % |"
-          for o in overhead],
+        *[
+            f"| {o['name']} | {o['client_rounds']} | {o['total_ms']:.1f} ms | {o['model_ms']:.1f} ms | "
+            f"{o['data_ms']:.2f} ms ({o['data_share']:.1f} %) | {o['optimizer_ms']:.2f} ms ({o['optimizer_share']:.1f} %) | "
+            f"{o['framework_ms']:.2f} ms | {o['share']:.1f} % | {o['beyond_model_share']:.1f} % | "
+            f"{o['bare_rest_ms']:.2f} ms | {o['added_share']:.1f} % | "
+            f"{', '.join(f'{v:.1f}' for v in o['shares'])} % |"
+            for o in overhead
+        ],
         "",
         f"Target <= {TARGET_OVERHEAD:.0f} %: "
-        + ("met" if all(o["share"] <= TARGET_OVERHEAD for o in overhead) else "**NOT met**") + ".",
+        + ("met" if all(o["share"] <= TARGET_OVERHEAD for o in overhead) else "**NOT met**")
+        + ".",
         "",
         "## Wall time with the shortcuts on and off",
         "",
@@ -127,8 +131,11 @@ def run(args) -> int:
         "",
         "FLOP counting's own cost: a training step counted takes ~3-5x its time on the toy CLIP (Python per "
         "operation); runs count each kind of step once (`benchmark/flops.py`). "
-        + "; ".join(f"{o['name']}: a run with counting took {o['counted_wall'] / o['wall']:.2f}x the run without"
-                    for o in overhead) + ".",
+        + "; ".join(
+            f"{o['name']}: a run with counting took {o['counted_wall'] / o['wall']:.2f}x the run without"
+            for o in overhead
+        )
+        + ".",
         "",
     ]
     report = "\n".join(lines)
@@ -161,14 +168,37 @@ def _overhead_configs(quick: bool):
 
     # The README's tiny-CLIP profile: a 40-class dataset in CoOp's DTD layout (generated here).
     root = _describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-bench-")), classes=40)
-    tiny = dict(method="promptfl", dataset="dtd", data_root=str(root), backbone="fedbench-tiny-vit",
-                pretrained="none", shots=8, rounds=2 if quick else 3, clients=10, local_epochs=1, wandb="disabled",
-                seed=1, checkpoint_every=0)
-    configs = [("PromptFL, tiny CLIP (random weights), 40-class DTD layout, 10 clients, 8 shots, 1 local epoch",
-                build_config(tiny))]
+    tiny = dict(
+        method="promptfl",
+        dataset="dtd",
+        data_root=str(root),
+        backbone="fedbench-tiny-vit",
+        pretrained="none",
+        shots=8,
+        rounds=2 if quick else 3,
+        clients=10,
+        local_epochs=1,
+        wandb="disabled",
+        seed=1,
+        checkpoint_every=0,
+    )
+    configs = [
+        (
+            "PromptFL, tiny CLIP (random weights), 40-class DTD layout, 10 clients, 8 shots, 1 local epoch",
+            build_config(tiny),
+        )
+    ]
     if not quick:
-        toy = dict(method="promptfl", dataset="toy", clients=8, rounds=2, batch_size=8, wandb="disabled", seed=1,
-                   checkpoint_every=0)
+        toy = dict(
+            method="promptfl",
+            dataset="toy",
+            clients=8,
+            rounds=2,
+            batch_size=8,
+            wandb="disabled",
+            seed=1,
+            checkpoint_every=0,
+        )
         configs.insert(0, ("PromptFL, toy world (toy CLIP), 8 clients, batch 8", build_config(toy)))
     return configs
 
@@ -222,20 +252,33 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
         with flops.off():  # the same client-rounds by the bare loop, right after
             bare = run_bare(prepare_run(config, progress=False).simulator())
         bare_rest = bare.rest_seconds / bare.client_rounds
-        measured.append(dict(
-            name=name, client_rounds=client_rounds, total_ms=1000 * total / client_rounds,
-            model_ms=1000 * model / client_rounds, data_ms=1000 * data / client_rounds,
-            optimizer_ms=1000 * optimizer / client_rounds, optimizer_share=100 * optimizer / total,
-            beyond_model_share=100 * (total - model) / total,
-            framework_ms=1000 * framework / client_rounds, share=100 * framework / total,
-            data_share=100 * data / total, wall=wall, bare_rest_ms=1000 * bare_rest,
-            added_share=100 * (framework / client_rounds - bare_rest) / (total / client_rounds),
-        ))
+        measured.append(
+            dict(
+                name=name,
+                client_rounds=client_rounds,
+                total_ms=1000 * total / client_rounds,
+                model_ms=1000 * model / client_rounds,
+                data_ms=1000 * data / client_rounds,
+                optimizer_ms=1000 * optimizer / client_rounds,
+                optimizer_share=100 * optimizer / total,
+                beyond_model_share=100 * (total - model) / total,
+                framework_ms=1000 * framework / client_rounds,
+                share=100 * framework / total,
+                data_share=100 * data / total,
+                wall=wall,
+                bare_rest_ms=1000 * bare_rest,
+                added_share=100 * (framework / client_rounds - bare_rest) / (total / client_rounds),
+            )
+        )
     median = sorted(measured, key=lambda m: m["share"])[len(measured) // 2]
     t = time.perf_counter()
     run_experiment(config, write=False, progress=False)
-    return dict(median, counted_wall=time.perf_counter() - t, shares=[m["share"] for m in measured],
-                spread=statistics.pstdev([m["share"] for m in measured]))
+    return dict(
+        median,
+        counted_wall=time.perf_counter() - t,
+        shares=[m["share"] for m in measured],
+        spread=statistics.pstdev([m["share"] for m in measured]),
+    )
 
 
 def _shortcut_walls(quick: bool) -> list[dict]:
@@ -246,8 +289,19 @@ def _shortcut_walls(quick: bool) -> list[dict]:
     from benchmark.runs.runner import run_experiment
 
     if quick:
-        base = dict(dataset="toy", backbone="fedbench-tiny-vit", pretrained="none", shots=4, rounds=1, clients=4,
-                    local_epochs=1, batch_size=8, wandb="disabled", seed=1, checkpoint_every=0)
+        base = dict(
+            dataset="toy",
+            backbone="fedbench-tiny-vit",
+            pretrained="none",
+            shots=4,
+            rounds=1,
+            clients=4,
+            local_epochs=1,
+            batch_size=8,
+            wandb="disabled",
+            seed=1,
+            checkpoint_every=0,
+        )
         runs = [("promptfl, tiny CLIP", {"method": "promptfl"})]
     else:
         base = dict(dataset="toy", rounds=2, clients=8, batch_size=8, wandb="disabled", seed=1, checkpoint_every=0)

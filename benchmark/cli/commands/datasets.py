@@ -12,18 +12,22 @@ _MESSAGE_WIDTH = 110
 
 def add_parser(subparsers) -> None:
     listing = subparsers.add_parser(
-        "datasets", help="list every dataset and whether it is found under the data root",
+        "datasets",
+        help="list every dataset and whether it is found under the data root",
         description="Table of every registered dataset: found / missing / incomplete under the data root, "
         "with image and class counts.",
     )
-    listing.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    listing.add_argument(
+        "--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)"
+    )
     listing.set_defaults(func=run_datasets)
 
     data = subparsers.add_parser("data", help="fetch datasets", description="Dataset management.")
     data.set_defaults(func=lambda args: _usage(data))
     actions = data.add_subparsers(dest="data_command", metavar="{download}")
     download = actions.add_parser(
-        "download", help="download a dataset into the data root (or print the manual steps)",
+        "download",
+        help="download a dataset into the data root (or print the manual steps)",
         description="Download with torchvision where it can (CIFAR, Caltech101, OxfordPets, Flowers102, Food101, "
         "DTD, SUN397, EuroSAT, FGVC-Aircraft) into the suite's layout, then print the manual steps still needed "
         "(CoOp split files, UCF101 mid-frames, Stanford Cars, ImageNet and its variants, the DomainNet and "
@@ -33,14 +37,18 @@ def add_parser(subparsers) -> None:
     download.add_argument(
         "name", type=_downloadable, help="dataset name (one `fedbench datasets` lists, not generated), or 'attributes'"
     )
-    download.add_argument("--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    download.add_argument(
+        "--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)"
+    )
     download.set_defaults(func=run_download)
 
 
 def _downloadable(name: str) -> str:
     # Checked when parsed, not when the parser is built: the catalog imports torch.
     if name not in _dataset_names() + ["attributes"]:
-        raise argparse.ArgumentTypeError(f"invalid choice: {name!r} (choose from {', '.join(_dataset_names())}, attributes)")
+        raise argparse.ArgumentTypeError(
+            f"invalid choice: {name!r} (choose from {', '.join(_dataset_names())}, attributes)"
+        )
     return name
 
 
@@ -68,8 +76,16 @@ def dataset_status(name: str, root: Path) -> dict:
     from data.transforms import clip_transforms
 
     info = DATASETS[name]
-    row = {"dataset": name, "protocol": info.protocol, "status": "", "classes": "", "train": "", "test": "",
-           "domains": "", "folder / note": str(info.path(root))}
+    row = {
+        "dataset": name,
+        "protocol": info.protocol,
+        "status": "",
+        "classes": "",
+        "train": "",
+        "test": "",
+        "domains": "",
+        "folder / note": str(info.path(root)),
+    }
     if info.generated:
         row.update(status="generated", **{"folder / note": "made by code, not read from the data root"})
         return row
@@ -83,8 +99,11 @@ def dataset_status(name: str, root: Path) -> dict:
         row.update(status="incomplete", **{"folder / note": _shorten(message)})
         return row
     row.update(
-        status="found", classes=len(splits.class_names), train="-" if info.test_only else len(splits.train),
-        test=len(splits.test), domains=len(splits.domain_names) if splits.domain_names else "",
+        status="found",
+        classes=len(splits.class_names),
+        train="-" if info.test_only else len(splits.train),
+        test=len(splits.test),
+        domains=len(splits.domain_names) if splits.domain_names else "",
     )
     notes = []
     if info.num_classes and len(splits.class_names) != info.num_classes:

@@ -17,8 +17,13 @@ def add_parser(subparsers) -> None:
         "machine and for every W. Tables go to results/toy/.",
     )
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], default="auto")
-    p.add_argument("--workers", type=positive_int, default=usable_cores(), metavar="W",
-                   help="cells run at a time (default: this machine's usable cores, %(default)s here)")
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        default=usable_cores(),
+        metavar="W",
+        help="cells run at a time (default: this machine's usable cores, %(default)s here)",
+    )
     p.set_defaults(func=run)
 
 
@@ -46,5 +51,6 @@ def reproduce_args(wandb: str, workers: int = 1):
     parser = argparse.ArgumentParser(prog="fedbench")
     reproduce.add_parser(parser.add_subparsers())
     methods = [m for m in available_methods() if not m.startswith("test_")]
-    return parser.parse_args(["reproduce", "toy", "--methods", *methods, "--wandb", wandb,
-                              "--workers", str(workers), "--cpus-per-cell", "1"])
+    return parser.parse_args(
+        ["reproduce", "toy", "--methods", *methods, "--wandb", wandb, "--workers", str(workers), "--cpus-per-cell", "1"]
+    )

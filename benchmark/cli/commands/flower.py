@@ -17,13 +17,23 @@ def add_parser(subparsers) -> None:
         "pip install -c constraints.txt -e '.[flower]' in the checkout.",
     )
     add_run_arguments(p)
-    p.add_argument("--parallel", type=int, default=1, metavar="N",
-                   help="ClientApps that train at once, each in its own Ray worker process (default: 1)")
-    p.add_argument("--client-cpus", type=int, default=1, metavar="N",
-                   help="CPUs Ray reserves per ClientApp (default: 1)")
-    p.add_argument("--client-gpus", type=float, default=0.0, metavar="F",
-                   help="GPUs (a fraction shares one) Ray reserves per ClientApp; set it with --device cuda "
-                   "(default: 0)")
+    p.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ClientApps that train at once, each in its own Ray worker process (default: 1)",
+    )
+    p.add_argument(
+        "--client-cpus", type=int, default=1, metavar="N", help="CPUs Ray reserves per ClientApp (default: 1)"
+    )
+    p.add_argument(
+        "--client-gpus",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="GPUs (a fraction shares one) Ray reserves per ClientApp; set it with --device cuda (default: 0)",
+    )
     p.set_defaults(func=run, takes_method_flags=True)
 
 
@@ -42,4 +52,6 @@ def run(args) -> int:
         )
     from benchmark.runs.flower import simulate  # the [flower] extra: a clear error when missing
 
-    return run_config(config, tags=("fedbench flower",), engine=simulate(args.parallel, args.client_cpus, args.client_gpus))
+    return run_config(
+        config, tags=("fedbench flower",), engine=simulate(args.parallel, args.client_cpus, args.client_gpus)
+    )

@@ -14,7 +14,8 @@ def add_parser(subparsers) -> None:
         "hyperparameter flags (as for `fedbench run`, e.g. --n-ctx 4) set the instance that is counted.",
     )
     p.add_argument(
-        "--describe", metavar="NAME",
+        "--describe",
+        metavar="NAME",
         help="hyperparameters, shared state, parameter counts and overridden hooks of one method",
     )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
@@ -71,8 +72,10 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         "hyperparameters (flag = default):",
     ]
     for h in hyperparameters(cls):
-        lines.append(f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}"
-                     + (f"  (one of {' | '.join(map(str, h.choices))})" if h.choices else ""))
+        lines.append(
+            f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}"
+            + (f"  (one of {' | '.join(map(str, h.choices))})" if h.choices else "")
+        )
         if h.help:
             lines.append(f"      {h.help}")
     method = build_method(name, load_backbone(backbone_name, None), method_args)
@@ -85,8 +88,11 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         "",
         f"on {backbone_name}{f' with {given}' if given else ''}: {counts['trainable_params']:,} trainable parameters, "
         f"{counts['uploaded_params']:,} uploaded per client per round",
-        *(f"  {key.replace('_', ' ')}: {value:,}" for key, value in counts.items()
-          if key not in ("trainable_params", "uploaded_params")),
+        *(
+            f"  {key.replace('_', ' ')}: {value:,}"
+            for key, value in counts.items()
+            if key not in ("trainable_params", "uploaded_params")
+        ),
         f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",
         "",

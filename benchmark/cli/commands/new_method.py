@@ -30,7 +30,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("name", help="the method's name, a Python identifier (used as --method NAME and the file name)")
     p.add_argument(
-        "--out", default=None,
+        "--out",
+        default=None,
         help="folder to write NAME.py into (default: methods/ inside a fedbench checkout; elsewhere a standalone "
         "package fedbench-NAME/ with an entry point is written)",
     )
@@ -48,9 +49,11 @@ def run(args) -> int:
         package = write_package(name, Path.cwd())
         module = package / f"fedbench_{name}" / "method.py"
         print(f"wrote the package {package} (entry point {name!r} in the group 'fedbench.methods')")
-        print(f"next: edit {module}, then either `pip install -e {package}` and "
-              f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
-              f"`fedbench run --method {module}:{class_name(name)} ...`")
+        print(
+            f"next: edit {module}, then either `pip install -e {package}` and "
+            f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
+            f"`fedbench run --method {module}:{class_name(name)} ...`"
+        )
         return 0
     path = write_skeleton(name, Path(args.out or "methods"))
     print(f"wrote {path}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "presets", help="list the presets (tables) `fedbench reproduce` can regenerate",
+        "presets",
+        help="list the presets (tables) `fedbench reproduce` can regenerate",
         description="One line per preset: its name, number of cells (runs) and title.",
     )
     p.set_defaults(func=run)

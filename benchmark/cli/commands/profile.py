@@ -66,8 +66,9 @@ def split_time(rounds) -> TimeSplit:
     model = sum(r.model_seconds for r in rounds)
     data = sum(r.data_seconds for r in rounds)
     optimizer = sum(r.optimizer_seconds for r in rounds)
-    return TimeSplit(sum(len(r.clients) for r in rounds), total, model, data, optimizer,
-                     total - model - data - optimizer)
+    return TimeSplit(
+        sum(len(r.clients) for r in rounds), total, model, data, optimizer, total - model - data - optimizer
+    )
 
 
 def format_profile(result) -> str:
@@ -91,9 +92,11 @@ def format_profile(result) -> str:
         f"  framework:       {1000 * overhead / client_rounds:8.1f} ms  ({100 * overhead / total:.1f}% of the round)",
     ]
     if str(result.summary["device"]).startswith("cuda"):
-        lines.append("  (on a GPU the steps run asynchronously: model compute is the time to launch them, and the "
-                     "wait for them falls into the framework's share; the per-client-round total is exact)")
-    first, rest = rounds[0], rounds[1:]
+        lines.append(
+            "  (on a GPU the steps run asynchronously: model compute is the time to launch them, and the "
+            "wait for them falls into the framework's share; the per-client-round total is exact)"
+        )
+    rest = rounds[1:]
     if rest:  # the first round includes one-off warm-up (allocations, first optimizers)
         later = split_time(rest)
         steady = later.framework / later.client_rounds

@@ -24,7 +24,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
     p.add_argument("--datasets", nargs="+", help="only these datasets")
     p.add_argument("--methods", nargs="+", help="only these methods (a registered method not in the preset is added)")
-    p.add_argument("--dry-run", action="store_true", help="list every cell, which are done, and the missing data with how to get it")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every cell, which are done, and the missing data with how to get it",
+    )
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument("--results", help="folder of the rendered table (default: results/TABLE)")
@@ -33,7 +37,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
     p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[], help="override run options, e.g. rounds=5")
     p.add_argument(
-        "--tuned", action="store_true",
+        "--tuned",
+        action="store_true",
         help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
     )
     scale = p.add_argument_group(
@@ -44,40 +49,56 @@ def add_parser(subparsers) -> None:
         "pip install 'fedbench[ray]' / 'fedbench[slurm]'.",
     )
     scale.add_argument(
-        "--executor", choices=EXECUTORS, default="local",
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
         help="local: one cell after another in this process (default); ray: each cell a Ray task, with one GPU "
         "where the cluster has GPUs, else with as many CPUs as it has threads; slurm: a Slurm job array through "
         "submitit, one task per cell, requeued and resumed from its round checkpoint when preempted",
     )
     scale.add_argument(
-        "--workers", type=positive_int, metavar="N",
+        "--workers",
+        type=positive_int,
+        metavar="N",
         help="local: run N cells at a time, each in a worker process of this machine (default: 1, one after "
         "another in this process)",
     )
     scale.add_argument(
-        "--cpus-per-cell", type=positive_int, metavar="N",
+        "--cpus-per-cell",
+        type=positive_int,
+        metavar="N",
         help="torch CPU threads each cell computes with, and the CPUs Ray or Slurm reserve for it (default: this "
         "process's torch thread count, divided among the --workers, as CPU arithmetic may depend on it; "
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
     scale.add_argument(
-        "--ray-address", metavar="ADDR",
+        "--ray-address",
+        metavar="ADDR",
         help="join this Ray cluster (ray.init(address=ADDR), e.g. auto or HOST:6379; default: $RAY_ADDRESS, "
         "else start a local Ray instance over this machine's CPUs and GPUs)",
     )
     scale.add_argument("--slurm-partition", metavar="P", help="Slurm partition (default: the cluster's default)")
-    scale.add_argument("--slurm-gpus-per-task", type=natural_int, metavar="N", help="GPUs per cell (default: 1; 0 on a CPU partition)")
     scale.add_argument(
-        "--slurm-time", metavar="T",
+        "--slurm-gpus-per-task", type=natural_int, metavar="N", help="GPUs per cell (default: 1; 0 on a CPU partition)"
+    )
+    scale.add_argument(
+        "--slurm-time",
+        metavar="T",
         help="time limit per task, minutes or [DAYS-]HOURS:MINUTES:SECONDS (default: 4:00:00); 90 s before it "
         "a task saves its last round and is requeued to resume there (at most 3 times; preemptions: always)",
     )
-    scale.add_argument("--slurm-mem-gb", type=positive_float, metavar="G", help="memory per task in GB (default: the partition's)")
+    scale.add_argument(
+        "--slurm-mem-gb", type=positive_float, metavar="G", help="memory per task in GB (default: the partition's)"
+    )
     scale.add_argument("--slurm-account", metavar="A", help="Slurm account to charge")
     scale.add_argument("--slurm-qos", metavar="Q", help="Slurm quality of service")
-    scale.add_argument("--slurm-max-running", type=positive_int, metavar="N", help="at most N tasks of the array at once")
     scale.add_argument(
-        "--no-wait", action="store_true", default=None,  # None: not given (a flag of the slurm executor only)
+        "--slurm-max-running", type=positive_int, metavar="N", help="at most N tasks of the array at once"
+    )
+    scale.add_argument(
+        "--no-wait",
+        action="store_true",
+        default=None,  # None: not given (a flag of the slurm executor only)
         help="slurm: submit and return; run the same command again once the tasks are done to render the table",
     )
     p.set_defaults(func=run)
@@ -104,12 +125,22 @@ def _number(text: str, kind: type, least: int):
     except ValueError:
         value = None
     if value is None or value < least or value != value:
-        raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'} >= {least}, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected {'an integer' if kind is int else 'a number'} >= {least}, got {text!r}"
+        )
     return value
 
 
-SLURM_FLAGS = ("slurm_partition", "slurm_gpus_per_task", "slurm_time", "slurm_mem_gb", "slurm_account", "slurm_qos",
-               "slurm_max_running", "no_wait")
+SLURM_FLAGS = (
+    "slurm_partition",
+    "slurm_gpus_per_task",
+    "slurm_time",
+    "slurm_mem_gb",
+    "slurm_account",
+    "slurm_qos",
+    "slurm_max_running",
+    "no_wait",
+)
 
 
 def make_executor(args):
@@ -117,12 +148,17 @@ def make_executor(args):
     from benchmark.config import ConfigError
     from benchmark.sweeps.executors import LocalExecutor, RayExecutor, SlurmExecutor, engine, slurm_minutes
 
-    given = {"slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None], "ray": ["ray_address"] if args.ray_address else [],
-             "local": ["workers"] if args.workers is not None else []}
+    given = {
+        "slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None],
+        "ray": ["ray_address"] if args.ray_address else [],
+        "local": ["workers"] if args.workers is not None else [],
+    }
     for owner, flags in given.items():
         if flags and args.executor != owner:
-            raise ConfigError(f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
-                              f"(this is --executor {args.executor})")
+            raise ConfigError(
+                f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
+                f"(this is --executor {args.executor})"
+            )
     if args.executor == "local":
         return LocalExecutor(args.workers or 1)
     if not args.dry_run:
@@ -131,8 +167,14 @@ def make_executor(args):
         return RayExecutor(args.ray_address, args.cpus_per_cell)
     gpus = 1 if args.slurm_gpus_per_task is None else args.slurm_gpus_per_task
     return SlurmExecutor(
-        args.slurm_partition, gpus, slurm_minutes(args.slurm_time or "4:00:00"), args.slurm_mem_gb,
-        args.slurm_account, args.slurm_qos, args.slurm_max_running, wait=not args.no_wait,
+        args.slurm_partition,
+        gpus,
+        slurm_minutes(args.slurm_time or "4:00:00"),
+        args.slurm_mem_gb,
+        args.slurm_account,
+        args.slurm_qos,
+        args.slurm_max_running,
+        wait=not args.no_wait,
     )
 
 
@@ -203,20 +245,34 @@ def run(args) -> int:
         plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
-        raise ConfigError(f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
-                          "gets a GPU of its own: use --device auto (or cuda)")
-    report = run_sweep(plan, results, wandb_mode=cells[0].config.wandb if cells else None, tags=run_tags(preset.name, args),
-                       executor=executor, threads=cell_threads(args))
+        raise ConfigError(
+            f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
+            "gets a GPU of its own: use --device auto (or cuda)"
+        )
+    report = run_sweep(
+        plan,
+        results,
+        wandb_mode=cells[0].config.wandb if cells else None,
+        tags=run_tags(preset.name, args),
+        executor=executor,
+        threads=cell_threads(args),
+    )
     if report.submitted:
-        print(f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
-              f"{len(report.skipped)} skipped for missing data; run the same command again once the tasks are done "
-              "to render the table")
+        print(
+            f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
+            f"{len(report.skipped)} skipped for missing data; run the same command again once the tasks are done "
+            "to render the table"
+        )
         return 0
-    print(f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
-          f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed")
+    print(
+        f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
+        f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed"
+    )
     if report.busy or report.done_elsewhere:
-        print(f"another process on {cells[0].config.out}: {len(report.done_elsewhere)} cells finished by it meanwhile, "
-              f"{len(report.busy)} being run by it now (not in this table yet)")
+        print(
+            f"another process on {cells[0].config.out}: {len(report.done_elsewhere)} cells finished by it meanwhile, "
+            f"{len(report.busy)} being run by it now (not in this table yet)"
+        )
     for name, error in report.failed.items():
         print(f"FAILED {name}: {error}")
     if report.files.get("md"):
@@ -227,8 +283,11 @@ def run(args) -> int:
     if report.skipped:
         problems.append(
             f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing ("
-            + "; ".join(f"{d}: {plan.missing_datasets[d]}" for d in needed_datasets(
-                [c.dataset for c in report.skipped], report.skipped) if d in plan.missing_datasets)
+            + "; ".join(
+                f"{d}: {plan.missing_datasets[d]}"
+                for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
+                if d in plan.missing_datasets
+            )
             + ")"
         )
     if report.failed:

@@ -21,11 +21,18 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("table", help="preset name or path to a preset YAML")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"trials per method (default {DEFAULT_TRIALS})")
-    p.add_argument("--seed", type=int, help="run seed of the trials and sampler seed (default: the preset's first seed)")
+    p.add_argument(
+        "--seed", type=int, help="run seed of the trials and sampler seed (default: the preset's first seed)"
+    )
     p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
     p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
-    p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[],
-                   help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        metavar="OPTION=VALUE",
+        default=[],
+        help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)",
+    )
     p.add_argument("--out", help="folder of the trial run folders (default: runs/TABLE/tuning)")
     p.add_argument("--results", help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE)")
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
@@ -57,13 +64,17 @@ def run(args) -> int:
     if not plan.variants:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
-    print(f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
-          f"selecting by {plan.headline}; studies in {results / 'tuning.db'}")
+    print(
+        f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
+        f"selecting by {plan.headline}; studies in {results / 'tuning.db'}"
+    )
     tuned = run_tuning(plan)
     for label, values in tuned["values"].items():
         scores = tuned["validation"][label]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
-        print(f"chosen {label}: {shown} (validation {plan.headline} {scores['tuned']:.2f}; paper default "
-              f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})")
+        print(
+            f"chosen {label}: {shown} (validation {plan.headline} {scores['tuned']:.2f}; paper default "
+            f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})"
+        )
     print(f"wrote {results / 'tuning.csv'}, {results / 'tuned.yaml'}")
     return 0
