@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fedbench-installed
 
-.PHONY: install test test-slow demo docs clean
+.PHONY: install test test-slow demo docs lint clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ demo: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/; --strict fails on a broken link or anchor.
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+# ruff: the linter and the formatter (settings in pyproject.toml); the tree must be clean.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) .pytest_cache
