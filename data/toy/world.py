@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,12 +32,50 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 SHAPES = ["circle", "square", "triangle", "diamond", "cross", "star", "ring", "heart"]
 PATTERNS = ["plain", "striped", "dotted", "checkered"]
 SIZES = ["small", "large"]
-DOMAINS = ["clean", "noisy", "blurred", "checkerboard", "cluttered"]
+# Rendering styles (domains), each a set of effects and a pixel-noise level. The first four
+# are the toy CLIP's pretraining styles; the others are downstream styles it never saw (the
+# datasets' gap to pretraining, as a benchmark's photos differ from web images):
+#   checker  a checkerboard background          blob   a distractor disc of another colour
+#   blur     a 5x5 binomial blur                 crowd  three patterned distractor objects
+#   bars     two grey bars occluding the object  tint   warm light (blue, green dimmed; a veil)
+#   fade     contrast and saturation cut, brighter
+STYLES: dict[str, tuple[frozenset[str], float]] = {
+    "clean": (frozenset(), 0.02),
+    "noisy": (frozenset(), 0.12),
+    "blurred": (frozenset({"blur"}), 0.0),
+    "checkerboard": (frozenset({"checker"}), 0.0),
+    "cluttered": (frozenset({"checker", "blob"}), 0.07),
+    "tinted": (frozenset({"tint"}), 0.05),
+    "faded": (frozenset({"fade"}), 0.05),
+    "occluded": (frozenset({"bars"}), 0.04),
+    "crowded": (frozenset({"crowd"}), 0.05),
+    "dusk": (frozenset({"tint", "fade"}), 0.05),
+    "foggy": (frozenset({"fade", "checker", "blob"}), 0.05),
+    "obstructed": (frozenset({"bars", "checker", "blob"}), 0.05),
+}
+PRETRAIN_DOMAINS = ["clean", "noisy", "blurred", "checkerboard"]
+DOMAINS = list(STYLES)
 
 COLOUR_NAMES = list(COLOURS)
 ATTRIBUTES = ("colour", "shape", "pattern", "size")
 VOCAB = {"colour": COLOUR_NAMES, "shape": SHAPES, "pattern": PATTERNS, "size": SIZES}
-WORLD_VERSION = 2
+# A rarer word for every attribute value. Pretraining captions use it instead of the common
+# word at the value's rate (a spectrum from 12 % down to 1.5 %), so the toy CLIP knows some
+# synonyms well and others barely -- as web captions rarely use a dataset's fine-grained
+# class names. Downstream datasets may name classes with them (`ToySpec.synonyms`).
+SYNONYMS = {
+    "colour": ["crimson", "emerald", "azure", "golden", "violet", "amber", "rose", "teal"],
+    "shape": ["disc", "block", "wedge", "rhombus", "plus", "pentagram", "hoop", "valentine"],
+    "pattern": ["solid", "banded", "spotted", "tiled"],
+    "size": ["tiny", "big"],
+}
+_RATES = (0.12, 0.06, 0.03, 0.015)
+SYNONYM_RATE = {a: [_RATES[i % len(_RATES)] for i in range(len(VOCAB[a]))] for a in ATTRIBUTES}
+# WORLD_VERSION: everything generated (datasets' images and names; feature caches key on it).
+# PRETRAIN_VERSION: what the toy CLIP's pretraining sees (its recipe hash covers this, the
+# vocabulary, synonyms, hold-outs and pretraining styles, not the downstream styles).
+WORLD_VERSION = 3
+PRETRAIN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -57,19 +94,22 @@ class Attrs:
         return getattr(self, attribute)
 
 
+def word(attribute: str, index: int, synonym: bool = False) -> str:
+    """The word for value `index` of `attribute`: the common one or its rarer synonym."""
+    return (SYNONYMS if synonym else VOCAB)[attribute][index]
+
+
 def object_name(colour: int | None = None, shape: int | None = None, pattern: int | None = None,
-                size: int | None = None) -> str:
-    """English name of an attribute combination, e.g. 'small red striped triangle'.
+                size: int | None = None, synonyms: frozenset[str] | set[str] | tuple = ()) -> str:
+    """English name of an attribute combination, e.g. 'small red striped triangle'; the
+    attributes in `synonyms` are named by their rarer word ('crimson banded triangle').
 
     Missing shape reads 'object'; the 'plain' pattern is named (it is a class attribute)."""
     words = []
-    if size is not None:
-        words.append(SIZES[size])
-    if colour is not None:
-        words.append(COLOUR_NAMES[colour])
-    if pattern is not None:
-        words.append(PATTERNS[pattern])
-    words.append(SHAPES[shape] if shape is not None else "object")
+    for attribute, index in (("size", size), ("colour", colour), ("pattern", pattern)):
+        if index is not None:
+            words.append(word(attribute, index, attribute in synonyms))
+    words.append(word("shape", shape, "shape" in synonyms) if shape is not None else "object")
     return " ".join(words)
 
 
@@ -206,8 +246,10 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
     # background by domain
     bg_level = 0.25 + 0.3 * rand(n)
     img = bg_level.view(n, 1, 1, 1).repeat(1, 3, S, S)
-    dom = np.array(domains)
-    checker = torch.from_numpy(np.isin(dom, ["checkerboard", "cluttered"]))
+    def has(effect: str) -> torch.Tensor:
+        return torch.tensor([effect in STYLES[d][0] for d in domains], dtype=torch.bool)
+
+    checker = has("checker")
     if checker.any():
         per = (4 + torch.randint(0, 5, (n,), generator=g)).float() * unit
         ph = rand(n, 2) * per.view(n, 1)
@@ -216,7 +258,7 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         contrast = 0.18 + 0.12 * rand(n)
         alt = (bg_level + contrast).view(n, 1, 1) * cb + bg_level.view(n, 1, 1) * (1 - cb)
         img = torch.where(checker.view(n, 1, 1, 1), alt.unsqueeze(1), img)
-    clutter = torch.from_numpy(dom == "cluttered")
+    clutter = has("blob")
     if clutter.any():  # a distractor blob of another colour, partly hidden behind the object
         dcol = palette[torch.randint(0, len(COLOURS), (n,), generator=g)] * 0.8
         dr = (3.0 + 2.0 * rand(n)) * unit
@@ -225,20 +267,53 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         blob = blob & clutter.view(n, 1, 1)
         _paint(img, blob, dcol)
 
+    crowd = has("crowd")
+    if crowd.any():  # three patterned distractor objects of random shapes, partly behind the object
+        for _ in range(3):
+            d = random_attrs(n, g)
+            dr = (4.0 + 3.0 * rand(n)) * unit
+            dcx, dcy = rand(n) * S, rand(n) * S
+            dmask = _shape_masks((X - dcx.view(n, 1, 1)) / dr.view(n, 1, 1),
+                                 (Y - dcy.view(n, 1, 1)) / dr.view(n, 1, 1), d.shape) & crowd.view(n, 1, 1)
+            dmarks = _pattern_masks(X, Y, d.pattern, period) & dmask
+            dcol = palette[d.colour] * (0.8 + 0.2 * rand(n, 1))
+            _paint(img, dmask, dcol)
+            _paint(img, dmarks, dcol * 0.35)
+
     _paint(img, inside, colour)
     _paint(img, marks, shade)
+    occl = has("bars")
+    if occl.any():  # two grey bars across the object, hiding part of its shape and pattern
+        for _ in range(2):
+            ang = rand(n) * math.pi
+            off = (rand(n) - 0.5) * r.flatten() * 1.2
+            width = (2.5 + 2.0 * rand(n)) * unit
+            dist = (dx * torch.cos(ang).view(n, 1, 1) + dy * torch.sin(ang).view(n, 1, 1)) - off.view(n, 1, 1)
+            bar = (dist.abs() <= width.view(n, 1, 1) / 2) & occl.view(n, 1, 1)
+            grey = (0.35 + 0.3 * rand(n, 1)).expand(n, 3)
+            _paint(img, bar, grey)
     img = F.avg_pool2d(img, ss)  # [N, 3, H, W]
 
-    blur = torch.from_numpy(np.isin(dom, ["blurred"]))
+    blur = has("blur")
     if blur.any():
         k = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
         k = (k[:, None] * k[None, :]) / 256.0
         blurred = F.conv2d(F.pad(img, (2, 2, 2, 2), mode="replicate"), k.expand(3, 1, 5, 5).contiguous(), groups=3)
         img = torch.where(blur.view(n, 1, 1, 1), blurred, img)
-    sigma = torch.zeros(n)
-    sigma[torch.from_numpy(dom == "noisy")] = 0.12
-    sigma[torch.from_numpy(dom == "cluttered")] = 0.07
-    sigma[torch.from_numpy(dom == "clean")] = 0.02
+    tint = has("tint")
+    if tint.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
+        gain = torch.tensor([1.0, 0.86, 0.66]).view(1, 3) * (0.9 + 0.2 * rand(n, 1))
+        veil = torch.tensor([0.10, 0.06, 0.0]).view(1, 3) * rand(n, 1)
+        tinted = img * gain.view(n, 3, 1, 1) + veil.view(n, 3, 1, 1)
+        img = torch.where(tint.view(n, 1, 1, 1), tinted, img)
+    fade = has("fade")
+    if fade.any():  # washed out: contrast and saturation cut, brighter
+        grey = img.mean(1, keepdim=True)
+        washed = 0.7 * img + 0.3 * grey
+        level = (0.5 + 0.1 * rand(n)).view(n, 1, 1, 1)
+        faded = level + (washed - 0.45) * (0.55 + 0.1 * rand(n)).view(n, 1, 1, 1)
+        img = torch.where(fade.view(n, 1, 1, 1), faded, img)
+    sigma = torch.tensor([STYLES[d][1] for d in domains])
     noise = torch.randn(img.shape, generator=g) * sigma.view(n, 1, 1, 1)
     img = (img + noise).clamp(0, 1)
     return (img * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
