@@ -84,7 +84,7 @@ def linear_probe(x_train, y_train, x_test, y_test, num_classes: int) -> float:
     return best
 
 
-def coop(backbone, x_train, y_train, class_names: list[str], steps: int, lr: float = 2e-3, seed: int = 0):
+def coop(backbone, x_train, y_train, class_names: list[str], steps: int, lr: float = 5e-3, seed: int = 0):
     """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`."""
     from benchmark.prompts import ContextPrompts
 

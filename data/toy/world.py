@@ -38,7 +38,8 @@ SIZES = ["small", "large"]
 #   checker  a checkerboard background          blob   a distractor disc of another colour
 #   blur     a 5x5 binomial blur                 crowd  three patterned distractor objects
 #   bars     two grey bars occluding the object  tint   warm light (blue, green dimmed; a veil)
-#   fade     contrast and saturation cut, brighter
+#   fade     contrast and saturation cut, brighter          warm  0.4 of tint's cast
+#   scatter  two patterned distractor objects
 STYLES: dict[str, tuple[frozenset[str], float]] = {
     "clean": (frozenset(), 0.02),
     "noisy": (frozenset(), 0.12),
@@ -50,7 +51,7 @@ STYLES: dict[str, tuple[frozenset[str], float]] = {
     "occluded": (frozenset({"bars"}), 0.04),
     "crowded": (frozenset({"crowd"}), 0.05),
     "dusk": (frozenset({"tint", "fade"}), 0.05),
-    "foggy": (frozenset({"fade", "checker", "blob"}), 0.05),
+    "lamplit": (frozenset({"warm", "crowd"}), 0.05),
     "obstructed": (frozenset({"bars", "checker", "blob"}), 0.05),
 }
 PRETRAIN_DOMAINS = ["clean", "noisy", "blurred", "checkerboard"]
@@ -267,14 +268,15 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         blob = blob & clutter.view(n, 1, 1)
         _paint(img, blob, dcol)
 
-    crowd = has("crowd")
-    if crowd.any():  # three patterned distractor objects of random shapes, partly behind the object
-        for _ in range(3):
+    crowd = has("crowd") | has("scatter")
+    if crowd.any():  # three (crowd) or two (scatter) patterned distractor objects of random shapes
+        count = torch.where(has("crowd"), 3, torch.where(has("scatter"), 2, 0))
+        for k in range(3):
             d = random_attrs(n, g)
             dr = (4.0 + 3.0 * rand(n)) * unit
             dcx, dcy = rand(n) * S, rand(n) * S
             dmask = _shape_masks((X - dcx.view(n, 1, 1)) / dr.view(n, 1, 1),
-                                 (Y - dcy.view(n, 1, 1)) / dr.view(n, 1, 1), d.shape) & crowd.view(n, 1, 1)
+                                 (Y - dcy.view(n, 1, 1)) / dr.view(n, 1, 1), d.shape) & (count > k).view(n, 1, 1)
             dmarks = _pattern_masks(X, Y, d.pattern, period) & dmask
             dcol = palette[d.colour] * (0.8 + 0.2 * rand(n, 1))
             _paint(img, dmask, dcol)
@@ -300,12 +302,14 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         k = (k[:, None] * k[None, :]) / 256.0
         blurred = F.conv2d(F.pad(img, (2, 2, 2, 2), mode="replicate"), k.expand(3, 1, 5, 5).contiguous(), groups=3)
         img = torch.where(blur.view(n, 1, 1, 1), blurred, img)
-    tint = has("tint")
-    if tint.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
-        gain = torch.tensor([1.0, 0.86, 0.66]).view(1, 3) * (0.9 + 0.2 * rand(n, 1))
-        veil = torch.tensor([0.10, 0.06, 0.0]).view(1, 3) * rand(n, 1)
+    tint, warm = has("tint"), has("warm")
+    if tint.any() or warm.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
+        strength = torch.where(tint, 1.0, 0.4).view(n, 1)  # "warm" is 0.4 of the cast of "tint"
+        gain = 1 - strength * torch.tensor([0.0, 0.14, 0.34]).view(1, 3)
+        gain = gain * (0.9 + 0.2 * rand(n, 1))
+        veil = strength * torch.tensor([0.10, 0.06, 0.0]).view(1, 3) * rand(n, 1)
         tinted = img * gain.view(n, 3, 1, 1) + veil.view(n, 3, 1, 1)
-        img = torch.where(tint.view(n, 1, 1, 1), tinted, img)
+        img = torch.where((tint | warm).view(n, 1, 1, 1), tinted, img)
     fade = has("fade")
     if fade.any():  # washed out: contrast and saturation cut, brighter
         grey = img.mean(1, keepdim=True)
@@ -347,6 +351,7 @@ class ToySpec:
     test_per_class: int  # per domain
     protocol: str
     description: str
+    synonyms: tuple[str, ...] = ()  # attributes the class names give by their rarer word
 
     @property
     def class_names(self) -> list[str]:
@@ -372,57 +377,61 @@ def colour_pattern_holdout() -> set[tuple[int, int]]:
     return {(c, (c + d) % len(PATTERNS)) for c in range(len(COLOURS)) for d in (1, 2)}
 
 
-def _colour_pattern_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _colour_pattern_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = colour_pattern_holdout()
     base, novel = [], []
     for c in range(len(COLOURS)):
         for p in range(len(PATTERNS)):
-            cls = ToyClass(object_name(colour=c, pattern=p), (("colour", c), ("pattern", p)))
+            cls = ToyClass(object_name(colour=c, pattern=p, synonyms=synonyms), (("colour", c), ("pattern", p)))
             (novel if (c, p) in held else base).append(cls)
     return base, novel
 
 
-def _colour_shape_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _colour_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = colour_shape_holdout()
     base, novel = [], []
     for c in range(len(COLOURS)):
         for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(colour=c, shape=s), (("colour", c), ("shape", s)))
+            cls = ToyClass(object_name(colour=c, shape=s, synonyms=synonyms), (("colour", c), ("shape", s)))
             (novel if (c, s) in held else base).append(cls)
     return base, novel
 
 
-def _pattern_shape_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _pattern_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = pattern_shape_holdout()
     base, novel = [], []
     for p in range(len(PATTERNS)):
         for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(pattern=p, shape=s), (("pattern", p), ("shape", s)))
+            cls = ToyClass(object_name(pattern=p, shape=s, synonyms=synonyms), (("pattern", p), ("shape", s)))
             (novel if (p, s) in held else base).append(cls)
     return base, novel
 
 
-DEFAULT_DOMAIN = "cluttered"
-SHIFT_DOMAINS = ("clean", "noisy", "blurred", "checkerboard")
+DEFAULT_DOMAIN = "lamplit"  # toy, toy_shapes, toy10: warm light on a crowd of distractors
+SHAPES_DOMAIN = "lamplit"
+SHIFT_DOMAINS = ("dusk", "tinted", "crowded", "obstructed")  # toy_domains, leave one out
 
 
 def toy_specs() -> dict[str, ToySpec]:
-    """Every toy dataset, by name. Class order: base (seen in pretraining) then novel."""
+    """Every toy dataset, by name. Class order: base (seen in pretraining) then novel.
+
+    Every style here is a downstream style the toy CLIP never saw in pretraining
+    (`results/toy/calibration.md` measures what that leaves to adaptation)."""
     cp_base, cp_novel = _colour_pattern_classes()
     cs_base, cs_novel = _colour_shape_classes()
     ps_base, ps_novel = _pattern_shape_classes()
     ten = cp_base[::2][:10]  # 10 seen colour-pattern classes for the label/feature-shift protocols
     return {
         "toy": ToySpec("toy", tuple(cp_base + cp_novel), len(cp_base), (DEFAULT_DOMAIN,), 32, 30,
-                       "base2novel", "colour x pattern (32 classes; the novel half held out of pretraining)"),
-        "toy_shapes": ToySpec("toy_shapes", tuple(cs_base + cs_novel), len(cs_base), (DEFAULT_DOMAIN,), 32, 30,
-                              "base2novel", "colour x shape (64 classes; the novel half held out of pretraining)"),
-        "toy_patterns": ToySpec("toy_patterns", tuple(ps_base + ps_novel), len(ps_base), (DEFAULT_DOMAIN,), 32, 30,
-                                "base2novel", "pattern x shape (32 classes; the novel half held out of pretraining)"),
+                       "base2novel", "colour x pattern (32 classes; the novel half held out of pretraining), lamplit"),
+        "toy_shapes": ToySpec("toy_shapes", tuple(cs_base + cs_novel), len(cs_base), (SHAPES_DOMAIN,), 32, 30,
+                              "base2novel", f"colour x shape (64 classes; the novel half held out of pretraining), {SHAPES_DOMAIN}"),
+        "toy_patterns": ToySpec("toy_patterns", tuple(ps_base + ps_novel), len(ps_base), ("cluttered",), 32, 30,
+                                "base2novel", "pattern x shape (32 classes; the novel half held out of pretraining), cluttered"),
         "toy_domains": ToySpec("toy_domains", tuple(ten), len(ten), SHIFT_DOMAINS, 40, 20, "domains",
-                               "10 colour-pattern classes in 4 rendering styles (feature shift)"),
+                               "10 colour-pattern classes in 4 downstream rendering styles (feature shift)"),
         "toy10": ToySpec("toy10", tuple(ten), len(ten), (DEFAULT_DOMAIN,), 300, 60, "dirichlet",
-                         "10 colour-pattern classes, many images each (Dirichlet label shift)"),
+                         "10 colour-pattern classes, many images each (Dirichlet label shift), lamplit"),
     }
 
 
