@@ -1,18 +1,34 @@
 """The toy world's small CLIP: contrastive pretraining on generated image-caption pairs.
 
-The checkpoint is a plain open_clip state_dict saved with torch.save under the cache dir
-(`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as `toy-clip-<model>-<recipe hash>.pt`,
-where the hash covers the world (vocabulary, hold-outs, version), the model config, the
-training hyperparameters and `CODE_VERSION`. It is built the first time it is needed and
-loaded thereafter; `load_backbone("fedbench-toy-vit", "fedbench-toy")` goes through the
-provider registered here and then open_clip's ordinary checkpoint loading.
+The package ships the checkpoints of the two recipes the suite uses, `DEFAULT_RECIPE`
+(provider `fedbench-toy`) and `TEST_RECIPE` (`fedbench-toy-test`), as fp16 state dicts in
+`data/toy/checkpoints/` with a manifest (recipe hash -> file, sha256, bytes). The
+providers hand out the shipped file when its recipe hash matches, so every machine loads
+the same bytes and a run's identity (which names the weights by the checkpoint's sha256)
+is the same everywhere. Only a recipe without a shipped file is built, once, into the
+cache dir (`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as
+`toy-clip-<model>-<recipe hash>.pt`. The hash covers what pretraining sees (the
+vocabulary and its synonyms, hold-outs, pretraining styles, `world.PRETRAIN_VERSION`),
+the model config, the training hyperparameters and `CODE_VERSION`.
+
+A build trains at exactly 1 torch thread (set inside, restored after: the float
+reduction order, hence the bits, no longer depend on the machine) and saves through a
+buffer (torch.save then writes the same bytes for the same tensors). Rebuild and print
+the sha256 with
+
+    python -m data.toy.pretrain --recipe default|test --out FILE [--ship]
+
+(`--ship` also copies the file into data/toy/checkpoints and updates the manifest). The
+default recipe takes ~6-8 min of one CPU core, the test recipe ~1 min.
 
 Captions name a random subset of the object's attributes with varied templates (always
-including the zero-shot template "a photo of a {}."). The loss is multi-positive InfoNCE:
-a caption is a positive for every image in the batch it truly describes ("a photo of a
-circle." fits all circles), so partial captions never push true matches apart, and full
-captions make the other images that share a colour but not a shape hard negatives.
-The novel classes' attribute combinations of `toy`, `toy_shapes` and `toy_patterns` never occur.
+including the zero-shot template "a photo of a {}."), each named attribute by its common
+word or, at the value's `world.SYNONYM_RATE`, its rarer synonym. The loss is
+multi-positive InfoNCE: a caption is a positive for every image in the batch it truly
+describes ("a photo of a circle." fits all circles), so partial captions never push true
+matches apart, and full captions make the other images that share a colour but not a
+shape hard negatives. The novel classes' attribute combinations of `toy`, `toy_shapes`
+and `toy_patterns` never occur, and no downstream style is ever rendered.
 """
 
 from __future__ import annotations
@@ -66,8 +82,8 @@ class Recipe:
     weight_decay: float = 0.1
     warmup: int = 50
     seed: int = 0
-    # pretraining styles; the datasets' default style ("cluttered": a distractor object on a
-    # noisy checkerboard) is left out, a rendering shift that leaves room for fine-tuning
+    # pretraining styles (world.PRETRAIN_DOMAINS); every dataset's styles are left out, a
+    # rendering shift that leaves room for fine-tuning
     domains: tuple[str, ...] = ("clean", "noisy", "blurred", "checkerboard")
     group: int = 4  # batch items come in groups sharing a colour (hard negatives for pattern)
     image_size: int = 32
@@ -100,7 +116,7 @@ class Recipe:
 
 
 DEFAULT_RECIPE = Recipe()
-# A much smaller model and run for the test suite (tens of seconds, cached the same way).
+# A much shorter run of the same model for the test suite (shipped the same way).
 TEST_RECIPE = Recipe(steps=250, batch_size=96, warmup=20)
 
 
