@@ -1,8 +1,10 @@
 """The toy world: deterministic generation, named compositional classes, rendering markers,
-the cached toy CLIP loading through load_backbone, and zero-shot above chance."""
+downstream styles apart from the pretraining styles, rare synonyms in the captions, the
+shipped toy CLIP loading through load_backbone, and zero-shot above chance."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,7 +13,7 @@ import torch
 
 from data.toy import world
 from data.toy.datasets import generate_split, load_toy, toy_dataset_names
-from data.toy.pretrain import TEST_RECIPE, Recipe, checkpoint_path
+from data.toy.pretrain import TEST_RECIPE, Recipe, checkpoint_name, checkpoint_path, shipped_checkpoint
 
 
 def _attrs(n, colour=0, shape=0, pattern=0, size=1):
@@ -48,15 +50,46 @@ def test_dataset_splits_are_deterministic_and_large_enough():
 # -- classes --------------------------------------------------------------------------
 def test_class_names_are_attribute_names():
     words = {w for vocab in world.VOCAB.values() for w in vocab} | {"object"}  # shape left unnamed
+    rare = {w for vocab in world.SYNONYMS.values() for w in vocab}
+    assert not words & rare
     for name, spec in world.toy_specs().items():
         names = spec.class_names
         assert len(set(names)) == len(names), name
         for cls in spec.classes:
-            assert cls.name == world.object_name(**dict(cls.fixed))
-            assert set(cls.name.split()) <= words, cls.name
+            assert cls.name == world.object_name(**dict(cls.fixed), synonyms=spec.synonyms)
+            assert set(cls.name.split()) <= words | rare, cls.name
     assert "red striped object" in world.toy_specs()["toy"].class_names
     assert "red circle" in world.toy_specs()["toy_shapes"].class_names
     assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
+    assert world.object_name(colour=0, pattern=1, synonyms={"colour", "pattern"}) == "crimson banded object"
+
+
+def test_captions_use_each_synonym_at_its_rate():
+    from data.toy.pretrain import captions
+
+    n = 40000
+    g = torch.Generator().manual_seed(0)
+    attrs = world.random_attrs(n, g)
+    texts, mentioned = captions(attrs, g)
+    assert any(t.startswith("a photo of a ") for t in texts)  # the zero-shot template is a caption template
+    for attribute in ("colour", "pattern"):
+        for index, rate in enumerate(world.SYNONYM_RATE[attribute]):
+            rows = ((attrs.get(attribute) == index) & mentioned[attribute]).nonzero().flatten().tolist()
+            rare = world.SYNONYMS[attribute][index]
+            used = sum(rare in texts[i].split() or f"{rare}." in texts[i].split() for i in rows) / len(rows)
+            sd = math.sqrt(rate * (1 - rate) / len(rows))
+            assert abs(used - rate) < 5 * sd + 1e-3, (attribute, index, used, rate)
+
+
+def test_datasets_are_rendered_in_styles_pretraining_never_saw():
+    assert list(Recipe().domains) == world.PRETRAIN_DOMAINS == list(TEST_RECIPE.domains)
+    for name, spec in world.toy_specs().items():
+        assert set(spec.domains) <= set(world.DOMAINS), name
+        assert not set(spec.domains) & set(world.PRETRAIN_DOMAINS), name
+    # the recipe hash (the checkpoint's name) covers the pretraining styles, not the downstream ones
+    identity = json.dumps(Recipe().identity(), default=list)
+    assert Recipe().identity()["world"]["pretrain_domains"] == world.PRETRAIN_DOMAINS
+    assert not any(f'"{d}"' in identity for d in set(world.DOMAINS) - set(world.PRETRAIN_DOMAINS))
 
 
 def test_novel_classes_are_held_out_of_pretraining_and_follow_base():
@@ -119,18 +152,48 @@ def test_shape_size_and_pattern_markers():
     assert (_near(stripes, dark, tol=30) >= 20).all()  # the darker shade of the same colour
 
 
-def test_domains_differ_in_style():
+def test_styles_differ_and_their_effects_show():
     attrs = _attrs(32)
     clean = world.render(attrs, "clean", 32, seed=2).float()
-    for d in ("noisy", "blurred", "checkerboard", "cluttered"):
-        other = world.render(attrs, d, 32, seed=2).float()
-        assert (other - clean).abs().mean() > 1.0, d
+    for d in world.DOMAINS:
+        if d != "clean":
+            other = world.render(attrs, d, 32, seed=2).float()
+            assert (other - clean).abs().mean() > 1.0, d
 
-    # blur lowers local contrast
     def grad(x):
         return (x[:, 1:] - x[:, :-1]).abs().mean()
 
-    assert grad(world.render(attrs, "blurred", 32, seed=2).float()) < grad(clean)
+    assert grad(world.render(attrs, "blurred", 32, seed=2).float()) < grad(clean)  # blur lowers local contrast
+    faded = world.render(attrs, "faded", 32, seed=2).float()
+    assert faded.std() < 0.7 * clean.std()  # fading cuts contrast
+
+    def blue_over_red(x):
+        return x[..., 2].float().mean() / x[..., 0].float().mean()
+
+    # warm light dims blue against red: tinted against clean, lamplit against the same crowd unlit
+    assert blue_over_red(world.render(attrs, "tinted", 32, seed=2)) < 0.9 * blue_over_red(clean)
+    assert blue_over_red(world.render(attrs, "dusk", 32, seed=2)) < blue_over_red(faded)
+    assert blue_over_red(world.render(attrs, "lamplit", 32, seed=2)) < 0.95 * blue_over_red(
+        world.render(attrs, "crowded", 32, seed=2)
+    )
+    # the object's geometry is drawn before any style effect: same seed, same object, so
+    # bars hide part of it and distractors add other saturated colours around it
+    blue = world.COLOURS["blue"]
+    plain = world.render(_attrs(32, colour=2), "clean", 32, seed=2)
+
+    def other_colours(x):
+        x = x.float()
+        saturated = (x.amax(-1) - x.amin(-1)) > 80
+        return (saturated & ((x - torch.tensor(blue, dtype=torch.float32)).abs().amax(-1) > 60)).sum()
+
+    for bars in ("occluded", "obstructed"):
+        x = world.render(_attrs(32, colour=2), bars, 32, seed=2)
+        assert _near(x, blue).sum() < 0.9 * _near(plain, blue).sum(), bars
+    for busy in ("crowded", "cluttered", "obstructed"):
+        x = world.render(_attrs(32, colour=2), busy, 32, seed=2)
+        assert other_colours(x) > other_colours(plain) + 32 * 5, busy
+    with pytest.raises(ValueError, match="unknown toy domain"):
+        world.render(attrs, "sepia", 32)
 
 
 # -- catalog --------------------------------------------------------------------------
@@ -173,15 +236,15 @@ def test_recipe_hash_names_the_checkpoint():
     assert Recipe(steps=401).hash != Recipe().hash
     assert Recipe(lr=0.5).hash != Recipe().hash
     assert TEST_RECIPE.hash in checkpoint_path(TEST_RECIPE).name
+    assert shipped_checkpoint(TEST_RECIPE).name == checkpoint_name(TEST_RECIPE)
 
 
 def test_checkpoint_loads_through_load_backbone(toy_test_checkpoint, toy_test_backbone):
-    assert toy_test_checkpoint == checkpoint_path(TEST_RECIPE)
-    assert toy_test_checkpoint.is_file()
+    assert toy_test_checkpoint == shipped_checkpoint(TEST_RECIPE)  # the package's file, not a build
     saved = torch.load(toy_test_checkpoint, map_location="cpu", weights_only=True)
     loaded = toy_test_backbone.model.state_dict()
     assert set(saved) == set(loaded)
-    assert all(torch.equal(saved[k], loaded[k]) for k in saved)
+    assert all(torch.equal(saved[k].float(), loaded[k].float()) for k in saved)  # fp16 file, fp32 model
     assert toy_test_backbone.pretrained == "fedbench-toy-test"
 
 
@@ -206,7 +269,7 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
     import pandas as pd
 
     from benchmark.config import build_config
-    from benchmark.runs.runner import run_experiment
+    from benchmark.runner import run_experiment
 
     def run(method, **method_args):
         config = build_config(

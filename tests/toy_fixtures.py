@@ -1,9 +1,9 @@
 """Session fixtures for the toy world (import them into conftest.py).
 
-The test recipe's small CLIP is pretrained once (tens of seconds) and cached under the
-usual cache dir (`$FEDBENCH_CACHE` or ~/.cache/fedbench), so later sessions only load it.
+The test recipe's small CLIP ships with the package (data/toy/checkpoints): nothing is
+pretrained; only a recipe without a shipped file would be built into `$FEDBENCH_CACHE`.
 
-    toy_test_checkpoint  Path of the test recipe's checkpoint (built if missing)
+    toy_test_checkpoint  Path of the test recipe's checkpoint (the shipped file)
     toy_test_backbone    benchmark.backbone.Backbone "fedbench-toy-vit" @ "fedbench-toy-test"
     toy_transforms       data.transforms.ImageTransforms for that backbone (no augmentation)
     toy_splits           DatasetSplits of the `toy` dataset under toy_transforms

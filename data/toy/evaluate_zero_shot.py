@@ -1,6 +1,6 @@
 """Zero-shot acceptance numbers of the toy CLIP (measured, never hard-coded).
 
-    python -m data.toy.evaluate_zero_shot                 # default model (builds it if needed)
+    python -m data.toy.evaluate_zero_shot                 # default model (the shipped checkpoint)
     python -m data.toy.evaluate_zero_shot --test          # the test suite's small model
 
 Prints, for `toy`, `toy_shapes` and `toy_patterns` (prompt "a photo of a {class name}."):

@@ -1,28 +1,48 @@
 """The toy world's small CLIP: contrastive pretraining on generated image-caption pairs.
 
-The checkpoint is a plain open_clip state_dict saved with torch.save under the cache dir
-(`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as `toy-clip-<model>-<recipe hash>.pt`,
-where the hash covers the world (vocabulary, hold-outs, version), the model config, the
-training hyperparameters and `CODE_VERSION`. It is built the first time it is needed and
-loaded thereafter; `load_backbone("fedbench-toy-vit", "fedbench-toy")` goes through the
-provider registered here and then open_clip's ordinary checkpoint loading.
+The package ships the checkpoints of the two recipes the suite uses, `DEFAULT_RECIPE`
+(provider `fedbench-toy`) and `TEST_RECIPE` (`fedbench-toy-test`), as fp16 state dicts in
+`data/toy/checkpoints/` with a manifest (recipe hash -> file, sha256, bytes). The
+providers hand out the shipped file when its recipe hash matches, so every machine loads
+the same bytes and a run's identity (which names the weights by the checkpoint's sha256)
+is the same everywhere. Only a recipe without a shipped file is built, once, into the
+cache dir (`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as
+`toy-clip-<model>-<recipe hash>.pt`. The hash covers what pretraining sees (the
+vocabulary and its synonyms, hold-outs, pretraining styles, `world.PRETRAIN_VERSION`),
+the model config, the training hyperparameters and `CODE_VERSION`.
+
+A build trains at exactly 1 torch thread (set inside, restored after: the float
+reduction order, hence the bits, no longer depend on the machine) and saves through a
+buffer (torch.save then writes the same bytes for the same tensors). Rebuild and print
+the sha256 with
+
+    python -m data.toy.pretrain --recipe default|test --out FILE [--ship]
+
+(`--ship` also copies the file into data/toy/checkpoints and updates the manifest). The
+default recipe takes ~6-8 min of one CPU core, the test recipe ~1 min.
 
 Captions name a random subset of the object's attributes with varied templates (always
-including the zero-shot template "a photo of a {}."). The loss is multi-positive InfoNCE:
-a caption is a positive for every image in the batch it truly describes ("a photo of a
-circle." fits all circles), so partial captions never push true matches apart, and full
-captions make the other images that share a colour but not a shape hard negatives.
-The novel classes' attribute combinations of `toy`, `toy_shapes` and `toy_patterns` never occur.
+including the zero-shot template "a photo of a {}."), each named attribute by its common
+word or, at the value's `world.SYNONYM_RATE`, its rarer synonym. The loss is
+multi-positive InfoNCE: a caption is a positive for every image in the batch it truly
+describes ("a photo of a circle." fits all circles), so partial captions never push true
+matches apart, and full captions make the other images that share a colour but not a
+shape hard negatives. The novel classes' attribute combinations of `toy`, `toy_shapes`
+and `toy_patterns` never occur, and no downstream style is ever rendered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
+import io
 import json
 import math
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,7 +52,7 @@ import torch.nn.functional as F
 from benchmark.backbone import CONFIG_DIR, register_pretrained
 from data.toy import world
 
-CODE_VERSION = 2  # bump when the training code changes what a recipe produces
+CODE_VERSION = 3  # bump when the training code changes what a recipe produces
 
 TEMPLATES = (
     "a photo of a {}.",
@@ -62,8 +82,8 @@ class Recipe:
     weight_decay: float = 0.1
     warmup: int = 50
     seed: int = 0
-    # pretraining styles; the datasets' default style ("cluttered": a distractor object on a
-    # noisy checkerboard) is left out, a rendering shift that leaves room for fine-tuning
+    # pretraining styles (world.PRETRAIN_DOMAINS); every dataset's styles are left out, a
+    # rendering shift that leaves room for fine-tuning
     domains: tuple[str, ...] = ("clean", "noisy", "blurred", "checkerboard")
     group: int = 4  # batch items come in groups sharing a colour (hard negatives for pattern)
     image_size: int = 32
@@ -75,10 +95,12 @@ class Recipe:
             "recipe": {k: v for k, v in asdict(self).items() if k != "extra"},
             "model_config": config,
             "world": {
-                "version": world.WORLD_VERSION,
+                "version": world.PRETRAIN_VERSION,
                 "vocab": world.VOCAB,
+                "synonyms": world.SYNONYMS,
+                "synonym_rate": world.SYNONYM_RATE,
                 "colours": world.COLOURS,
-                "domains": world.DOMAINS,
+                "pretrain_domains": world.PRETRAIN_DOMAINS,
                 "holdout_colour_shape": sorted(world.colour_shape_holdout()),
                 "holdout_pattern_shape": sorted(world.pattern_shape_holdout()),
                 "holdout_colour_pattern": sorted(world.colour_pattern_holdout()),
@@ -94,23 +116,72 @@ class Recipe:
 
 
 DEFAULT_RECIPE = Recipe()
-# A much smaller model and run for the test suite (tens of seconds, cached the same way).
+# A much shorter run of the same model for the test suite (shipped the same way).
 TEST_RECIPE = Recipe(steps=250, batch_size=96, warmup=20)
+
+
+CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"  # shipped with the package
+MANIFEST = CHECKPOINT_DIR / "manifest.json"
+RECIPES = {"default": DEFAULT_RECIPE, "test": TEST_RECIPE}
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
 
 
+def checkpoint_name(recipe: Recipe) -> str:
+    return f"toy-clip-{recipe.model}-{recipe.hash}.pt"
+
+
 def checkpoint_path(recipe: Recipe = DEFAULT_RECIPE) -> Path:
-    return cache_dir() / f"toy-clip-{recipe.model}-{recipe.hash}.pt"
+    """Where `recipe`'s checkpoint is built when the package ships none for it (the cache)."""
+    return cache_dir() / checkpoint_name(recipe)
+
+
+def read_manifest() -> dict:
+    """The shipped checkpoints: {recipe hash: {"recipe", "file", "sha256", "bytes"}}."""
+    return json.loads(MANIFEST.read_text()) if MANIFEST.is_file() else {}
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=8)
+def _verified(path: str, size: int, mtime_ns: int, sha256: str) -> bool:
+    return file_sha256(Path(path)) == sha256
+
+
+def shipped_checkpoint(recipe: Recipe = DEFAULT_RECIPE) -> Path | None:
+    """The checkpoint shipped with the package for `recipe` (its manifest entry names the
+    recipe hash and the file's sha256), or None: no entry, or a file that does not match."""
+    entry = read_manifest().get(recipe.hash)
+    if entry is None:
+        return None
+    path = CHECKPOINT_DIR / entry["file"]
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    if not _verified(str(path), stat.st_size, stat.st_mtime_ns, entry["sha256"]):
+        warnings.warn(f"shipped toy checkpoint {path} does not match its manifest sha256; ignoring it")
+        return None
+    return path
 
 
 def ensure_checkpoint(recipe: Recipe = DEFAULT_RECIPE, progress: bool = True) -> Path:
-    """The checkpoint of `recipe`, pretraining it first if it is not cached yet.
+    """The checkpoint of `recipe`: the shipped file when the package has one for its recipe
+    hash (loaded in place, never copied or rebuilt), else the cache's, pretraining it
+    first if it is not cached yet.
 
     Concurrent processes (a sweep split over terminals, parallel test runs) take a file
-    lock beside the checkpoint: the first builds it, the others wait and then load it."""
+    lock beside the cached checkpoint: the first builds it, the others wait and then load it."""
+    shipped = shipped_checkpoint(recipe)
+    if shipped is not None:
+        return shipped
     path = checkpoint_path(recipe)
     if path.is_file():
         return path
@@ -135,20 +206,42 @@ def _try_lock(handle) -> bool:
         return False
 
 
-def _cached(recipe: Recipe):
-    return lambda: checkpoint_path(recipe) if checkpoint_path(recipe).is_file() else None
+def existing_checkpoint(recipe: Recipe) -> Path | None:
+    """The shipped or cached checkpoint of `recipe`, or None if it would have to be built."""
+    shipped = shipped_checkpoint(recipe)
+    if shipped is not None:
+        return shipped
+    path = checkpoint_path(recipe)
+    return path if path.is_file() else None
 
 
-@register_pretrained("fedbench-toy", identity=lambda: DEFAULT_RECIPE.hash, cached=_cached(DEFAULT_RECIPE))
+@register_pretrained(
+    "fedbench-toy", identity=lambda: DEFAULT_RECIPE.hash, cached=lambda: existing_checkpoint(DEFAULT_RECIPE)
+)
 def toy_clip_checkpoint() -> Path:
     """Provider for `--pretrained fedbench-toy` (backbone fedbench-toy-vit)."""
     return ensure_checkpoint(DEFAULT_RECIPE)
 
 
-@register_pretrained("fedbench-toy-test", identity=lambda: TEST_RECIPE.hash, cached=_cached(TEST_RECIPE))
+@register_pretrained(
+    "fedbench-toy-test", identity=lambda: TEST_RECIPE.hash, cached=lambda: existing_checkpoint(TEST_RECIPE)
+)
 def toy_clip_test_checkpoint() -> Path:
     """Provider for the test suite's briefly pretrained model (backbone fedbench-toy-vit)."""
     return ensure_checkpoint(TEST_RECIPE)
+
+
+@contextlib.contextmanager
+def single_thread():
+    """Run the block with exactly 1 torch intra-op thread (restored after): float
+    reductions then happen in one order, so the same recipe gives the same bits whatever
+    the machine's thread count."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # -- pretraining data -----------------------------------------------------------------
@@ -193,10 +286,12 @@ def captions(attrs: world.Attrs, g: torch.Generator) -> tuple[list[str], dict[st
     n = len(attrs)
     mentioned = {a: torch.rand(n, generator=g) < p for a, p in MENTION.items()}
     template = torch.randint(0, len(TEMPLATES), (n,), generator=g)
+    rare = {a: torch.rand(n, generator=g) < torch.tensor(world.SYNONYM_RATE[a])[attrs.get(a)] for a in world.ATTRIBUTES}
     texts = []
     for i in range(n):
         kw = {a: int(attrs.get(a)[i]) if mentioned[a][i] else None for a in world.ATTRIBUTES}
-        texts.append(TEMPLATES[int(template[i])].format(world.object_name(**kw)))
+        syn = {a for a in world.ATTRIBUTES if rare[a][i]}
+        texts.append(TEMPLATES[int(template[i])].format(world.object_name(**kw, synonyms=syn)))
     return texts, mentioned
 
 
@@ -231,13 +326,16 @@ def contrastive_loss(img: torch.Tensor, txt: torch.Tensor, scale: torch.Tensor, 
 
 # -- the build ------------------------------------------------------------------------
 def train_model(recipe: Recipe, progress: bool = True):
-    """Pretrain `recipe` from scratch; returns (open_clip model in eval mode, log dict)."""
+    """Pretrain `recipe` from scratch at exactly 1 torch thread (the thread count and RNG
+    state are restored after); returns (open_clip model in eval mode, log dict)."""
+    with single_thread(), torch.random.fork_rng(devices=[]):
+        return _train(recipe, progress)
+
+
+def _train(recipe: Recipe, progress: bool):
     import open_clip
     from tqdm.auto import tqdm
 
-    # 2 threads (the target machine); FEDBENCH_TOY_THREADS overrides it (a loaded machine runs
-    # faster on 1). Not part of the recipe: thread count only changes float rounding.
-    torch.set_num_threads(int(os.environ.get("FEDBENCH_TOY_THREADS", "2")))
     torch.manual_seed(recipe.seed)
     g = torch.Generator().manual_seed(recipe.seed)
     model = open_clip.create_model(recipe.model)
@@ -268,8 +366,12 @@ def train_model(recipe: Recipe, progress: bool = True):
     for step in bar:
         attrs = grouped_attrs(recipe.batch_size, recipe.group, g)
         doms = torch.randint(0, len(recipe.domains), (recipe.batch_size,), generator=g)
-        images = world.render(attrs, [recipe.domains[int(d)] for d in doms], recipe.image_size,
-                              seed=int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        images = world.render(
+            attrs,
+            [recipe.domains[int(d)] for d in doms],
+            recipe.image_size,
+            seed=int(torch.randint(0, 2**31 - 1, (1,), generator=g)),
+        )
         texts, mentioned = captions(attrs, g)
         match = multi_positive_targets(attrs, mentioned)
         for group in opt.param_groups:
@@ -290,20 +392,75 @@ def train_model(recipe: Recipe, progress: bool = True):
     return model, {"seconds": time.time() - start, "final_loss": sum(losses[-20:]) / len(losses[-20:])}
 
 
+def state_dict_bytes(model) -> bytes:
+    """The model's state_dict as torch.save bytes, floats in fp16: byte-deterministic (saved
+    through a buffer, so the archive's inner folder name never depends on the file name)."""
+    state = {
+        k: (v.detach().half() if v.is_floating_point() else v.detach()).contiguous().clone()
+        for k, v in model.state_dict().items()
+    }
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
 def build_checkpoint(recipe: Recipe = DEFAULT_RECIPE, path: Path | None = None, progress: bool = True) -> Path:
-    """Pretrain `recipe` and save its state_dict (atomically) at `path`; returns the path."""
+    """Pretrain `recipe` (at 1 torch thread) and save its fp16 state_dict atomically at
+    `path`; returns the path. The same recipe gives the same bytes on any machine count of
+    threads (tests/test_toy_checkpoints.py)."""
     path = Path(path) if path is not None else checkpoint_path(recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
     print(
         f"fedbench: pretraining the toy world's small CLIP ({recipe.model}, {recipe.steps} steps x "
-        f"{recipe.batch_size} generated image-caption pairs) -- done once, cached at {path}",
+        f"{recipe.batch_size} generated image-caption pairs) -- done once, saved at {path}",
         flush=True,
     )
     model, log = train_model(recipe, progress=progress)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    torch.save(model.state_dict(), tmp)
+    tmp.write_bytes(state_dict_bytes(model))
     os.replace(tmp, path)
-    meta = {"identity": recipe.identity(), "hash": recipe.hash, "log": log}
+    meta = {"identity": recipe.identity(), "hash": recipe.hash, "log": log, "sha256": file_sha256(path)}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=list))
     print(f"fedbench: toy CLIP pretrained in {log['seconds']:.0f} s (final loss {log['final_loss']:.3f})", flush=True)
     return path
+
+
+def ship(recipe_name: str, path: Path) -> dict:
+    """Record `path` (a build of RECIPES[recipe_name]) as the shipped checkpoint: copy it
+    into CHECKPOINT_DIR under its recipe-hash name and update the manifest."""
+    recipe = RECIPES[recipe_name]
+    CHECKPOINT_DIR.mkdir(parents=True, exist_ok=True)
+    target = CHECKPOINT_DIR / checkpoint_name(recipe)
+    if Path(path).resolve() != target.resolve():
+        target.write_bytes(Path(path).read_bytes())
+    manifest = {h: e for h, e in read_manifest().items() if e["recipe"] != recipe_name}
+    for old in {e["file"] for e in read_manifest().values()} - {e["file"] for e in manifest.values()} - {target.name}:
+        (CHECKPOINT_DIR / old).unlink(missing_ok=True)
+    manifest[recipe.hash] = {
+        "recipe": recipe_name,
+        "file": target.name,
+        "sha256": file_sha256(target),
+        "bytes": target.stat().st_size,
+    }
+    MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+    return manifest[recipe.hash]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Rebuild a toy CLIP checkpoint (1 torch thread, deterministic).")
+    parser.add_argument("--recipe", choices=sorted(RECIPES), default="default")
+    parser.add_argument("--out", type=Path, default=None, help="file to write (default: the cache path)")
+    parser.add_argument("--ship", action="store_true", help="also copy it into data/toy/checkpoints and the manifest")
+    parser.add_argument("--progress", action="store_true")
+    args = parser.parse_args(argv)
+    recipe = RECIPES[args.recipe]
+    path = build_checkpoint(recipe, args.out, progress=args.progress)
+    print(f"recipe {args.recipe} hash {recipe.hash}: {path} sha256 {file_sha256(path)} ({path.stat().st_size} bytes)")
+    if args.ship:
+        print(f"shipped: {ship(args.recipe, path)}")
+
+
+if __name__ == "__main__":
+    main()

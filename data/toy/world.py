@@ -1,13 +1,25 @@
 """The toy world: a procedural, compositional image generator (vectorized, deterministic).
 
 An object has a shape, a colour, a pattern (texture), a size and a position; the image
-has a background whose look depends on the rendering *domain* (style). A class is a
+has a background and effects set by its rendering *style* (domain). A class is a
 combination of attributes and its English name is built from them ("striped triangle",
-"red circle"), so text can name classes that were never trained on.
+"red circle"), so text can name classes that were never trained on. Every attribute
+value also has a rarer synonym ("crimson", "banded") that pretraining captions use at a
+per-value rate (12 % down to 1.5 %).
+
+Styles (`STYLES`) are sets of effects. The toy CLIP is pretrained on four of them (clean,
+noisy, blurred, checkerboard); every dataset is rendered in styles it never saw -- warm
+light, fading, occluding bars, crowds of patterned distractors and their combinations --
+the analogue of a benchmark's photos against web pretraining data. That gap is what
+leaves adaptation room: on `toy` (style "lamplit") zero-shot Base is ~62 % while a linear
+probe on the frozen image features reaches ~77 % and a CoOp prompt ~71 %
+(`python -m data.toy.calibrate`, results/toy/calibration.md).
 
 `render(attrs, domain, image_size, seed)` turns a batch of attribute indices into uint8
-images [N, H, W, 3]; the same inputs give the same pixels. Rendering is done in torch at
-2x resolution and average-pooled (anti-aliasing); ~10k images/s on 2 CPU cores.
+images [N, H, W, 3]; the same inputs give the same pixels. An object's geometry and
+colour are drawn before any style effect, and an effect draws random numbers only when a
+chunk contains an image that has it (the pretraining styles render exactly as in world
+version 2). Rendering is done in torch at 2x resolution and average-pooled (anti-aliasing).
 """
 
 from __future__ import annotations
@@ -15,7 +27,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -33,12 +44,51 @@ COLOURS: dict[str, tuple[int, int, int]] = {
 SHAPES = ["circle", "square", "triangle", "diamond", "cross", "star", "ring", "heart"]
 PATTERNS = ["plain", "striped", "dotted", "checkered"]
 SIZES = ["small", "large"]
-DOMAINS = ["clean", "noisy", "blurred", "checkerboard", "cluttered"]
+# Rendering styles (domains), each a set of effects and a pixel-noise level. The first four
+# are the toy CLIP's pretraining styles; the others are downstream styles it never saw (the
+# datasets' gap to pretraining, as a benchmark's photos differ from web images):
+#   checker  a checkerboard background          blob   a distractor disc of another colour
+#   blur     a 5x5 binomial blur                 crowd  three patterned distractor objects
+#   bars     two grey bars occluding the object  tint   warm light (blue, green dimmed; a veil)
+#   fade     contrast and saturation cut, brighter          warm  0.4 of tint's cast
+#   scatter  two patterned distractor objects
+STYLES: dict[str, tuple[frozenset[str], float]] = {
+    "clean": (frozenset(), 0.02),
+    "noisy": (frozenset(), 0.12),
+    "blurred": (frozenset({"blur"}), 0.0),
+    "checkerboard": (frozenset({"checker"}), 0.0),
+    "cluttered": (frozenset({"checker", "blob"}), 0.07),
+    "tinted": (frozenset({"tint"}), 0.05),
+    "faded": (frozenset({"fade"}), 0.05),
+    "occluded": (frozenset({"bars"}), 0.04),
+    "crowded": (frozenset({"crowd"}), 0.05),
+    "dusk": (frozenset({"tint", "fade"}), 0.05),
+    "lamplit": (frozenset({"warm", "crowd"}), 0.05),
+    "obstructed": (frozenset({"bars", "checker", "blob"}), 0.05),
+}
+PRETRAIN_DOMAINS = ["clean", "noisy", "blurred", "checkerboard"]
+DOMAINS = list(STYLES)
 
 COLOUR_NAMES = list(COLOURS)
 ATTRIBUTES = ("colour", "shape", "pattern", "size")
 VOCAB = {"colour": COLOUR_NAMES, "shape": SHAPES, "pattern": PATTERNS, "size": SIZES}
-WORLD_VERSION = 2
+# A rarer word for every attribute value. Pretraining captions use it instead of the common
+# word at the value's rate (a spectrum from 12 % down to 1.5 %), so the toy CLIP knows some
+# synonyms well and others barely -- as web captions rarely use a dataset's fine-grained
+# class names. Downstream datasets may name classes with them (`ToySpec.synonyms`).
+SYNONYMS = {
+    "colour": ["crimson", "emerald", "azure", "golden", "violet", "amber", "rose", "teal"],
+    "shape": ["disc", "block", "wedge", "rhombus", "plus", "pentagram", "hoop", "valentine"],
+    "pattern": ["solid", "banded", "spotted", "tiled"],
+    "size": ["tiny", "big"],
+}
+_RATES = (0.12, 0.06, 0.03, 0.015)
+SYNONYM_RATE = {a: [_RATES[i % len(_RATES)] for i in range(len(VOCAB[a]))] for a in ATTRIBUTES}
+# WORLD_VERSION: everything generated (datasets' images and names; feature caches key on it).
+# PRETRAIN_VERSION: what the toy CLIP's pretraining sees (its recipe hash covers this, the
+# vocabulary, synonyms, hold-outs and pretraining styles, not the downstream styles).
+WORLD_VERSION = 3
+PRETRAIN_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -57,19 +107,27 @@ class Attrs:
         return getattr(self, attribute)
 
 
-def object_name(colour: int | None = None, shape: int | None = None, pattern: int | None = None,
-                size: int | None = None) -> str:
-    """English name of an attribute combination, e.g. 'small red striped triangle'.
+def word(attribute: str, index: int, synonym: bool = False) -> str:
+    """The word for value `index` of `attribute`: the common one or its rarer synonym."""
+    return (SYNONYMS if synonym else VOCAB)[attribute][index]
+
+
+def object_name(
+    colour: int | None = None,
+    shape: int | None = None,
+    pattern: int | None = None,
+    size: int | None = None,
+    synonyms: frozenset[str] | set[str] | tuple = (),
+) -> str:
+    """English name of an attribute combination, e.g. 'small red striped triangle'; the
+    attributes in `synonyms` are named by their rarer word ('crimson banded triangle').
 
     Missing shape reads 'object'; the 'plain' pattern is named (it is a class attribute)."""
     words = []
-    if size is not None:
-        words.append(SIZES[size])
-    if colour is not None:
-        words.append(COLOUR_NAMES[colour])
-    if pattern is not None:
-        words.append(PATTERNS[pattern])
-    words.append(SHAPES[shape] if shape is not None else "object")
+    for attribute, index in (("size", size), ("colour", colour), ("pattern", pattern)):
+        if index is not None:
+            words.append(word(attribute, index, attribute in synonyms))
+    words.append(word("shape", shape, "shape" in synonyms) if shape is not None else "object")
     return " ".join(words)
 
 
@@ -206,17 +264,22 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
     # background by domain
     bg_level = 0.25 + 0.3 * rand(n)
     img = bg_level.view(n, 1, 1, 1).repeat(1, 3, S, S)
-    dom = np.array(domains)
-    checker = torch.from_numpy(np.isin(dom, ["checkerboard", "cluttered"]))
+
+    def has(effect: str) -> torch.Tensor:
+        return torch.tensor([effect in STYLES[d][0] for d in domains], dtype=torch.bool)
+
+    checker = has("checker")
     if checker.any():
         per = (4 + torch.randint(0, 5, (n,), generator=g)).float() * unit
         ph = rand(n, 2) * per.view(n, 1)
-        cb = ((torch.floor((X + ph[:, 0].view(n, 1, 1)) / per.view(n, 1, 1))
-               + torch.floor((Y + ph[:, 1].view(n, 1, 1)) / per.view(n, 1, 1))).remainder(2))
+        cb = (
+            torch.floor((X + ph[:, 0].view(n, 1, 1)) / per.view(n, 1, 1))
+            + torch.floor((Y + ph[:, 1].view(n, 1, 1)) / per.view(n, 1, 1))
+        ).remainder(2)
         contrast = 0.18 + 0.12 * rand(n)
         alt = (bg_level + contrast).view(n, 1, 1) * cb + bg_level.view(n, 1, 1) * (1 - cb)
         img = torch.where(checker.view(n, 1, 1, 1), alt.unsqueeze(1), img)
-    clutter = torch.from_numpy(dom == "cluttered")
+    clutter = has("blob")
     if clutter.any():  # a distractor blob of another colour, partly hidden behind the object
         dcol = palette[torch.randint(0, len(COLOURS), (n,), generator=g)] * 0.8
         dr = (3.0 + 2.0 * rand(n)) * unit
@@ -225,20 +288,57 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         blob = blob & clutter.view(n, 1, 1)
         _paint(img, blob, dcol)
 
+    crowd = has("crowd") | has("scatter")
+    if crowd.any():  # three (crowd) or two (scatter) patterned distractor objects of random shapes
+        count = torch.where(has("crowd"), 3, torch.where(has("scatter"), 2, 0))
+        for k in range(3):
+            d = random_attrs(n, g)
+            dr = (4.0 + 3.0 * rand(n)) * unit
+            dcx, dcy = rand(n) * S, rand(n) * S
+            dmask = _shape_masks(
+                (X - dcx.view(n, 1, 1)) / dr.view(n, 1, 1), (Y - dcy.view(n, 1, 1)) / dr.view(n, 1, 1), d.shape
+            ) & (count > k).view(n, 1, 1)
+            dmarks = _pattern_masks(X, Y, d.pattern, period) & dmask
+            dcol = palette[d.colour] * (0.8 + 0.2 * rand(n, 1))
+            _paint(img, dmask, dcol)
+            _paint(img, dmarks, dcol * 0.35)
+
     _paint(img, inside, colour)
     _paint(img, marks, shade)
+    occl = has("bars")
+    if occl.any():  # two grey bars across the object, hiding part of its shape and pattern
+        for _ in range(2):
+            ang = rand(n) * math.pi
+            off = (rand(n) - 0.5) * r.flatten() * 1.2
+            width = (2.5 + 2.0 * rand(n)) * unit
+            dist = (dx * torch.cos(ang).view(n, 1, 1) + dy * torch.sin(ang).view(n, 1, 1)) - off.view(n, 1, 1)
+            bar = (dist.abs() <= width.view(n, 1, 1) / 2) & occl.view(n, 1, 1)
+            grey = (0.35 + 0.3 * rand(n, 1)).expand(n, 3)
+            _paint(img, bar, grey)
     img = F.avg_pool2d(img, ss)  # [N, 3, H, W]
 
-    blur = torch.from_numpy(np.isin(dom, ["blurred"]))
+    blur = has("blur")
     if blur.any():
         k = torch.tensor([1.0, 4.0, 6.0, 4.0, 1.0])
         k = (k[:, None] * k[None, :]) / 256.0
         blurred = F.conv2d(F.pad(img, (2, 2, 2, 2), mode="replicate"), k.expand(3, 1, 5, 5).contiguous(), groups=3)
         img = torch.where(blur.view(n, 1, 1, 1), blurred, img)
-    sigma = torch.zeros(n)
-    sigma[torch.from_numpy(dom == "noisy")] = 0.12
-    sigma[torch.from_numpy(dom == "cluttered")] = 0.07
-    sigma[torch.from_numpy(dom == "clean")] = 0.02
+    tint, warm = has("tint"), has("warm")
+    if tint.any() or warm.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
+        strength = torch.where(tint, 1.0, 0.4).view(n, 1)  # "warm" is 0.4 of the cast of "tint"
+        gain = 1 - strength * torch.tensor([0.0, 0.14, 0.34]).view(1, 3)
+        gain = gain * (0.9 + 0.2 * rand(n, 1))
+        veil = strength * torch.tensor([0.10, 0.06, 0.0]).view(1, 3) * rand(n, 1)
+        tinted = img * gain.view(n, 3, 1, 1) + veil.view(n, 3, 1, 1)
+        img = torch.where((tint | warm).view(n, 1, 1, 1), tinted, img)
+    fade = has("fade")
+    if fade.any():  # washed out: contrast and saturation cut, brighter
+        grey = img.mean(1, keepdim=True)
+        washed = 0.7 * img + 0.3 * grey
+        level = (0.5 + 0.1 * rand(n)).view(n, 1, 1, 1)
+        faded = level + (washed - 0.45) * (0.55 + 0.1 * rand(n)).view(n, 1, 1, 1)
+        img = torch.where(fade.view(n, 1, 1, 1), faded, img)
+    sigma = torch.tensor([STYLES[d][1] for d in domains])
     noise = torch.randn(img.shape, generator=g) * sigma.view(n, 1, 1, 1)
     img = (img + noise).clamp(0, 1)
     return (img * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
@@ -272,6 +372,7 @@ class ToySpec:
     test_per_class: int  # per domain
     protocol: str
     description: str
+    synonyms: tuple[str, ...] = ()  # attributes the class names give by their rarer word
 
     @property
     def class_names(self) -> list[str]:
@@ -297,57 +398,101 @@ def colour_pattern_holdout() -> set[tuple[int, int]]:
     return {(c, (c + d) % len(PATTERNS)) for c in range(len(COLOURS)) for d in (1, 2)}
 
 
-def _colour_pattern_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _colour_pattern_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = colour_pattern_holdout()
     base, novel = [], []
     for c in range(len(COLOURS)):
         for p in range(len(PATTERNS)):
-            cls = ToyClass(object_name(colour=c, pattern=p), (("colour", c), ("pattern", p)))
+            cls = ToyClass(object_name(colour=c, pattern=p, synonyms=synonyms), (("colour", c), ("pattern", p)))
             (novel if (c, p) in held else base).append(cls)
     return base, novel
 
 
-def _colour_shape_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _colour_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = colour_shape_holdout()
     base, novel = [], []
     for c in range(len(COLOURS)):
         for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(colour=c, shape=s), (("colour", c), ("shape", s)))
+            cls = ToyClass(object_name(colour=c, shape=s, synonyms=synonyms), (("colour", c), ("shape", s)))
             (novel if (c, s) in held else base).append(cls)
     return base, novel
 
 
-def _pattern_shape_classes() -> tuple[list[ToyClass], list[ToyClass]]:
+def _pattern_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
     held = pattern_shape_holdout()
     base, novel = [], []
     for p in range(len(PATTERNS)):
         for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(pattern=p, shape=s), (("pattern", p), ("shape", s)))
+            cls = ToyClass(object_name(pattern=p, shape=s, synonyms=synonyms), (("pattern", p), ("shape", s)))
             (novel if (p, s) in held else base).append(cls)
     return base, novel
 
 
-DEFAULT_DOMAIN = "cluttered"
-SHIFT_DOMAINS = ("clean", "noisy", "blurred", "checkerboard")
+DEFAULT_DOMAIN = "lamplit"  # toy, toy_shapes, toy10: warm light on a crowd of distractors
+SHAPES_DOMAIN = "lamplit"
+SHIFT_DOMAINS = ("dusk", "tinted", "crowded", "obstructed")  # toy_domains, leave one out
 
 
 def toy_specs() -> dict[str, ToySpec]:
-    """Every toy dataset, by name. Class order: base (seen in pretraining) then novel."""
+    """Every toy dataset, by name. Class order: base (seen in pretraining) then novel.
+
+    Every style here is a downstream style the toy CLIP never saw in pretraining
+    (`results/toy/calibration.md` measures what that leaves to adaptation)."""
     cp_base, cp_novel = _colour_pattern_classes()
     cs_base, cs_novel = _colour_shape_classes()
     ps_base, ps_novel = _pattern_shape_classes()
     ten = cp_base[::2][:10]  # 10 seen colour-pattern classes for the label/feature-shift protocols
     return {
-        "toy": ToySpec("toy", tuple(cp_base + cp_novel), len(cp_base), (DEFAULT_DOMAIN,), 32, 30,
-                       "base2novel", "colour x pattern (32 classes; the novel half held out of pretraining)"),
-        "toy_shapes": ToySpec("toy_shapes", tuple(cs_base + cs_novel), len(cs_base), (DEFAULT_DOMAIN,), 32, 30,
-                              "base2novel", "colour x shape (64 classes; the novel half held out of pretraining)"),
-        "toy_patterns": ToySpec("toy_patterns", tuple(ps_base + ps_novel), len(ps_base), (DEFAULT_DOMAIN,), 32, 30,
-                                "base2novel", "pattern x shape (32 classes; the novel half held out of pretraining)"),
-        "toy_domains": ToySpec("toy_domains", tuple(ten), len(ten), SHIFT_DOMAINS, 40, 20, "domains",
-                               "10 colour-pattern classes in 4 rendering styles (feature shift)"),
-        "toy10": ToySpec("toy10", tuple(ten), len(ten), (DEFAULT_DOMAIN,), 300, 60, "dirichlet",
-                         "10 colour-pattern classes, many images each (Dirichlet label shift)"),
+        "toy": ToySpec(
+            "toy",
+            tuple(cp_base + cp_novel),
+            len(cp_base),
+            (DEFAULT_DOMAIN,),
+            32,
+            30,
+            "base2novel",
+            "colour x pattern (32 classes; the novel half held out of pretraining), lamplit",
+        ),
+        "toy_shapes": ToySpec(
+            "toy_shapes",
+            tuple(cs_base + cs_novel),
+            len(cs_base),
+            (SHAPES_DOMAIN,),
+            32,
+            30,
+            "base2novel",
+            f"colour x shape (64 classes; the novel half held out of pretraining), {SHAPES_DOMAIN}",
+        ),
+        "toy_patterns": ToySpec(
+            "toy_patterns",
+            tuple(ps_base + ps_novel),
+            len(ps_base),
+            ("cluttered",),
+            32,
+            30,
+            "base2novel",
+            "pattern x shape (32 classes; the novel half held out of pretraining), cluttered",
+        ),
+        "toy_domains": ToySpec(
+            "toy_domains",
+            tuple(ten),
+            len(ten),
+            SHIFT_DOMAINS,
+            40,
+            20,
+            "domains",
+            "10 colour-pattern classes in 4 downstream rendering styles (feature shift)",
+        ),
+        "toy10": ToySpec(
+            "toy10",
+            tuple(ten),
+            len(ten),
+            (DEFAULT_DOMAIN,),
+            300,
+            60,
+            "dirichlet",
+            "10 colour-pattern classes, many images each (Dirichlet label shift), lamplit",
+        ),
     }
 
 
