@@ -372,9 +372,9 @@ def test_classchunk_runs_over_three_toy_datasets(tmp_path):
 
 @pytest.mark.slow
 def test_msst_and_transfer_run_on_the_toy_datasets(tmp_path):
-    msst = _toy_run(tmp_path, dataset="toy_domains", protocol="msst", target="noisy", classes_per_client=5)
+    msst = _toy_run(tmp_path, dataset="toy_domains", protocol="msst", target="crowded", classes_per_client=5)
     assert msst.summary["clients"] == 3 * 2 and set(msst.summary["metrics"]) == {"Acc"}
-    assert "_to-noisy_" in msst.run_dir.name
+    assert "_to-crowded_" in msst.run_dir.name
     transfer = _toy_run(
         tmp_path,
         dataset="toy",
@@ -467,18 +467,18 @@ def test_lodo_table_keeps_each_target_and_averages_them_unweighted(tmp_path):
 
     cells = _toy_lodo_preset(tmp_path).cells()
     assert len(cells) == 2 * 4
-    accuracy = {"clean": 90.0, "noisy": 70.0, "blurred": 60.0, "checkerboard": 20.0}
+    accuracy = {"dusk": 90.0, "tinted": 70.0, "crowded": 60.0, "obstructed": 20.0}
     for cell in cells:
-        if not (cell.config.seed == 2 and cell.part == "checkerboard"):  # one target still to run
+        if not (cell.config.seed == 2 and cell.part == "obstructed"):  # one target still to run
             _finish(cell, {"Acc": accuracy[cell.part] + cell.config.seed})
     long = collect(cells)
     seed1 = long[long.seed == 1].set_index("metric")["value"]
     assert seed1["Acc"] == pytest.approx(np.mean([91, 71, 61, 21]))  # unweighted over targets
-    assert seed1["noisy"] == 71.0 and len(seed1) == 5
+    assert seed1["tinted"] == 71.0 and len(seed1) == 5
     seed2 = long[long.seed == 2]
     assert "Acc" not in set(seed2.metric) and len(seed2) == 3  # incomplete: no mean shown
     stats = summarize(long).set_index(["dataset", "metric"])
-    assert stats.loc[("toy_domains", "Acc"), "n"] == 1 and stats.loc[("toy_domains", "clean"), "n"] == 2
+    assert stats.loc[("toy_domains", "Acc"), "n"] == 1 and stats.loc[("toy_domains", "dusk"), "n"] == 2
     assert stats.loc[("Average", "Acc"), "mean"] == pytest.approx(61.0)
 
 

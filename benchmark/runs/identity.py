@@ -10,8 +10,8 @@ one asked for now, so a result can never be stale without the folder name saying
             backbone, evaluation, optimizer schedules, data pipeline: FRAMEWORK_CODE), so a
             fix there reruns every cell instead of mixing old and new numbers in one table;
   weights   the backbone and the identity of its weights (a built checkpoint's sha256 for
-            the suite's own weights such as the toy CLIP, whose float rounding depends on the
-            machine that pretrained it; a checkpoint file's sha256; an open_clip tag);
+            the suite's own weights such as the toy CLIP, shipped in data/toy/checkpoints so that
+            every machine loads the same file; a checkpoint file's sha256; an open_clip tag);
   data      the dataset's loader code (and the generator for a generated dataset) and the
             partition / few-shot sampling code.
 Source code is hashed by its syntax tree without docstrings: editing a comment, a docstring

@@ -175,7 +175,7 @@ def to_markdown(rows: list[dict], command: str, checkpoint: str, sha256: str, st
         "",
         f"Made by `{command}`; checkpoint `{checkpoint}` (sha256 `{sha256}`), world version "
         f"{world.WORLD_VERSION}, CoOp {N_CTX} context vectors x {steps} Adam steps (lr {COOP_LR:g}, batch 128), "
-        f"linear probe: best of L2 {', '.join(f'{l:g}' for l in PROBE_L2)}. Accuracies in %, test split.",
+        f"linear probe: best of L2 {', '.join(f'{c:g}' for c in PROBE_L2)}. Accuracies in %, test split.",
         "",
         "Real CLIP ViT-B/16 for comparison (CoOp/CoCoOp papers, mean of 11 datasets): zero-shot "
         "Base 69.3 / Novel 74.2, CoOp Base 82.7 / Novel 63.2.",
