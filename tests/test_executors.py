@@ -434,6 +434,7 @@ def test_a_cell_job_carries_this_process_context_to_its_worker(tmp_path, monkeyp
 
     load_method_file(str(plugin))
     monkeypatch.setenv("FEDBENCH_DATA", str(tmp_path / "data"))
+    monkeypatch.delenv("FEDBENCH_CACHE", raising=False)  # the sweep sets none (the test run may)
     monkeypatch.chdir(tmp_path)
     (cell, *_) = load_preset(str(write_sweep(tmp_path))).cells()
     job = CellJob.prepare(cell, threads=3)

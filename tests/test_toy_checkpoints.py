@@ -57,7 +57,7 @@ def test_providers_return_the_shipped_files_with_an_empty_cache_and_never_pretra
 
 
 def test_run_identity_names_the_shipped_bytes(tmp_path, monkeypatch):
-    from benchmark.identity import weights_identity
+    from benchmark.runs.identity import weights_identity
 
     monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path))  # an empty cache: a fresh machine
     for entry in read_manifest().values():

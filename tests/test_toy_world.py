@@ -269,7 +269,7 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
     import pandas as pd
 
     from benchmark.config import build_config
-    from benchmark.runner import run_experiment
+    from benchmark.runs.runner import run_experiment
 
     def run(method, **method_args):
         config = build_config(

@@ -25,8 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
-from benchmark.evaluation.protocols import msst_targets
-from benchmark.registry import get_method, resolve_method_file
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -76,6 +74,8 @@ class Preset:
         """Expand into cells; the filters keep only the named seeds/datasets/methods
         (a method filter matches a variant's method name or its label). `tuned` (label ->
         hyperparameters; default: the preset's own) goes over each variant's method_args."""
+        from benchmark.registry import resolve_method_file  # lazy: no torch for --help
+
         tuned = self.tuned if tuned is None else tuned
         chosen_datasets = [d for d in self.datasets if datasets is None or d["name"] in datasets]
         _check_filter("dataset", datasets, [d["name"] for d in self.datasets], self.name)
@@ -116,6 +116,8 @@ class Preset:
 
         if isinstance(dataset, (list, tuple)) or "+" in str(dataset):
             raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
+        from benchmark.evaluation.protocols import msst_targets  # lazy: no torch for --help
+
         return msst_targets(str(dataset), targets)
 
     def with_tuned(self, values: dict[str, dict[str, Any]], command: str = "") -> "Preset":
@@ -140,6 +142,8 @@ class Preset:
         known = {m.method for m in self.methods} | {m.label for m in self.methods}
         for name in wanted:
             if name not in known:
+                from benchmark.registry import get_method  # lazy: no torch for --help
+
                 cls = get_method(name)  # unknown everywhere: the registry's error says what exists
                 chosen.append(MethodVariant(cls.name, cls.name))  # a file spec joins under its registered name
         return chosen

@@ -41,7 +41,7 @@ from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs.results import code_version, is_complete, read_summary
-from benchmark.runs.runner import run_experiment
+from benchmark.runs import runner
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
 from benchmark.sweeps.tables import run_dir
 
@@ -275,7 +275,7 @@ def _score(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> 
     per_cell: dict[str, float] = {}
     for cell in plan.cells(variant, params):
         folder = run_dir(cell)
-        summary = read_summary(folder) if is_complete(folder) else run_experiment(cell.config, progress=False).summary
+        summary = read_summary(folder) if is_complete(folder) else runner.run_experiment(cell.config, progress=False).summary
         if summary.get("eval_split") != "val":
             raise RuntimeError(f"run {folder} was not scored on the validation split")  # never select on test
         value = float(summary["metrics"][metric])
