@@ -39,7 +39,8 @@ class RunConfig:
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
     dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
-    protocol: str = "base2novel"  # base2novel | dirichlet | domains | classchunk | msst | transfer
+    # protocol's {protocols}: the names registered in evaluation/protocols.py (cli/args.py reads them)
+    protocol: str = "base2novel"  # {protocols}
     shots: int = 16  # training images per class (0 = all)
     rounds: int = 50  # communication rounds
     local_epochs: int = 2  # local epochs per round
@@ -66,7 +67,7 @@ class RunConfig:
     out: str = "runs"  # folder receiving the run folder
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (bf16-mixed on GPU, 32 on CPU) | 32-true | bf16-mixed | 16-mixed
-    shortcuts: bool = True  # exact compute shortcuts: the text tower stops at the longest prompt, frozen prefixes are computed once (README "Performance"); false (--no-shortcuts) runs the plain path, equal up to float rounding
+    shortcuts: bool = True  # exact compute shortcuts: the text tower stops at the longest prompt, frozen prefixes are computed once (docs/performance.md); false (--no-shortcuts) runs the plain path, equal up to float rounding
     num_workers: int = 0  # data-loader workers
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
     keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written

@@ -30,7 +30,7 @@ import torch
 
 import methods  # noqa: F401  (registers the methods)
 from benchmark.cli.commands.bench import TABLE1_METHODS, _describable_textures
-from benchmark.cli.commands.profile import split_time
+from benchmark.runs.reporting import split_time
 from benchmark.config import build_config
 from benchmark.runs.runner import run_experiment
 

@@ -125,7 +125,7 @@ def test_ray_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch
 
 @pytest.mark.slow
 def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch, capsys):
-    from benchmark.sweeps.executors import SlurmExecutor
+    from benchmark.sweeps.executors.slurm import SlurmExecutor
 
     # No Slurm here: submitit's local cluster runs each task as a process of this machine,
     # through the same pickling, submission and result protocol.
@@ -150,7 +150,7 @@ def test_a_preempted_task_is_requeued_and_resumes_to_the_same_numbers(tmp_path, 
     """SIGUSR2 (what Slurm sends a task it preempts) mid-run: submitit calls the job's
     checkpoint hook, the run keeps its last round, the task is requeued and resumes there."""
     from benchmark.runs.locks import lock_path
-    from benchmark.sweeps.executors import SlurmExecutor
+    from benchmark.sweeps.executors.slurm import SlurmExecutor
 
     sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1").replace(
         "[zeroshot, promptfl]", "[promptfl]"
@@ -210,7 +210,7 @@ def test_a_task_that_dies_is_a_failed_cell_and_method_files_reach_the_workers(
     tmp_path, monkeypatch, capsys, toy_test_checkpoint
 ):
     from benchmark.runs.results import read_failure
-    from benchmark.sweeps.executors import SlurmExecutor
+    from benchmark.sweeps.executors.slurm import SlurmExecutor
 
     monkeypatch.setattr(SlurmExecutor, "cluster", "local")
     monkeypatch.setattr(SlurmExecutor, "poll_seconds", 0.5)
@@ -412,7 +412,7 @@ def test_cpus_per_cell_must_be_positive(tmp_path, capsys):
     [("240", 240), ("30:30", 31), ("4:00:00", 240), ("1-00:00:00", 1440), ("2-12", 3600), ("0-1:30", 90)],
 )
 def test_slurm_time_reads_slurms_formats(text, minutes):
-    from benchmark.sweeps.executors import slurm_minutes
+    from benchmark.sweeps.executors.slurm import slurm_minutes
 
     assert slurm_minutes(text) == minutes
 
@@ -422,7 +422,7 @@ def test_a_cell_job_carries_this_process_context_to_its_worker(tmp_path, monkeyp
     the torch thread count, method files -- is the sweep's, and restored after the cell."""
     import torch
 
-    from benchmark.sweeps.executors import CellJob
+    from benchmark.sweeps.executors.cells import CellJob
     from benchmark.sweeps.presets import load_preset
 
     plugin = tmp_path / "half.py"

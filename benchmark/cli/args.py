@@ -1,12 +1,79 @@
 """Command-line flags generated from `RunConfig` and from a method's `__init__`:
-adding a config field or a hyperparameter needs no CLI code."""
+adding a config field or a hyperparameter needs no CLI code. And the helpers the
+commands share: argument types, `--set OPTION=VALUE`, `--method-help` / `--print-config`,
+the names `--help` lists (presets, protocols) read without importing torch."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
+import importlib.util
+from pathlib import Path
 from typing import Any
 
-from benchmark.config import RunConfig, build_config, config_fields, field_help, field_type, load_yaml, parse_bool
+import benchmark
+from benchmark.config import (
+    ConfigError,
+    RunConfig,
+    build_config,
+    config_fields,
+    field_help,
+    field_type,
+    load_yaml,
+    parse_bool,
+)
+from benchmark.sweeps.executors import natural_int, positive_float, positive_int
+
+__all__ = [
+    "add_run_arguments",
+    "answer_without_running",
+    "config_from_args",
+    "method_parser",
+    "natural_int",
+    "parse_set",
+    "positive_float",
+    "positive_int",
+    "preset_names",
+    "protocol_names",
+    "run_option_help",
+]
+
+# `fedbench --help` imports no torch (tests/test_validation.py): the names it lists are read
+# from the files that define them, not from the modules (which load torch).
+PRESET_DIR = Path(benchmark.__file__).resolve().parent / "presets"  # benchmark.sweeps.presets.PRESET_DIR
+
+
+def preset_names() -> list[str]:
+    """The shipped presets (benchmark.sweeps.presets.available_presets, without its imports)."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
+
+
+@functools.lru_cache(maxsize=1)
+def protocol_names() -> tuple[str, ...]:
+    """The protocols registered in benchmark/evaluation/protocols.py (its PROTOCOLS keys, in
+    order), read from the `@register_protocol("name")` decorators of its source."""
+    source = Path(importlib.util.find_spec("benchmark.evaluation.protocols").origin).read_text()
+    names = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            for decorator in node.decorator_list:
+                if (
+                    isinstance(decorator, ast.Call)
+                    and getattr(decorator.func, "id", None) == "register_protocol"
+                    and isinstance(decorator.args[0], ast.Constant)
+                ):
+                    names.append((node.lineno, decorator.args[0].value))
+    return tuple(name for _, name in sorted(names))
+
+
+def run_option_help(name: str) -> str:
+    """A RunConfig field's `--help` text: its comment, `{protocols}` filled in with the
+    registered protocols."""
+    text = field_help(name)
+    if "{protocols}" in text:
+        text = text.replace("{protocols}", " | ".join(protocol_names()))
+    return text
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +86,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
             type=parse_bool if kind is bool else kind,
             default=argparse.SUPPRESS,  # only flags actually given override the YAML
             metavar=kind.__name__.upper(),
-            help=f"{field_help(f.name)} (default: {defaults[f.name].default!r})",
+            help=f"{run_option_help(f.name)} (default: {defaults[f.name].default!r})",
         )
         if kind is bool and defaults[f.name].default is True:  # an on-by-default switch: --no-NAME turns it off
             parser.add_argument(
@@ -78,3 +145,29 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     config = resolve_method_file(build_config(yaml_layer, flag_layer, {"method_args": method_flags}))
     check_method_args(config.method, config.method_args)  # before any model or data is loaded
     return config
+
+
+def answer_without_running(args: argparse.Namespace, config: RunConfig) -> bool:
+    """`--method-help` and `--print-config` print their answer and run nothing."""
+    if args.method_help:
+        method_parser(config.method).print_help()
+        return True
+    if args.print_config:
+        import yaml
+
+        from benchmark.runs.identity import resolved_config
+
+        print(yaml.safe_dump(resolved_config(config).to_dict(), sort_keys=False), end="")
+        return True
+    return False
+
+
+def parse_set(items: list[str]) -> dict[str, str]:
+    """`--set OPTION=VALUE ...` as a mapping (values are converted by build_config)."""
+    overrides = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set takes OPTION=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        overrides[key] = value
+    return overrides

@@ -1,6 +1,9 @@
 """Protocols: how a dataset is split across clients and which metrics a run reports.
 
 `@register_protocol("base2novel")` on a `Protocol` subclass is the one way to add one.
+`--protocol`'s help lists the registered names without importing this module (which loads
+torch): `benchmark.cli.args.protocol_names` reads them from these decorators, so a protocol
+is registered here, by the decorator on its class.
 A protocol partitions (pure function of labels and seed) and scores one client at a time
 through an `AccuracyFn` bound to that client's personalized model; `summarize` turns the
 per-client metrics into the run's headline numbers.

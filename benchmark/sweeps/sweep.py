@@ -18,7 +18,8 @@ from benchmark.runs.identity import run_name
 from benchmark.runs.prechecks import validate_run
 from benchmark.runs.results import is_complete
 from benchmark.runs.tracking import Tracker
-from benchmark.sweeps.executors import CellJob, LocalExecutor
+from benchmark.sweeps.executors.cells import CellJob
+from benchmark.sweeps.executors.local import LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
@@ -149,7 +150,7 @@ class SweepReport:
     files: dict[str, Path] = field(default_factory=dict)
 
     def record(self, cell: Cell, outcome) -> None:
-        """What an executor reported for one cell (benchmark.sweeps.executors.Outcome)."""
+        """What an executor reported for one cell (benchmark.sweeps.executors.cells.Outcome)."""
         name = run_name(cell.config)
         if outcome.status == "ran":
             self.ran.append(cell)

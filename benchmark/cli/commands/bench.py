@@ -235,8 +235,8 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
     import time
 
     from benchmark import flops
-    from benchmark.cli.commands.profile import split_time
     from benchmark.federation.bare_loop import run_bare
+    from benchmark.runs.reporting import split_time
     from benchmark.runs.runner import prepare_run, run_experiment
 
     run_experiment(config, write=False, progress=False)  # warm: features, allocations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from benchmark.cli.commands.reproduce import positive_int
+from benchmark.cli.args import positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -35,22 +35,18 @@ def usable_cores() -> int:
 
 
 def run(args) -> int:
-    from benchmark.cli.commands import reproduce
-
-    return reproduce.run(reproduce_args(args.wandb, args.workers))
+    reproduce = reproduce_args(args.wandb, args.workers)
+    return reproduce.func(reproduce)
 
 
 def reproduce_args(wandb: str, workers: int = 1):
     """`fedbench reproduce toy --methods <every registered method> --workers W --cpus-per-cell 1`
-    parsed by reproduce's own parser, so every option reproduce reads has its default."""
-    import argparse
-
-    from benchmark.cli.commands import reproduce
+    parsed by fedbench's own parser (no import of the reproduce command), so every option
+    reproduce reads has its default; `.func` runs it."""
+    from benchmark.cli import build_parser
     from benchmark.registry import available_methods
 
-    parser = argparse.ArgumentParser(prog="fedbench")
-    reproduce.add_parser(parser.add_subparsers())
     methods = [m for m in available_methods() if not m.startswith("test_")]
-    return parser.parse_args(
+    return build_parser().parse_args(
         ["reproduce", "toy", "--methods", *methods, "--wandb", wandb, "--workers", str(workers), "--cpus-per-cell", "1"]
     )

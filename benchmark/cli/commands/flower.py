@@ -13,7 +13,7 @@ def add_parser(subparsers) -> None:
         "with the method as a Flower app: one virtual SuperNode per client on Flower's simulation runtime "
         "(a local Ray instance). Each node keeps its client's state and sends only the method's upload_keys; "
         "the server applies the method's aggregate and download. Round checkpoints are not written. "
-        "For a real federation of SuperNodes use `flwr run` (README, Scaling out). Needs the extra: "
+        "For a real federation of SuperNodes use `flwr run` (docs/scaling-out.md). Needs the extra: "
         "pip install -c constraints.txt -e '.[flower]' in the checkout.",
     )
     add_run_arguments(p)
@@ -38,8 +38,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark.cli.args import config_from_args
-    from benchmark.cli.commands.run import answer_without_running, run_config
+    from benchmark.cli.args import answer_without_running, config_from_args
+    from benchmark.cli.single_run import run_config
     from benchmark.config import ConfigError
 
     config = config_from_args(args)

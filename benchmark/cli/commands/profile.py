@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 
 def add_parser(subparsers) -> None:
     from benchmark.cli.args import add_run_arguments
@@ -49,29 +47,9 @@ def format_minimum(config) -> str:
     )
 
 
-@dataclass
-class TimeSplit:
-    """Seconds of a run's client-rounds by where they went (summed over the rounds)."""
-
-    client_rounds: int
-    total: float
-    model: float  # the steps: forward, backward, optimizer step
-    data: float  # fetching, decoding, augmenting, collating batches
-    optimizer: float  # the method's configure_optimizers
-    framework: float  # everything else: seeding, state swaps, the loop, upload and aggregation
-
-
-def split_time(rounds) -> TimeSplit:
-    total = sum(r.total_seconds for r in rounds)
-    model = sum(r.model_seconds for r in rounds)
-    data = sum(r.data_seconds for r in rounds)
-    optimizer = sum(r.optimizer_seconds for r in rounds)
-    return TimeSplit(
-        sum(len(r.clients) for r in rounds), total, model, data, optimizer, total - model - data - optimizer
-    )
-
-
 def format_profile(result) -> str:
+    from benchmark.runs.reporting import split_time
+
     rounds = result.federation.rounds
     if not rounds:
         return f"{result.config.method} trains nothing: no client-rounds to profile"

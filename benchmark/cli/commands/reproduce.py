@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-EXECUTORS = ("local", "ray", "slurm")  # benchmark.sweeps.executors.EXECUTORS (not imported: `--help` stays fast)
+from benchmark.cli.args import parse_set, positive_int, preset_names
+from benchmark.sweeps.executors import (
+    DEFAULT,
+    EXECUTORS,
+    add_executor_arguments,
+    executor_from_args,
+    executor_help,
+    extras_note,
+)
 
 
 def add_parser(subparsers) -> None:
-    from benchmark.sweeps.presets import available_presets
-
     p = subparsers.add_parser(
         "reproduce",
         help="regenerate a table of the paper from its preset (resumable)",
         description="Expands the preset into runs (datasets x methods x seeds x grid), skips runs whose "
         "results already exist for the same resolved config, runs the rest, and renders the table "
         "(Markdown, CSV, LaTeX, paper comparison, radar plot, per-round curves) into --results. "
-        f"Presets: {', '.join(available_presets())}; or a path to your own preset YAML.",
+        f"Presets: {', '.join(preset_names())}; or a path to your own preset YAML.",
     )
     p.add_argument("table", help="preset name or path to a preset YAML")
     p.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
@@ -45,24 +50,9 @@ def add_parser(subparsers) -> None:
         "where the cells run",
         "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
         "do not depend on the executor or the number of workers, given its torch threads (--cpus-per-cell; the "
-        "run's environment.json records them). Ray and Slurm are extras: "
-        "pip install 'fedbench[ray]' / 'fedbench[slurm]'.",
+        f"run's environment.json records them). {extras_note()}",
     )
-    scale.add_argument(
-        "--executor",
-        choices=EXECUTORS,
-        default="local",
-        help="local: one cell after another in this process (default); ray: each cell a Ray task, with one GPU "
-        "where the cluster has GPUs, else with as many CPUs as it has threads; slurm: a Slurm job array through "
-        "submitit, one task per cell, requeued and resumed from its round checkpoint when preempted",
-    )
-    scale.add_argument(
-        "--workers",
-        type=positive_int,
-        metavar="N",
-        help="local: run N cells at a time, each in a worker process of this machine (default: 1, one after "
-        "another in this process)",
-    )
+    scale.add_argument("--executor", choices=list(EXECUTORS), default=DEFAULT, help=executor_help())
     scale.add_argument(
         "--cpus-per-cell",
         type=positive_int,
@@ -71,111 +61,14 @@ def add_parser(subparsers) -> None:
         "process's torch thread count, divided among the --workers, as CPU arithmetic may depend on it; "
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
-    scale.add_argument(
-        "--ray-address",
-        metavar="ADDR",
-        help="join this Ray cluster (ray.init(address=ADDR), e.g. auto or HOST:6379; default: $RAY_ADDRESS, "
-        "else start a local Ray instance over this machine's CPUs and GPUs)",
-    )
-    scale.add_argument("--slurm-partition", metavar="P", help="Slurm partition (default: the cluster's default)")
-    scale.add_argument(
-        "--slurm-gpus-per-task", type=natural_int, metavar="N", help="GPUs per cell (default: 1; 0 on a CPU partition)"
-    )
-    scale.add_argument(
-        "--slurm-time",
-        metavar="T",
-        help="time limit per task, minutes or [DAYS-]HOURS:MINUTES:SECONDS (default: 4:00:00); 90 s before it "
-        "a task saves its last round and is requeued to resume there (at most 3 times; preemptions: always)",
-    )
-    scale.add_argument(
-        "--slurm-mem-gb", type=positive_float, metavar="G", help="memory per task in GB (default: the partition's)"
-    )
-    scale.add_argument("--slurm-account", metavar="A", help="Slurm account to charge")
-    scale.add_argument("--slurm-qos", metavar="Q", help="Slurm quality of service")
-    scale.add_argument(
-        "--slurm-max-running", type=positive_int, metavar="N", help="at most N tasks of the array at once"
-    )
-    scale.add_argument(
-        "--no-wait",
-        action="store_true",
-        default=None,  # None: not given (a flag of the slurm executor only)
-        help="slurm: submit and return; run the same command again once the tasks are done to render the table",
-    )
+    add_executor_arguments(scale)  # each executor's own flags (benchmark/sweeps/executors/)
     p.set_defaults(func=run)
 
 
-def positive_int(text: str) -> int:
-    return _number(text, int, 1)
-
-
-def natural_int(text: str) -> int:
-    return _number(text, int, 0)
-
-
-def positive_float(text: str) -> float:
-    value = _number(text, float, 0)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
-def _number(text: str, kind: type, least: int):
-    try:
-        value = kind(text)
-    except ValueError:
-        value = None
-    if value is None or value < least or value != value:
-        raise argparse.ArgumentTypeError(
-            f"expected {'an integer' if kind is int else 'a number'} >= {least}, got {text!r}"
-        )
-    return value
-
-
-SLURM_FLAGS = (
-    "slurm_partition",
-    "slurm_gpus_per_task",
-    "slurm_time",
-    "slurm_mem_gb",
-    "slurm_account",
-    "slurm_qos",
-    "slurm_max_running",
-    "no_wait",
-)
-
-
 def make_executor(args):
-    """The executor the flags ask for; flags of another executor are an error (exit 2)."""
-    from benchmark.config import ConfigError
-    from benchmark.sweeps.executors import LocalExecutor, RayExecutor, SlurmExecutor, engine, slurm_minutes
-
-    given = {
-        "slurm": [f for f in SLURM_FLAGS if getattr(args, f) is not None],
-        "ray": ["ray_address"] if args.ray_address else [],
-        "local": ["workers"] if args.workers is not None else [],
-    }
-    for owner, flags in given.items():
-        if flags and args.executor != owner:
-            raise ConfigError(
-                f"{', '.join('--' + f.replace('_', '-') for f in flags)} only apply to --executor {owner} "
-                f"(this is --executor {args.executor})"
-            )
-    if args.executor == "local":
-        return LocalExecutor(args.workers or 1)
-    if not args.dry_run:
-        engine(args.executor)  # a missing extra is said before anything is planned
-    if args.executor == "ray":
-        return RayExecutor(args.ray_address, args.cpus_per_cell)
-    gpus = 1 if args.slurm_gpus_per_task is None else args.slurm_gpus_per_task
-    return SlurmExecutor(
-        args.slurm_partition,
-        gpus,
-        slurm_minutes(args.slurm_time or "4:00:00"),
-        args.slurm_mem_gb,
-        args.slurm_account,
-        args.slurm_qos,
-        args.slurm_max_running,
-        wait=not args.no_wait,
-    )
+    """The executor the flags ask for; flags of another executor are an error (exit 2), and so
+    is a missing extra (said before anything is planned; not for --dry-run)."""
+    return executor_from_args(args, check_extra=not args.dry_run)
 
 
 def cell_threads(args) -> int | None:
@@ -199,19 +92,6 @@ def run_tags(preset: str, args) -> tuple[str, ...]:
     if args.force:
         tags.append("forced")
     return tuple(tags)
-
-
-def parse_set(items: list[str]) -> dict[str, str]:
-    """`--set OPTION=VALUE ...` as a mapping (values are converted by build_config)."""
-    from benchmark.config import ConfigError
-
-    overrides = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--set takes OPTION=VALUE, got {item!r}")
-        key, value = item.split("=", 1)
-        overrides[key] = value
-    return overrides
 
 
 def run(args) -> int:

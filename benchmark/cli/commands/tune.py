@@ -41,7 +41,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark.cli.commands.reproduce import parse_set
+    from benchmark.cli.args import parse_set
     from benchmark.sweeps.presets import load_preset
     from benchmark.sweeps.tuning import plan_tuning, run_tuning
 
