@@ -8,7 +8,8 @@ A run folder holds
                    another order, so the last bits of a loss can depend on it)
   partition.json   the partition manifest (client -> indices, classes) and its hash
   metrics.csv      long format: round, client, metric, value (client -1 = over clients)
-  summary.json     headline metrics of the final round, parameter counts, bytes
+  summary.json     headline metrics of the final round, parameter counts, bytes, and
+                   `health`: whether training looks unstable (`training_health`)
   timing.json      wall time, and the round a resumed run continued after (it differs
                    between runs that summary.json says are the same)
 It is assembled in a hidden sibling folder and renamed into place at the end, so a
@@ -18,6 +19,7 @@ folder named like a run is always complete.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import shutil
@@ -28,7 +30,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -189,6 +191,66 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
             stacklevel=2,
         )
         return None
+
+
+# -- training health ---------------------------------------------------------------------------
+# A run "unstable" by its own numbers: its mean training loss ended above where it started. The
+# other criterion (an accuracy below half of zero-shot's) needs the zero-shot run of the same
+# dataset and seed, so the table checks it (benchmark.sweeps.tables), not the run.
+
+
+def round_mean_losses(train_loss_by_round: Mapping[int, Mapping[int, float]]) -> dict[int, float]:
+    """round -> mean train loss over the round's clients (client id order, `math.fsum`: the
+    same number whatever order the clients reported in, so every engine writes the same).
+    Clients that logged no loss (NaN) are left out; a round with none is left out."""
+    means = {}
+    for round_number in sorted(train_loss_by_round):
+        losses = [v for _, v in sorted(train_loss_by_round[round_number].items()) if not math.isnan(v)]
+        if losses:
+            means[round_number] = math.fsum(losses) / len(losses)
+    return means
+
+
+def training_health(mean_losses: Mapping[int, float]) -> dict[str, Any]:
+    """summary.json's `health`: `unstable` when the last round's mean train loss is above the
+    first round's (or not finite), with the reason in words. One round (or a method that does
+    not train: no losses) cannot rise: never unstable by this criterion."""
+    rounds = sorted(mean_losses)
+    health: dict[str, Any] = {
+        "unstable": False,
+        "reasons": [],
+        "train_loss_first_round": mean_losses[rounds[0]] if rounds else None,
+        "train_loss_last_round": mean_losses[rounds[-1]] if rounds else None,
+    }
+    if not rounds:
+        return health
+    first, last = mean_losses[rounds[0]], mean_losses[rounds[-1]]
+    if not (math.isfinite(first) and math.isfinite(last)):
+        health["reasons"].append(
+            f"mean train loss is not finite (round {rounds[0]}: {first}, round {rounds[-1]}: {last})"
+        )
+    elif len(rounds) > 1 and last > first:
+        health["reasons"].append(
+            f"mean train loss rose from {first:.4g} (round {rounds[0]}) to {last:.4g} (round {rounds[-1]})"
+        )
+    health["unstable"] = bool(health["reasons"])
+    return health
+
+
+def run_health(run_dir: Path, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's `health`: summary.json's, or, for a folder written before summary.json had
+    it, the same computed from metrics.csv's per-client train_loss rows."""
+    if "health" in summary:
+        return dict(summary["health"])
+    path = Path(run_dir) / "metrics.csv"
+    if not path.is_file():
+        return training_health({})
+    frame = pd.read_csv(path)
+    losses = frame[(frame["metric"] == "train_loss") & (frame["client"] != ALL_CLIENTS)]
+    by_round: dict[int, dict[int, float]] = {}
+    for row in losses.itertuples(index=False):
+        by_round.setdefault(int(row.round), {})[int(row.client)] = float(row.value)
+    return training_health(round_mean_losses(by_round))
 
 
 def failure_path(run_dir: Path) -> Path:

@@ -33,7 +33,15 @@ from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_pree
 from benchmark.runs.identity import cell_hash, prepare_weights, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import validate_run
-from benchmark.runs.results import ALL_CLIENTS, RUN_FOLDER_BYTES, MetricRow, check_output_location, write_run
+from benchmark.runs.results import (
+    ALL_CLIENTS,
+    RUN_FOLDER_BYTES,
+    MetricRow,
+    check_output_location,
+    round_mean_losses,
+    training_health,
+    write_run,
+)
 from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info, resolve_data_root
@@ -366,6 +374,8 @@ def _run_counted(
         **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
         "precision": precision,
+        # the loss half of the unstable flag (the zero-shot half is the table's: benchmark.sweeps.tables)
+        "health": training_health(round_mean_losses({r.round: r.train_loss for r in rounds})),
     }
     # Apart from summary.json (which a resumed run reproduces byte for byte, and another engine
     # equals): how long it took and the FLOPs this process executed for it -- they depend on

@@ -16,11 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.runs.identity import run_name
-from benchmark.runs.results import is_complete, read_failure, read_summary
+from benchmark.runs.results import is_complete, read_failure, read_summary, run_health
 from benchmark.sweeps.presets import Cell
 
 AVERAGE = "Average"
@@ -39,10 +40,12 @@ PART_METRIC = "Acc"
 
 
 def collect(cells: Sequence[Cell]) -> pd.DataFrame:
-    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value) of the
-    finished cells."""
+    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value, unstable)
+    of the finished cells; `unstable` is the run's own reason to be flagged (its train loss
+    rose: `benchmark.runs.results.training_health`), "" when it has none."""
     rows = []
     parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
+    part_reasons: dict[tuple, list[str]] = {}
     for cell in cells:
         grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
         key = {
@@ -60,16 +63,26 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         if summary is None:
             continue
         metrics = summary["metrics"]
+        unstable = "; ".join(run_health(folder, summary)["reasons"])
         if cell.part:
             parts[tuple(key.values())][cell.part] = float(metrics[PART_METRIC])
             metrics = {cell.part: metrics[PART_METRIC]}
-        rows.extend({**key, "metric": metric, "value": float(value)} for metric, value in metrics.items())
+            if unstable:
+                part_reasons.setdefault(tuple(key.values()), []).append(f"{cell.part}: {unstable}")
+        rows.extend(
+            {**key, "metric": metric, "value": float(value), "unstable": unstable} for metric, value in metrics.items()
+        )
     for key, values in parts.items():
         if all(v is not None for v in values.values()):
             rows.append(
-                {**dict(zip(KEYS + ["seed"], key)), "metric": PART_METRIC, "value": sum(values.values()) / len(values)}
+                {
+                    **dict(zip(KEYS + ["seed"], key)),
+                    "metric": PART_METRIC,
+                    "value": sum(values.values()) / len(values),
+                    "unstable": "; ".join(part_reasons.get(key, [])),
+                }
             )
-    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value"])
+    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value", "unstable"])
 
 
 def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
@@ -80,10 +93,12 @@ def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
 def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
     """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
     per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
-    row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds."""
+    row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds.
+    Then `assess`: the best row of each column, the rows not distinguishable from it, and the
+    unstable runs."""
     columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
     if long.empty:
-        return _mark_failed(pd.DataFrame(columns=columns), failed)
+        return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long)
     per_dataset = _over_seeds(long)
     datasets = long["dataset"].unique()
     # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
@@ -99,7 +114,7 @@ def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
     by_seed["dataset"] = AVERAGE
     per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
     per_dataset["failed"] = 0
-    return _mark_failed(per_dataset[columns], failed)
+    return assess(_mark_failed(per_dataset[columns], failed), long)
 
 
 def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
@@ -142,6 +157,106 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
     stats = grouped.agg(mean="mean", std="std", n="count")
     stats["std"] = stats["std"].fillna(0.0)
     return stats
+
+
+# -- what a reader should not miss: the best, the rows within noise of it, unstable runs ------
+ZEROSHOT = "zeroshot"
+HALF_OF_ZEROSHOT = 0.5
+ROW = ["label", "hyperparameters", "method"]
+ASSESSMENT = ["best", "tied", "pairs", "diff_mean", "diff_low", "diff_high", "unstable", "unstable_reasons"]
+
+
+def assess(stats: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+    """`stats` with the columns of ASSESSMENT: per (dataset block, grid, metric) `best` (the
+    highest mean; exact ties all best) and `tied` (not distinguishable from the best: the 95 %
+    bootstrap interval of the paired difference best minus this row contains 0; `pairs` its
+    number of pairs, `diff_*` its mean and interval); `unstable` (the number of the row's runs
+    flagged by `unstable_runs`) with `unstable_reasons`. Failed rows are never best or tied."""
+    stats = stats.copy()
+    stats["best"], stats["tied"], stats["pairs"] = False, False, 0
+    stats["diff_mean"], stats["diff_low"], stats["diff_high"] = float("nan"), float("nan"), float("nan")
+    stats["unstable"], stats["unstable_reasons"] = 0, ""
+    if stats.empty or long.empty:
+        return stats
+    _mark_best(stats, long)
+    flagged = unstable_runs(long)
+    for key, runs in flagged.groupby([*ROW, "grid"], sort=False):
+        here = (stats[[*ROW, "grid"]] == pd.Series(dict(zip([*ROW, "grid"], key)))).all(axis=1)
+        for dataset, by_dataset in [*runs.groupby("dataset", sort=False), (AVERAGE, runs)]:
+            rows = here & (stats["dataset"] == dataset)
+            reasons = [
+                f"{'' if dataset != AVERAGE else r.dataset + ' '}seed {r.seed}: {r.reasons}"
+                for r in by_dataset.itertuples(index=False)
+            ]
+            stats.loc[rows, "unstable"] = len(by_dataset)
+            stats.loc[rows, "unstable_reasons"] = "; ".join(reasons)
+    return stats
+
+
+def unstable_runs(long: pd.DataFrame) -> pd.DataFrame:
+    """One row per flagged run (ROW, dataset, grid, seed, reasons). A run is unstable when its
+    own summary says so (`unstable` of `collect`: its mean train loss rose from the first to
+    the last round) or when one of its metrics is below half of the zero-shot row's on the
+    same dataset, grid and seed -- the zero-shot row of the table (method `zeroshot`, the
+    variant labelled so first), its mean over seeds when that seed did not run, over grid
+    values too when zero-shot ran without the grid. A table without zero-shot checks the loss
+    only; zero-shot's own rows are checked for the loss only."""
+    columns = [*ROW, "dataset", "grid", "seed", "reasons"]
+    runs = long.drop_duplicates([*ROW, "dataset", "grid", "seed"])[[*ROW, "dataset", "grid", "seed"]]
+    reasons: dict[tuple, list[str]] = {tuple(r): [] for r in runs.itertuples(index=False)}
+    if "unstable" in long.columns:
+        for r in (
+            long[long["unstable"].fillna("") != ""].drop_duplicates([*ROW, "dataset", "grid", "seed"]).itertuples()
+        ):
+            reasons[(r.label, r.hyperparameters, r.method, r.dataset, r.grid, r.seed)].append(r.unstable)
+    zeroshot = long[long["method"] == ZEROSHOT]
+    if not zeroshot.empty:
+        labels = list(dict.fromkeys(zeroshot["label"]))
+        zeroshot = zeroshot[zeroshot["label"] == (ZEROSHOT if ZEROSHOT in labels else labels[0])]
+        exact = zeroshot.groupby(["dataset", "grid", "seed", "metric"])["value"].mean().to_dict()
+        by_grid = zeroshot.groupby(["dataset", "grid", "metric"])["value"].mean().to_dict()
+        by_dataset = zeroshot.groupby(["dataset", "metric"])["value"].mean().to_dict()
+        for r in long[long["method"] != ZEROSHOT].itertuples(index=False):
+            reference = exact.get(
+                (r.dataset, r.grid, r.seed, r.metric),
+                by_grid.get((r.dataset, r.grid, r.metric), by_dataset.get((r.dataset, r.metric))),
+            )
+            if reference is not None and r.value < HALF_OF_ZEROSHOT * reference:
+                reasons[(r.label, r.hyperparameters, r.method, r.dataset, r.grid, r.seed)].append(
+                    f"{r.metric} {r.value:.2f} is below half of zero-shot's {reference:.2f}"
+                )
+    flagged = [(*key, "; ".join(found)) for key, found in reasons.items() if found]
+    return pd.DataFrame(flagged, columns=columns)
+
+
+def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
+    """`best`, `tied`, `pairs` and `diff_*` of `assess`, in place. Pairs: per dataset block
+    the seeds both rows ran; in the Average block every (dataset, seed) both ran (the pairing
+    of `differences`' 'all (seeds x datasets)'). `_interval_and_test` gives the interval, as
+    it does for differences.csv; fewer than 2 pairs give none, and only the best is marked."""
+    ok = (stats["failed"] == 0) & stats["mean"].notna()
+    for (dataset, grid, metric), block in stats[ok].groupby(["dataset", "grid", "metric"], sort=False):
+        top = block["mean"].max()
+        best = block[block["mean"] == top]
+        stats.loc[best.index, "best"] = True
+        values = long[(long["grid"] == grid) & (long["metric"] == metric)]
+        if dataset != AVERAGE:
+            values = values[values["dataset"] == dataset]
+        on = ["dataset", "seed"]
+        reference = best.iloc[0]
+        ours = values[(values[ROW] == reference[ROW]).all(axis=1)][[*on, "value"]]
+        for index, row in block.drop(best.index).iterrows():
+            theirs = values[(values[ROW] == row[ROW]).all(axis=1)][[*on, "value"]]
+            paired = ours.merge(theirs, on=on, suffixes=("_best", "_row"))
+            diffs = (paired["value_best"] - paired["value_row"]).to_numpy()
+            low, high, _ = _interval_and_test(diffs)
+            stats.loc[index, ["pairs", "diff_mean", "diff_low", "diff_high"]] = [
+                len(diffs),
+                float(diffs.mean()) if len(diffs) else float("nan"),
+                low,
+                high,
+            ]
+            stats.loc[index, "tied"] = bool(len(diffs) >= 2 and low <= 0 <= high)
 
 
 def paper_comparison(
@@ -209,8 +324,6 @@ def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame
 
 
 def _interval_and_test(diffs) -> tuple[float, float, float]:
-    import numpy as np
-
     if len(diffs) < 2:
         return float("nan"), float("nan"), float("nan")
     rng = np.random.default_rng(BOOTSTRAP_SEED)
@@ -225,15 +338,79 @@ def _interval_and_test(diffs) -> tuple[float, float, float]:
     return float(low), float(high), p
 
 
-def wide(stats: pd.DataFrame, dataset: str) -> pd.DataFrame:
-    """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'."""
+def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame:
+    """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'. With `marks` (and
+    the columns of `assess`): the best cell of a column in bold, a cell not distinguishable
+    from it with †, a column `n` (seeds behind the row's means) first, and a column
+    `unstable` (‡ and the number of flagged runs) when a row of the block has one."""
     part = stats[stats["dataset"] == dataset].copy()
+    marked = marks and "best" in part.columns
     part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
+    if marked:
+        part["cell"] = [_mark_md(c, b, t) for c, b, t in zip(part["cell"], part["best"], part["tied"])]
     index = ["label", "hyperparameters", "grid"] if (part["grid"] != "").any() else ["label", "hyperparameters"]
     table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
     table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
     table.columns.name = None
+    if marked:
+        rows = part.groupby(index, sort=False)
+        counts = rows["n"].agg(["min", "max"]).reindex(table.index)
+        table.insert(0, "n", [_n_text(lo, hi) for lo, hi in zip(counts["min"], counts["max"])])
+        flagged = rows["unstable"].max().reindex(table.index)
+        if (flagged > 0).any():
+            table["unstable"] = [f"‡ {k} run{'s' if k > 1 else ''}" if k > 0 else "" for k in flagged]
     return table
+
+
+def _mark_md(cell: str, best: bool, tied: bool) -> str:
+    return f"**{cell}**" if best else (f"{cell} †" if tied else cell)
+
+
+def _n_text(low: int, high: int) -> str:
+    """The number of seeds behind a row ('–' for a row with no finished seed)."""
+    low, high = int(low), int(high)
+    return "–" if high == 0 else (str(high) if low == high else f"{low}–{high}")
+
+
+def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
+    """What the marks of one block mean and the n behind them, and every unstable row with its
+    reasons (plain text; `render` writes them under the block in table.md and table.tex)."""
+    if "best" not in part.columns or part.empty:
+        return []
+    notes = []
+    pairing = "seeds x datasets" if dataset == AVERAGE else "seeds"
+    compared = part[~part["best"] & (part["failed"] == 0) & part["mean"].notna()]
+    if not compared.empty:
+        pairs = sorted(set(compared["pairs"].astype(int)))
+        shown = str(pairs[0]) if len(pairs) == 1 else f"{pairs[0]}-{pairs[-1]}"
+        if pairs[-1] < 2:
+            notes.append(
+                f"Bold: the best mean of its column. With n = {shown} pair ({pairing}) no interval exists, so no "
+                "other row is marked as indistinguishable from the best: compare these numbers with care."
+            )
+        else:
+            notes.append(
+                f"Bold: the best mean of its column; † (tied): not distinguishable from the best, i.e. the 95 % "
+                f"bootstrap interval of the paired difference (best minus the row, paired by {pairing}, as in "
+                f"differences.csv) contains 0; n = {shown} pairs"
+                + (
+                    " (a comparison with fewer than 2 pairs has no interval and is never marked)."
+                    if pairs[0] < 2
+                    else "."
+                )
+            )
+    elif part["best"].any():
+        notes.append("Bold: the best mean of its column.")
+    unstable = part[part["unstable"] > 0].drop_duplicates(["label", "hyperparameters", "grid"])
+    for row in unstable.itertuples(index=False):
+        name = " ".join(x for x in (row.label, f"({row.hyperparameters})", row.grid) if x)
+        notes.append(f"‡ unstable: {name}, {row.unstable_reasons}.")
+    if not unstable.empty:
+        notes.append(
+            "‡ unstable = a run whose mean train loss ended above its first round's, or whose accuracy is below half "
+            "of zero-shot's on the same dataset and seed; its numbers are shown (and averaged) as they are."
+        )
+    return notes
 
 
 def _fmt(mean: float, std: float, n: int, failed: int = 0) -> str:
@@ -250,15 +427,17 @@ def render(
     diffs: pd.DataFrame | None = None,
     notes: Sequence[str] = (),
 ) -> dict[str, Path]:
-    """Write table.md, table.csv (long stats), table.tex, paper_comparison.csv and
-    differences.csv (`differences`); `notes` are lines printed under the title."""
+    """Write table.md, table.csv (long stats, with the columns of `assess`), table.tex,
+    paper_comparison.csv and differences.csv (`differences`); `notes` are lines printed under
+    the title; each block's marks are explained under it (`block_notes`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     datasets = list(dict.fromkeys(stats["dataset"]))
     order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
     md = [
         f"# {title}",
         "",
-        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); Average = per-seed mean over datasets "
+        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); bold = best, † = not "
+        "distinguishable from the best, ‡ = unstable (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
         "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
         "hyperparameters: paper = the method's defaults (and the preset's settings), "
         "tuned = chosen by `fedbench tune` on validation data.",
@@ -268,9 +447,11 @@ def render(
     ]
     tex = []
     for dataset in order:
-        table = wide(stats, dataset)
-        md += [f"## {dataset}", "", _markdown(table), ""]
-        tex.append(latex_table(stats[stats["dataset"] == dataset], f"{title}: {dataset}"))
+        part = stats[stats["dataset"] == dataset]
+        table = wide(stats, dataset, marks=True)
+        notes_here = block_notes(part, dataset)
+        md += [f"## {dataset}", "", _markdown(table), "", *notes_here, *([""] if notes_here else [])]
+        tex.append(latex_table(part, f"{title}: {dataset}", marks=True))
     if diffs is not None and not diffs.empty:
         reference = diffs["reference"].iloc[0]
         md += [
@@ -298,33 +479,46 @@ def render(
     return paths
 
 
-def latex_table(part: pd.DataFrame, caption: str) -> str:
+def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
     """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
     of each column in bold (ties all bold), a failed cell as `failed` (never a number), a
-    column saying paper/tuned when any row is tuned, the caption escaped for LaTeX."""
+    column saying paper/tuned when any row is tuned, the caption escaped for LaTeX. With
+    `marks` (and the columns of `assess`): bold is `assess`'s best, $^\\dagger$ marks a cell
+    not distinguishable from it, $^\\ddagger$ an unstable row's label, a column $n$ (seeds)
+    follows the method, and the notes of `block_notes` follow the tabular."""
+    marked = marks and "best" in part.columns
     metrics = list(dict.fromkeys(part["metric"]))
     has_grid = (part["grid"] != "").any()
     has_tuned = (part["hyperparameters"] != "paper").any()
     keys = ["label", "hyperparameters", "grid"]
     rows = list(dict.fromkeys(zip(*(part[k] for k in keys))))
     best = {m: part.loc[(part["metric"] == m) & (part["failed"] == 0), "mean"].max() for m in metrics}
-    header = ["Method", *(["Hyperparameters"] if has_tuned else []), *(["Setting"] if has_grid else []), *metrics]
+    header = [
+        "Method",
+        *(["Hyperparameters"] if has_tuned else []),
+        *(["Setting"] if has_grid else []),
+        *(["$n$"] if marked else []),
+        *metrics,
+    ]
     lines = [
         "\\begin{table}[t]",
         "\\centering",
         f"\\caption{{{latex_escape(caption)}}}",
-        f"\\begin{{tabular}}{{l{'l' if has_tuned else ''}{'l' if has_grid else ''}{'r' * len(metrics)}}}",
+        f"\\begin{{tabular}}{{l{'l' if has_tuned else ''}{'l' if has_grid else ''}{'r' if marked else ''}"
+        f"{'r' * len(metrics)}}}",
         "\\toprule",
-        " & ".join(latex_escape(h) for h in header) + " \\\\",
+        " & ".join(h if h == "$n$" else latex_escape(h) for h in header) + " \\\\",
         "\\midrule",
     ]
     for label, hyperparameters, grid in rows:
+        here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
+        flagged = marked and (here["unstable"] > 0).any()
         cells = [
-            latex_escape(label),
+            latex_escape(label) + ("$^\\ddagger$" if flagged else ""),
             *([latex_escape(hyperparameters)] if has_tuned else []),
             *([latex_escape(grid)] if has_grid else []),
+            *([latex_escape(_n_text(here["n"].min(), here["n"].max()))] if marked else []),
         ]
-        here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
         for metric in metrics:
             row = here[here["metric"] == metric]
             if row.empty:
@@ -335,9 +529,19 @@ def latex_table(part: pd.DataFrame, caption: str) -> str:
                 cells.append(latex_escape(_fmt(mean, std, n, failed)))
                 continue
             text = f"{mean:.2f}" + (f" $\\pm$ {std:.2f}" if n > 1 else "")
-            cells.append(f"\\textbf{{{text}}}" if round(mean, 2) == round(best[metric], 2) else text)
+            if marked:
+                is_best, tied = bool(row["best"].iloc[0]), bool(row["tied"].iloc[0])
+            else:
+                is_best, tied = round(mean, 2) == round(best[metric], 2), False
+            cells.append(f"\\textbf{{{text}}}" if is_best else (f"{text}$^\\dagger$" if tied else text))
         lines.append(" & ".join(cells) + " \\\\")
-    lines += ["\\bottomrule", "\\end{tabular}", "\\end{table}", ""]
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    if marked:
+        notes = block_notes(part, str(part["dataset"].iloc[0])) if not part.empty else []
+        for note in notes:
+            text = latex_escape(note).replace("†", "$^\\dagger$").replace("‡", "$^\\ddagger$")
+            lines.append(f"\\par\\smallskip{{\\footnotesize {text}}}")
+    lines += ["\\end{table}", ""]
     return "\n".join(lines)
 
 

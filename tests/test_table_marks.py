@@ -1,0 +1,220 @@
+"""What a table tells a reader at a glance: the best row of each column, the rows not
+distinguishable from it (paired bootstrap, as differences.csv), n per row, and unstable runs
+(train loss rose, or an accuracy below half of zero-shot's) marked, never hidden."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from conftest import tiny_config
+from test_tables import long_rows
+
+from benchmark.runs.results import round_mean_losses, run_health, training_health
+from benchmark.sweeps.tables import AVERAGE, assess, differences, latex_table, render, summarize, unstable_runs, wide
+
+DATASETS = ("dtd", "pets")
+# best minus close, per (dataset, seed): small, of both signs, mean > 0 (so best stays best)
+CLOSE_GAP = {"dtd": (1.0, -0.8, 0.3), "pets": (0.9, -0.7, 0.4)}
+
+
+def three_methods() -> pd.DataFrame:
+    """3 seeds x 2 datasets: `best` clearly best, `close` within noise of it, `worse` 10 points
+    below, zero-shot far below; the seeds move every method together (as a seed's partition does)."""
+    values = {}
+    for d, dataset in enumerate(DATASETS):
+        for s, seed in enumerate((1, 2, 3)):
+            base = 70.0 + 3 * d + (-1.0, 2.0, 0.5)[s]
+            rows = {
+                "zeroshot": base - 20,
+                "best": base,
+                "close": base - CLOSE_GAP[dataset][s],
+                "worse": base - 10 + (0.2, -0.1, 0.1)[s],
+            }
+            for label, value in rows.items():
+                values[(label, dataset, seed)] = {"Base": value, "HM": value - 5}
+    return long_rows(values, tuned=())
+
+
+def marks(stats: pd.DataFrame, dataset: str, metric: str) -> dict[str, tuple[bool, bool]]:
+    part = stats[(stats.dataset == dataset) & (stats.metric == metric)]
+    return {r.label: (bool(r.best), bool(r.tied)) for r in part.itertuples()}
+
+
+@pytest.mark.parametrize("dataset", [*DATASETS, AVERAGE])
+@pytest.mark.parametrize("metric", ["Base", "HM"])
+def test_best_and_not_distinguishable_rows_are_marked_per_block(dataset, metric):
+    stats = summarize(three_methods())
+    assert marks(stats, dataset, metric) == {
+        "zeroshot": (False, False),
+        "best": (True, False),
+        "close": (False, True),
+        "worse": (False, False),
+    }
+    part = stats[(stats.dataset == dataset) & (stats.metric == metric)].set_index("label")
+    assert part.loc["close", "pairs"] == (6 if dataset == AVERAGE else 3)  # seeds x datasets in the Average
+    assert part.loc["close", "diff_low"] <= 0 <= part.loc["close", "diff_high"]
+    assert part.loc["worse", "diff_low"] > 0
+
+
+def test_the_average_interval_is_the_one_of_differences_csv():
+    long = three_methods()
+    stats = summarize(long)
+    overall = differences(long, "best", "HM").set_index(["baseline", "dataset"])
+    for label in ("close", "worse"):
+        row = stats[(stats.dataset == AVERAGE) & (stats.metric == "HM") & (stats.label == label)].iloc[0]
+        theirs = overall.loc[(label, "all (seeds x datasets)")]
+        assert (row.pairs, row.diff_mean, row.diff_low, row.diff_high) == pytest.approx(
+            (theirs.pairs, theirs.mean_diff, theirs.ci_low, theirs.ci_high)
+        )
+        per_dataset = stats[(stats.dataset == "dtd") & (stats.metric == "HM") & (stats.label == label)].iloc[0]
+        assert (per_dataset.diff_low, per_dataset.diff_high) == pytest.approx(
+            (overall.loc[(label, "dtd")].ci_low, overall.loc[(label, "dtd")].ci_high)
+        )
+
+
+def test_md_tex_and_csv_show_the_marks_the_n_and_a_legend(tmp_path):
+    stats = summarize(three_methods())
+    paths = render(stats, pd.DataFrame(), tmp_path, "Marks")
+    md = paths["md"].read_text()
+    block = md.split("## Average")[1].split("## dtd")[0]
+    row = {line.split(" | ")[0].lstrip("| "): line for line in block.splitlines() if line.startswith("| ")}
+    assert row["label"].startswith("| label | hyperparameters | n |")
+    assert "**" in row["best"] and "†" not in row["best"]
+    assert "† |" in row["close"] and "**" not in row["close"]
+    assert "**" not in row["worse"] and "†" not in row["worse"]
+    assert all(f"| {n} |" in row[label] for label, n in (("best", 3), ("close", 3)))  # n seeds per row
+    assert "paired by seeds x datasets" in block and "n = 6 pairs" in block
+    assert "paired by seeds," in md.split("## dtd")[1] and "n = 3 pairs" in md.split("## dtd")[1]
+    csv = pd.read_csv(paths["csv"])
+    assert {"best", "tied", "pairs", "diff_low", "diff_high", "unstable", "unstable_reasons"} <= set(csv.columns)
+    marked = csv[(csv.dataset == AVERAGE) & (csv.metric == "HM")].set_index("label")
+    assert bool(marked.loc["best", "best"]) and bool(marked.loc["close", "tied"]) and not marked.loc["worse", "tied"]
+    tex = paths["tex"].read_text().split("\\end{table}")[0]  # the Average table comes first
+    assert "Method & $n$ & Base & HM" in tex
+    (best_line,) = [line for line in tex.splitlines() if line.startswith("best &")]
+    (close_line,) = [line for line in tex.splitlines() if line.startswith("close &")]
+    assert best_line.count("\\textbf{") == 2 and close_line.count("$^\\dagger$") == 2
+    assert "not distinguishable from the best" in tex and "n = 6 pairs" in tex
+
+
+def test_one_pair_marks_only_the_best_and_says_why(tmp_path):
+    long = three_methods()
+    long = long[(long.dataset == "dtd") & (long.seed == 1)]
+    stats = summarize(long)
+    for dataset in ("dtd", AVERAGE):
+        part = stats[stats.dataset == dataset]
+        assert set(part[part.best].label) == {"best"} and not part.tied.any()
+    md = render(stats, pd.DataFrame(), tmp_path, "One pair")["md"].read_text()
+    assert "With n = 1 pair" in md and "no interval exists" in md and "†" not in md.replace("† =", "")
+
+
+def test_a_failed_row_is_never_best_or_tied():
+    long = three_methods()
+    stats = summarize(long)
+    stats.loc[stats.label == "best", ["mean", "std"]] = float("nan")  # as `summarize` shows a failed cell
+    stats.loc[stats.label == "best", "failed"] = 3
+    again = assess(stats, long)
+    part = again[(again.dataset == "dtd") & (again.metric == "HM")].set_index("label")
+    assert not part.loc["best", "best"] and not part.loc["best", "tied"]
+    assert part.loc["close", "best"]  # the next one up
+
+
+def test_latex_without_assessment_columns_keeps_its_old_form():
+    stats = summarize(three_methods())
+    plain = stats[stats.dataset == AVERAGE].drop(columns=["best", "tied"])
+    tex = latex_table(plain, "t", marks=True)
+    assert "$n$" not in tex and "dagger" not in tex and "\\textbf{" in tex
+
+
+# -- unstable runs ------------------------------------------------------------------------------
+def test_training_health_flags_a_rising_loss_only():
+    rising = training_health({1: 1.2, 2: 0.9, 3: 1.5})
+    assert rising["unstable"] and rising["reasons"] == ["mean train loss rose from 1.2 (round 1) to 1.5 (round 3)"]
+    assert (rising["train_loss_first_round"], rising["train_loss_last_round"]) == (1.2, 1.5)
+    assert training_health({1: 1.2, 2: 1.5, 3: 1.1}) == {
+        "unstable": False,
+        "reasons": [],
+        "train_loss_first_round": 1.2,
+        "train_loss_last_round": 1.1,
+    }  # a bump in between is not the criterion: first versus last
+    assert not training_health({1: 1.2})["unstable"]  # one round cannot rise
+    assert not training_health({})["unstable"]  # a method that does not train
+    assert training_health({1: 1.0, 2: float("inf")})["unstable"]
+
+
+def test_round_means_ignore_client_order_and_unlogged_losses():
+    a = round_mean_losses({1: {0: 0.1, 1: 0.2, 2: 0.7}, 2: {2: float("nan")}})
+    b = round_mean_losses({1: {2: 0.7, 0: 0.1, 1: 0.2}})
+    assert a == b == {1: pytest.approx(1.0 / 3)}
+
+
+def test_a_run_writes_its_health_and_old_folders_get_it_from_metrics_csv(fake_data_root, tmp_path):
+    from benchmark.runs.runner import run_experiment
+
+    result = run_experiment(
+        tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2), progress=False
+    )  # 2 rounds: first and last differ
+    summary = json.loads((result.run_dir / "summary.json").read_text())
+    health = summary["health"]
+    assert set(health) == {"unstable", "reasons", "train_loss_first_round", "train_loss_last_round"}
+    metrics = pd.read_csv(result.run_dir / "metrics.csv")
+    losses = metrics[(metrics.metric == "train_loss") & (metrics.client >= 0)].groupby("round")["value"].mean()
+    assert health["train_loss_first_round"] == pytest.approx(losses.loc[1])
+    assert health["train_loss_last_round"] == pytest.approx(losses.loc[2])
+    assert health["unstable"] == (losses.loc[2] > losses.loc[1])
+    legacy = {k: v for k, v in summary.items() if k != "health"}  # a folder written before `health`
+    recomputed = run_health(result.run_dir, legacy)
+    assert recomputed["unstable"] == health["unstable"]
+    assert recomputed["train_loss_last_round"] == pytest.approx(health["train_loss_last_round"])
+
+
+def with_unstable(long: pd.DataFrame) -> pd.DataFrame:
+    long = long.copy()
+    long["unstable"] = ""
+    rose = (long.label == "close") & (long.dataset == "pets") & (long.seed == 2)
+    long.loc[rose, "unstable"] = "mean train loss rose from 1.1 (round 1) to 2.3 (round 5)"
+    collapsed = (long.label == "worse") & (long.dataset == "dtd") & (long.seed == 3) & (long.metric == "HM")
+    zeroshot_hm = long[(long.label == "zeroshot") & (long.dataset == "dtd") & (long.seed == 3) & (long.metric == "HM")]
+    long.loc[collapsed, "value"] = 0.49 * zeroshot_hm["value"].item()
+    return long
+
+
+def test_unstable_runs_by_loss_and_by_half_of_zero_shot():
+    long = with_unstable(three_methods())
+    flagged = unstable_runs(long).set_index(["label", "dataset", "seed"])
+    assert sorted(flagged.index) == [("close", "pets", 2), ("worse", "dtd", 3)]
+    assert "train loss rose" in flagged.loc[("close", "pets", 2), "reasons"]
+    assert (
+        flagged.loc[("worse", "dtd", 3), "reasons"].startswith("HM ")
+        and "below half of zero-shot's" in (flagged.loc[("worse", "dtd", 3), "reasons"])
+    )
+    # the other runs of `worse` are 10 points below best, i.e. well above half of zero-shot: not flagged
+    stats = summarize(long)
+    rows = stats[stats.metric == "Base"].set_index(["label", "dataset"])
+    assert rows.loc[("worse", "dtd"), "unstable"] == 1 and rows.loc[("worse", "pets"), "unstable"] == 0
+    assert rows.loc[("worse", AVERAGE), "unstable"] == 1 and rows.loc[("close", AVERAGE), "unstable"] == 1
+    assert rows.loc[("close", AVERAGE), "unstable_reasons"].startswith("pets seed 2: mean train loss rose")
+    assert (stats[stats.label.isin(["zeroshot", "best"])]["unstable"] == 0).all()
+
+
+def test_unstable_rows_are_shown_with_a_mark_and_a_note(tmp_path):
+    stats = summarize(with_unstable(three_methods()))
+    table = wide(stats, "dtd", marks=True)
+    assert table.loc[("worse", "paper"), "unstable"] == "‡ 1 run" and table.loc[("best", "paper"), "unstable"] == ""
+    assert table.loc[("worse", "paper"), "HM"] != ""  # the number stays: flagged, never hidden
+    paths = render(stats, pd.DataFrame(), tmp_path, "Unstable")
+    dtd = paths["md"].read_text().split("## dtd")[1].split("## pets")[0]
+    assert "‡ unstable: worse (paper), seed 3: HM" in dtd and "below half of zero-shot's" in dtd
+    assert "‡ unstable = a run whose mean train loss ended above" in dtd
+    assert "worse$^\\ddagger$ &" in paths["tex"].read_text()
+    csv = pd.read_csv(paths["csv"])
+    assert csv[(csv.label == "worse") & (csv.dataset == "dtd")]["unstable"].eq(1).all()
+
+
+def test_a_table_without_zero_shot_checks_the_loss_only():
+    long = with_unstable(three_methods())
+    long = long[long.method != "zeroshot"]
+    flagged = unstable_runs(long)
+    assert list(zip(flagged.label, flagged.dataset, flagged.seed)) == [("close", "pets", 2)]
