@@ -163,7 +163,7 @@ class FederatedMethod(L.LightningModule):
         [True]; False evaluates the state its last local training left.
       - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
         "32-true" when the trained state changes the towers by less than bf16's matrix
-        products blur them (pFedMMA, LoRA; README "Precision"). On CPU, auto is "32-true".
+        products blur them (pFedMMA, LoRA; docs/performance.md, Precision). On CPU, auto is "32-true".
       - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
         loads the dataset's attribute file (`data.attributes`) and calls
         `set_class_attributes` before training [False].

@@ -1,4 +1,4 @@
-"""CLIP's image transforms as the protocol fixes them (README, "Evaluation protocol")."""
+"""CLIP's image transforms as the protocol fixes them (docs/protocols.md, Evaluation protocol)."""
 
 from __future__ import annotations
 

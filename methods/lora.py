@@ -89,7 +89,7 @@ class CLIPLoRA(FederatedMethod):
     tunable = {"lr": LogUniform.around(2e-4)}  # around the paper's lr, the default below
     upload_keys = ("lora.*",)
     frozen_image_features = False  # the image tower carries LoRA too
-    gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (README "Precision")
+    gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (docs/performance.md)
 
     def __init__(
         self,

@@ -290,7 +290,7 @@ def test_auto_precision_on_a_gpu_is_the_methods_choice(method, expected):
     )
 
 
-if __name__ == "__main__":  # the README's figures: PYTHONPATH=. python tests/test_precision.py
+if __name__ == "__main__":  # docs/performance.md's figures: PYTHONPATH=. python tests/test_precision.py
     backbone = load_backbone("ViT-B-16", None)
     torch.manual_seed(0)
     pfedmma = PFedMMA(backbone).eval()

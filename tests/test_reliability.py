@@ -1,5 +1,5 @@
 """Nothing lost, nothing false: divergence, bad input, signals, W&B without network,
-damaged results and output checks (the fault-injection cases of the README's Reliability)."""
+damaged results and output checks (the fault-injection cases of docs/run-folders.md, Reliability)."""
 
 from __future__ import annotations
 

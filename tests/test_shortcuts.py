@@ -22,7 +22,7 @@ from benchmark.backbone import BackboneError, ImagePrefix
 from benchmark.registry import build_method
 from benchmark.runs.identity import cell_hash
 
-TOLERANCE = 1e-5  # fp32: measured differences are ~1e-7 (README "Performance")
+TOLERANCE = 1e-5  # fp32: measured differences are ~1e-7 (docs/performance.md)
 # FedOTP's transport plan exp(-(1 - sim) / eps), eps = 0.01, magnifies a 1e-7 change of the
 # text features ~50x: its plain path moves by 6e-6 when its prompt is scaled by 1 + 1e-7.
 METHOD_TOLERANCE = {"fedotp": 5e-5}

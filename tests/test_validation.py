@@ -112,7 +112,7 @@ def test_print_config_shows_the_resolved_config_and_presets_lists_the_tables(fed
 
 
 def test_fedbench_help_imports_neither_torch_nor_open_clip():
-    """`fedbench --help` stays fast (README: measured) because no command loads torch to build its parser."""
+    """`fedbench --help` stays fast (measured: results/perf-notes.md) because no command loads torch to build its parser."""
     import subprocess
     import sys
 

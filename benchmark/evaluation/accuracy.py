@@ -18,7 +18,7 @@ AccuracyFn = Callable[[Sequence[int], Sequence[int]], float]  # (test indices, c
 
 
 def harmonic_mean(*values: float) -> float:
-    """HM = n / sum(1/v): DESIGN.md's HM of Local, Base and Novel (0 if any is 0)."""
+    """HM = n / sum(1/v): the HM of Local, Base and Novel (docs/protocols.md; 0 if any is 0)."""
     if any(v <= 0 for v in values):
         return 0.0
     return len(values) / sum(1.0 / v for v in values)

@@ -98,7 +98,7 @@ class Protocol:
 
 @register_protocol("base2novel")
 class Base2Novel(Protocol):
-    """Base classes dealt to clients; Local / Base / Novel / HM (DESIGN.md)."""
+    """Base classes dealt to clients; Local / Base / Novel / HM (docs/protocols.md)."""
 
     metrics = ("Local", "Base", "Novel", "HM")
     headline = "HM"

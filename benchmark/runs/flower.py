@@ -18,7 +18,7 @@ Every message carries the run's config, so a node (re)builds the run (`prepare_r
 same seeded method, data and partition) from it alone; node-local options (data_root,
 device, ...) come from the node's `--node-config`. `simulate` runs it on Flower's
 simulation runtime (`fedbench flower`); `server_app` is the ServerApp for `flwr run` on a
-real federation of SuperNodes (README "Scaling out").
+real federation of SuperNodes (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def _check_trains(run) -> None:
 
 
 def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[FederationResult, dict]:
-    """The run's rounds on the nodes of `grid` (a `benchmark.runs.runner.Engine` once `grid` is bound)."""
+    """The run's rounds on the nodes of `grid` (a `benchmark.runs.runner.FederationEngine` once `grid` is bound)."""
     _check_trains(run)
     with shortcuts.use(run.config.shortcuts):  # a ServerApp thread does not inherit the caller's setting
         strategy = MethodStrategy(run, connect(grid, run), on_round_end, on_evaluate, eval_rounds)
@@ -384,7 +384,7 @@ def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[F
 
 # -- running it --------------------------------------------------------------------------
 def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
-    """An engine (`benchmark.runs.runner.Engine`) running the federation on Flower's simulation
+    """A `benchmark.runs.runner.FederationEngine` running the federation on Flower's simulation
     runtime: one virtual SuperNode per client, `parallel` ClientApps at a time, each with
     `client_cpus` CPUs (its torch threads) and `client_gpus` GPUs."""
     from flwr.simulation import run_simulation

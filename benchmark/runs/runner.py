@@ -1,4 +1,5 @@
-"""One experiment from a RunConfig to a run folder: the flow of DESIGN.md in one place."""
+"""One experiment from a RunConfig to a run folder, its whole flow in one place (what the folder
+holds: docs/run-folders.md; the layers around it: docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
-from typing import Protocol as Interface
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -110,7 +110,7 @@ def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMetho
 
 
 def run_experiment(
-    config: RunConfig, write: bool = True, progress: bool = True, tracker=None, engine: "Engine | None" = None
+    config: RunConfig, write: bool = True, progress: bool = True, tracker=None, engine: "FederationEngine | None" = None
 ) -> RunResult:
     """Run `config` end to end; write its run folder under `config.out` when `write`,
     holding the cell's lock throughout (another process on the same cell: CellBusy).
@@ -129,7 +129,7 @@ def run_experiment(
 PerClient = dict[int, dict[str, float]]
 
 
-class Engine(Interface):
+class FederationEngine(Protocol):
     """Runs a prepared federation elsewhere (Flower): the rounds of `run.schedule`, calling
     `on_round_end(RoundLog)` after each and `on_evaluate(round, per_client metrics)` after
     each round of `eval_rounds` but the last, where the clients' states live. Returns the
@@ -253,13 +253,15 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     )
 
 
-def _run_experiment(config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None) -> RunResult:
+def _run_experiment(
+    config: RunConfig, write: bool, progress: bool, tracker, engine: FederationEngine | None
+) -> RunResult:
     with flops.ledger() as account:  # the FLOPs this process executes for the run (timing.json)
         return _run_counted(config, write, progress, tracker, engine, account)
 
 
 def _run_counted(
-    config: RunConfig, write: bool, progress: bool, tracker, engine: Engine | None, account: flops.FlopLedger
+    config: RunConfig, write: bool, progress: bool, tracker, engine: FederationEngine | None, account: flops.FlopLedger
 ) -> RunResult:
     started = time.perf_counter()
     run = prepare_run(config, progress, train_features=engine is None)

@@ -2,7 +2,7 @@
 
 `collect` reads every finished cell into long rows (one per run x metric); `summarize`
 gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
-HM is averaged, never the HM of averages: DESIGN.md); `differences` pairs the headline
+HM is averaged, never the HM of averages: docs/protocols.md); `differences` pairs the headline
 method with each other row run by run (same dataset, grid and seed) and gives the mean
 difference with a bootstrap interval and a signed-rank test; `render` writes Markdown, CSV
 and LaTeX. Every row says whether its hyperparameters are the paper's or `fedbench tune`'s.

@@ -166,7 +166,7 @@ def _overhead_configs(quick: bool):
 
     from benchmark.config import build_config
 
-    # The README's tiny-CLIP profile: a 40-class dataset in CoOp's DTD layout (generated here).
+    # The tiny-CLIP profile of results/perf-notes.md: a 40-class dataset in CoOp's DTD layout (generated here).
     root = _describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-bench-")), classes=40)
     tiny = dict(
         method="promptfl",
