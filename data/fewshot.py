@@ -34,29 +34,3 @@ def few_shot_subset(labels: Sequence[int], pool: Iterable[int], shots: int, seed
     pool = sorted(set(pool))
     chosen = few_shot_indices([labels[i] for i in pool], shots, seed)
     return [pool[p] for p in chosen]
-
-
-def cached_few_shot_indices(labels: Sequence[int], shots: int, seed: int, cache_dir, tag: str = "") -> list[int]:
-    """`few_shot_indices`, cached as JSON in `cache_dir` (next to the split) so reruns read
-    the identical sample. The file name carries a hash of the labels, so a changed split
-    never reuses a stale sample."""
-    import hashlib
-    import json
-    from pathlib import Path
-
-    digest = hashlib.sha256(json.dumps([int(y) for y in labels]).encode()).hexdigest()[:12]
-    path = Path(cache_dir) / f"fewshot{('_' + tag) if tag else ''}_k{shots}_s{seed}_{digest}.json"
-    if path.is_file():
-        try:
-            return [int(i) for i in json.loads(path.read_text())]
-        except (ValueError, TypeError):
-            pass  # a damaged cache file is recomputed
-    indices = few_shot_indices(labels, shots, seed)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(indices))
-        tmp.replace(path)
-    except OSError:
-        pass  # a read-only data root only loses the cache
-    return indices

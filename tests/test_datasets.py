@@ -11,7 +11,7 @@ from fake_layouts import DOMAINBED, FAKE_NAMES, IMAGENET_NAMES, decode_marker, m
 
 from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset
-from data.fewshot import cached_few_shot_indices, few_shot_indices, few_shot_subset
+from data.fewshot import few_shot_subset
 from data.transforms import clip_transforms
 
 TRANSFORMS = clip_transforms(32, augment=False)
@@ -186,16 +186,13 @@ def test_missing_domain_split_file(tmp_path):
         load_dataset("domainnet", tmp_path, TRANSFORMS)
 
 
-def test_few_shot_subset_and_cache(tmp_path):
+def test_few_shot_subset():
     labels = [i % 5 for i in range(100)]
     pool = [i for i in range(100) if labels[i] in (0, 2, 4)]
     picked = few_shot_subset(labels, pool, 3, seed=1)
     assert set(picked) <= set(pool) and len(picked) == 9
     assert sorted({labels[i] for i in picked}) == [0, 2, 4]
     assert picked == few_shot_subset(labels, pool, 3, seed=1) != few_shot_subset(labels, pool, 3, seed=2)
-    first = cached_few_shot_indices(labels, 4, 7, tmp_path, tag="train")
-    assert first == few_shot_indices(labels, 4, 7) and len(list(tmp_path.glob("fewshot_train_k4_s7_*.json"))) == 1
-    assert cached_few_shot_indices(labels, 4, 7, tmp_path, tag="train") == first
 
 
 # --- the `fedbench datasets` / `fedbench data download` commands --------------------------

@@ -118,14 +118,11 @@ def test_a_class_without_training_images_is_an_error():
         class_chunk_partition([0, 1, 2, 4], [ChunkGroup("art", (0, 1, 2, 3, 4), (0, 1, 2, 3))], 20, 8, 1, "msst")
 
 
-def test_partition_manifest_round_trips_targets(tmp_path):
-    from data.partition import load_manifest, save_manifest
-
+def test_partition_manifest_records_targets():
     partition = class_chunk_partition(
         _labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "transfer", targets=("b", "c")
     )
-    save_manifest(partition, tmp_path / "p.json")
-    assert load_manifest(tmp_path / "p.json") == partition
+    assert list(partition.manifest()["targets"]) == ["b", "c"]
     plain = class_chunk_partition(_labels(12), [ChunkGroup("a", tuple(range(12)))], 5, 1, 1, "classchunk")
     assert "targets" not in plain.manifest()  # protocols without targets keep their old hash
 

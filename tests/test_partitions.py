@@ -14,8 +14,6 @@ from data.partition import (
     deal_classes,
     dirichlet_partition,
     domain_partition,
-    load_manifest,
-    save_manifest,
 )
 
 
@@ -154,20 +152,6 @@ def test_domain_partition_is_label_skewed_within_domains():
     skewed = domain_partition(train, test, train_dom, test_dom, 3, beta=0.1, seed=1)
     flat = domain_partition(train, test, train_dom, test_dom, 3, beta=100.0, seed=1)
     assert _mean_entropy(skewed, train) < _mean_entropy(flat, train)
-
-
-def test_manifest_round_trip(tmp_path):
-    partition = dirichlet_partition(TRAIN, TEST, num_clients=5, beta=0.5, seed=1)
-    path = tmp_path / "runs" / "partition.json"
-    assert save_manifest(partition, path) == partition.hash
-    assert load_manifest(path) == partition
-    train, test, train_dom, test_dom = _domain_data()
-    domains = domain_partition(train, test, train_dom, test_dom, 2, 0.5, 1)
-    save_manifest(domains, path)
-    assert load_manifest(path) == domains
-    path.write_text(path.read_text().replace('"client_id": 1,', '"client_id": 9,', 1))
-    with pytest.raises(ValueError, match="hash"):
-        load_manifest(path)
 
 
 # --- the dirichlet and domains protocols, end to end with zero-shot CLIP on fake data ----
