@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from benchmark.cli import build_parser
-from benchmark.cli.args import preset_names, protocol_names, run_option_help
+from benchmark.cli.args import protocol_names, run_option_help
 from benchmark.config import ConfigError
 from benchmark.sweeps import executors
 from benchmark.sweeps.executors import EXECUTORS, executor_from_args, get_executor, register_executor
@@ -24,12 +24,6 @@ def test_the_protocol_names_are_the_registered_protocols():
 
     assert protocol_names() == tuple(PROTOCOLS)
     assert run_option_help("protocol") == " | ".join(PROTOCOLS)
-
-
-def test_the_preset_names_are_the_shipped_presets():
-    from benchmark.sweeps.presets import available_presets
-
-    assert preset_names() == available_presets()
 
 
 def test_the_executor_choices_and_help_come_from_the_registry():

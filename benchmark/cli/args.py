@@ -1,7 +1,7 @@
 """Command-line flags generated from `RunConfig` and from a method's `__init__`:
 adding a config field or a hyperparameter needs no CLI code. And the helpers the
 commands share: argument types, `--set OPTION=VALUE`, `--method-help` / `--print-config`,
-the names `--help` lists (presets, protocols) read without importing torch."""
+the protocol names `--help` lists, read without importing torch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-import benchmark
 from benchmark.config import (
     ConfigError,
     RunConfig,
@@ -34,25 +33,16 @@ __all__ = [
     "parse_set",
     "positive_float",
     "positive_int",
-    "preset_names",
     "protocol_names",
     "run_option_help",
 ]
-
-# `fedbench --help` imports no torch (tests/test_validation.py): the names it lists are read
-# from the files that define them, not from the modules (which load torch).
-PRESET_DIR = Path(benchmark.__file__).resolve().parent / "presets"  # benchmark.sweeps.presets.PRESET_DIR
-
-
-def preset_names() -> list[str]:
-    """The shipped presets (benchmark.sweeps.presets.available_presets, without its imports)."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
 @functools.lru_cache(maxsize=1)
 def protocol_names() -> tuple[str, ...]:
     """The protocols registered in benchmark/evaluation/protocols.py (its PROTOCOLS keys, in
-    order), read from the `@register_protocol("name")` decorators of its source."""
+    order), read from the `@register_protocol("name")` decorators of its source: that module
+    loads torch, and `fedbench --help` must not (tests/test_validation.py)."""
     source = Path(importlib.util.find_spec("benchmark.evaluation.protocols").origin).read_text()
     names = []
     for node in ast.walk(ast.parse(source)):

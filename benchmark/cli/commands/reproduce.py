@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from benchmark.cli.args import parse_set, positive_int, preset_names
+from benchmark.cli.args import parse_set, positive_int
 from benchmark.sweeps.executors import (
     DEFAULT,
     EXECUTORS,
@@ -14,6 +14,7 @@ from benchmark.sweeps.executors import (
     executor_help,
     extras_note,
 )
+from benchmark.sweeps.presets import available_presets
 
 
 def add_parser(subparsers) -> None:
@@ -23,7 +24,7 @@ def add_parser(subparsers) -> None:
         description="Expands the preset into runs (datasets x methods x seeds x grid), skips runs whose "
         "results already exist for the same resolved config, runs the rest, and renders the table "
         "(Markdown, CSV, LaTeX, paper comparison, radar plot, per-round curves) into --results. "
-        f"Presets: {', '.join(preset_names())}; or a path to your own preset YAML.",
+        f"Presets: {', '.join(available_presets())}; or a path to your own preset YAML.",
     )
     p.add_argument("table", help="preset name or path to a preset YAML")
     p.add_argument("--seeds", type=int, nargs="+", help="only these seeds")
