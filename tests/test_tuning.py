@@ -76,8 +76,10 @@ def test_the_forbidden_test_split_really_bites(fake_data_root, tmp_path, test_sp
 
 def test_tuning_reads_validation_only_and_records_it(tuned):
     tmp, _ = tuned  # the fixture tuned under the guard above
-    folders = sorted((tmp / "runs" / "tuning").glob("*_seed1_*"))
-    assert len(folders) == 6  # 2 methods x 3 trials, zeroshot not tuned
+    folders = sorted((tmp / "runs" / "tuning").glob("*_seed*_*"))
+    for seed in (1, 2):  # the preset lists seed 1 only: the tuning seeds are 1 and 2
+        assert len([f for f in folders if f"_seed{seed}_" in f.name]) == 6  # 2 methods x 3 trials, zeroshot not tuned
+    assert len(folders) == 12
     for folder in folders:
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["eval_split"] == "val"
@@ -96,9 +98,14 @@ def test_tuning_csv_holds_every_trial_and_the_choice(tuned):
         assert rows["param_lr"].nunique() == 3
         best = rows[rows["chosen"]]
         assert len(best) == 1 and best["value"].item() == rows["value"].max()
+        # the objective is the mean over the tuning seeds; every seed's value is in the csv
+        assert list(rows["value"]) == pytest.approx(list((rows["value_seed1"] + rows["value_seed2"]) / 2))
+        assert list(rows["val_HM"]) == pytest.approx(list(rows["value"]), abs=1e-3)  # one dataset: the same mean
+        assert list(rows["val_HM_seed2"]) == pytest.approx(list(rows["value_seed2"]), abs=1e-3)
     chosen = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text())
     assert chosen["command"].startswith("fedbench tune ") and "--trials 3" in chosen["command"]
     assert chosen["selection"]["metric"] == "HM" and chosen["selection"]["split"] == "validation"
+    assert chosen["selection"]["seeds"] == [1, 2] and "--seeds 1 2" in chosen["command"]
     for method in ("promptfl", "clip_adapter"):
         row = frame[(frame.method == method) & frame.chosen]
         assert chosen["values"][method]["lr"] == pytest.approx(row["param_lr"].item())
@@ -107,9 +114,12 @@ def test_tuning_csv_holds_every_trial_and_the_choice(tuned):
 
 def test_same_trial_budget_and_schedule_for_every_method(tuned):
     tmp, _ = tuned
-    configs = [yaml.safe_load((f / "config.yaml").read_text()) for f in (tmp / "runs" / "tuning").glob("*_seed1_*")]
-    schedule = {(c["rounds"], c["local_epochs"], c["clients"], c["shots"], c["batch_size"], c["seed"]) for c in configs}
+    configs = [yaml.safe_load((f / "config.yaml").read_text()) for f in (tmp / "runs" / "tuning").glob("*_seed*_*")]
+    schedule = {(c["rounds"], c["local_epochs"], c["clients"], c["shots"], c["batch_size"]) for c in configs}
     assert len(schedule) == 1
+    for method in ("promptfl", "clip_adapter"):  # every method's every trial ran at both tuning seeds
+        seeds = pd.Series([c["seed"] for c in configs if c["method"] == method]).value_counts()
+        assert dict(seeds) == {1: 3, 2: 3}
     counts = trials(tmp / "results").groupby("method").size()
     assert counts.nunique() == 1
 
@@ -154,7 +164,7 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
     real = runner.run_experiment
     calls = []
-    interrupt_at = [3]
+    interrupt_at = [5]  # the third trial's first run (each trial runs seeds 1 and 2)
 
     def interrupt_on_third(config, *args, **kwargs):
         calls.append(config.method_args["lr"])
@@ -175,7 +185,7 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     interrupt_at[0] = None
     done = fedbench(*tune_args(killed, preset, "--trials", "4"))
     assert done.returncode == 0, done.stderr
-    assert len(calls) == 2  # the interrupted trial and the last one; the two finished ones are not rerun
+    assert len(calls) == 4  # the interrupted trial and the last one (2 seeds each); finished ones are not rerun
     assert "trial 2 was interrupted; it will be run again" in done.stdout
     frame = trials(killed / "results")
     assert list(frame["state"]) == ["COMPLETE", "COMPLETE", "INTERRUPTED", "COMPLETE", "COMPLETE"]
@@ -185,7 +195,7 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     calls.clear()
     straight = tmp_path / "straight"
     assert fedbench(*tune_args(straight, preset, "--trials", "4")).returncode == 0
-    assert len(calls) == 4
+    assert len(calls) == 8
     uninterrupted = trials(straight / "results")
     assert list(uninterrupted["param_lr"]) == list(finished["param_lr"])
     assert list(uninterrupted["value"]) == list(finished["value"])
@@ -241,7 +251,61 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
     assert done.returncode == 0 and " trial " not in done.stdout
     chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
-    assert chosen["command"] == f"fedbench tune {preset} --trials 1 --seed 1"
+    assert chosen["command"] == f"fedbench tune {preset} --trials 1 --seeds 1 2 --seed 1"
+
+
+# -- selection over seeds -----------------------------------------------------------------------
+# Validation HM by (lr, seed): 0.2 is on the edge of stability -- the best single run (seed 1)
+# but collapses at seed 2 -- while the paper's 0.002 is good at both.
+EDGE_HM = {(0.002, 1): 70.0, (0.002, 2): 68.0, (0.2, 1): 80.0, (0.2, 2): 20.0}
+
+
+def test_tuning_selects_the_best_mean_over_seeds_not_the_best_single_run(tmp_path, fake_data_root, monkeypatch):
+    from types import SimpleNamespace
+
+    import benchmark.runs.runner as runner
+    from benchmark.cli import main
+    from methods.promptfl import PromptFL
+
+    monkeypatch.setattr(PromptFL, "tunable", {"lr": Choice((0.002, 0.2))})
+    ran = []
+
+    def known_scores(config, *args, **kwargs):  # a run whose validation HM is known, nothing trained
+        ran.append((config.method_args["lr"], config.seed, config.eval_split))
+        hm = EDGE_HM[(config.method_args["lr"], config.seed)]
+        return SimpleNamespace(
+            summary={"eval_split": "val", "metrics": {"Local": hm, "Base": hm, "Novel": hm, "HM": hm}}
+        )
+
+    monkeypatch.setattr(runner, "run_experiment", known_scores)
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))  # lists seed 1 only
+    assert main(tune_args(tmp_path, preset, "--trials", "4")) == 0
+    assert {seed for _, seed, _ in ran} == {1, 2} and {split for *_, split in ran} == {"val"}
+    frame = trials(tmp_path / "results")
+    assert set(frame["param_lr"]) == {0.002, 0.2}, "both values must be tried for the test to mean anything"
+    edge = frame[frame.param_lr == 0.2].iloc[0]
+    assert (edge.value_seed1, edge.value_seed2, edge.value) == (80.0, 20.0, 50.0)
+    assert frame["value_seed1"].max() == 80.0  # a single-seed search (seed 1) would have chosen 0.2
+    (chosen,) = frame[frame.chosen].itertuples()
+    assert chosen.param_lr == 0.002 and chosen.value == 69.0
+    tuned = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
+    assert tuned["values"]["promptfl"]["lr"] == 0.002 and tuned["validation"]["promptfl"]["tuned"] == 69.0
+
+
+def test_the_tuning_seeds_come_from_the_preset_or_the_command(tmp_path, fake_data_root):
+    from benchmark.config import ConfigError
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning import plan_tuning, tuning_seeds
+
+    (tmp_path / "one").mkdir(), (tmp_path / "three").mkdir()
+    one = load_preset(str(write_preset(tmp_path / "one", fake_data_root, seeds=(5,))))
+    three = load_preset(str(write_preset(tmp_path / "three", fake_data_root, seeds=(3, 4, 5))))
+    assert tuning_seeds(one) == [1, 2] and tuning_seeds(three) == [3, 4]
+    plan = plan_tuning(three, tmp_path / "r", 2, 9, {"out": str(tmp_path / "runs")}, ["promptfl"], seeds=[7, 8, 9])
+    assert plan.seeds == [7, 8, 9] and sorted({c.config.seed for c in plan.cells(plan.variants[0], {})}) == [7, 8, 9]
+    assert plan.identity(plan.variants[0])["seeds"] == [7, 8, 9]  # a study is resumed only under the same seeds
+    with pytest.raises(ConfigError, match="at least 2 run seeds"):
+        plan_tuning(three, tmp_path / "r", 2, 9, {}, ["promptfl"], seeds=[4, 4])
 
 
 # -- validation splits --------------------------------------------------------------------------

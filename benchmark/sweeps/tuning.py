@@ -3,10 +3,13 @@ validation data, and the test split is never read.
 
 For each method variant of a preset whose method declares `tunable` hyperparameters:
 `trials` trials (the same number for every method), each one run of every (dataset x grid)
-cell of the table at the tuning seed under the table's own federation schedule (plus the
-same `--set` overrides for every method), scored by the protocol's headline metric (HM for
-base2novel) on the validation split (`RunConfig.eval_split = "val"`, `data.validation`),
-averaged over the cells. Trial 0 is always the method's paper default; then Optuna's TPE.
+cell of the table at every tuning seed (default: the preset's first two seeds, or 1 and 2
+when it lists one) under the table's own federation schedule (plus the same `--set`
+overrides for every method), scored by the protocol's headline metric (HM for base2novel)
+on the validation split (`RunConfig.eval_split = "val"`, `data.validation`): per seed the
+mean over the cells, then the mean over the seeds. So a learning rate on the edge of
+stability -- fine at one seed, diverging at another -- loses to one that is good at both.
+Trial 0 is always the method's paper default; then Optuna's TPE.
 
 Storage: one Optuna study per method label in `<results>/tuning.db` (SQLite), so a killed
 run resumes without repeating finished trials and the trials can be inspected with Optuna's
@@ -16,7 +19,8 @@ re-seeded from a hash of (seed, number of finished trials) before each trial, so
 search proposes exactly what an uninterrupted one would have.
 
 Outputs, rewritten after every trial: `<results>/tuning.csv` (every trial: method, trial,
-state, hyperparameters, validation metric, chosen) and `<results>/tuned.yaml` (the chosen
+state, hyperparameters, validation metric (the mean over seeds) and its value at each seed
+(`value_seed<S>`), chosen, every metric's mean and per-seed values) and `<results>/tuned.yaml` (the chosen
 values of every method whose budget is spent, with the command that produced them), which
 `fedbench reproduce TABLE --tuned` applies.
 """
@@ -40,8 +44,8 @@ import yaml
 from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import get_method, hyperparameters
-from benchmark.runs.results import code_version, is_complete, read_summary
 from benchmark.runs import runner
+from benchmark.runs.results import code_version, is_complete, read_summary
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
 from benchmark.sweeps.tables import run_dir
 
@@ -49,6 +53,12 @@ TUNING_DB = "tuning.db"
 TUNING_CSV = "tuning.csv"
 TUNED_YAML = "tuned.yaml"
 STARTUP_TRIALS = 4  # trials (the paper default included) before TPE models the results
+MIN_SEEDS = 2  # a trial's score is the mean over at least this many run seeds
+
+
+def tuning_seeds(preset: Preset) -> list[int]:
+    """The default run seeds of every trial: the preset's first two, or 1 and 2 when it lists one."""
+    return list(preset.seeds[:MIN_SEEDS]) if len(preset.seeds) >= MIN_SEEDS else [1, 2]
 
 
 @dataclass
@@ -63,17 +73,20 @@ class TrialResult:
 @dataclass
 class TuningPlan:
     """What `fedbench tune` searches: the variants with something to tune, the budget, the
-    seed and the run options every trial shares (the table's schedule plus `overrides`)."""
+    sampler seed, the run seeds of every trial and the run options every trial shares (the
+    table's schedule plus `overrides`)."""
 
     preset: Preset
     trials: int
-    seed: int
+    seed: int  # the sampler's
+
     overrides: dict[str, Any]  # run options for every trial of every method (--set, out, data_root, ...)
     results_dir: Path
     variants: list[MethodVariant]
     untunable: list[str] = field(default_factory=list)  # labels whose method declares nothing to tune
     datasets: list[str] | None = None
     command: str = ""
+    seeds: list[int] = field(default_factory=lambda: [1, 2])  # run seeds of every trial
 
     @property
     def headline(self) -> str:
@@ -90,10 +103,10 @@ class TuningPlan:
         return dict(get_method(variant.method).tunable)
 
     def cells(self, variant: MethodVariant, params: dict[str, Any]) -> list[Cell]:
-        """The runs of one trial: every (dataset x grid) cell at the tuning seed, on the
+        """The runs of one trial: every (dataset x grid) cell at every tuning seed, on the
         validation split, with the trial's hyperparameters over the variant's own."""
         layer = {**self.overrides, "eval_split": "val", "wandb": "disabled", "method_args": dict(params)}
-        return self.preset.cells(layer, [self.seed], self.datasets, [variant.label], tuned={})
+        return self.preset.cells(layer, list(self.seeds), self.datasets, [variant.label], tuned={})
 
     def identity(self, variant: MethodVariant) -> dict[str, Any]:
         """What a study's trials depend on; a study is resumed only under the same identity."""
@@ -106,6 +119,7 @@ class TuningPlan:
         return {
             "space": {k: repr(v) for k, v in sorted(space.items())},
             "seed": self.seed,
+            "seeds": list(self.seeds),
             "startup_trials": STARTUP_TRIALS,
             "metric": self.headline,
             "configs": configs,
@@ -121,17 +135,25 @@ def plan_tuning(
     methods: list[str] | None = None,
     datasets: list[str] | None = None,
     command: str = "",
+    seeds: list[int] | None = None,
 ) -> TuningPlan:
-
+    """`seed` seeds the sampler; `seeds` are the run seeds of every trial (default
+    `tuning_seeds`), at least MIN_SEEDS distinct ones."""
     if trials < 1:
         raise ConfigError(f"--trials {trials} is invalid: expected an integer >= 1")
+    seeds = tuning_seeds(preset) if seeds is None else list(dict.fromkeys(int(x) for x in seeds))
+    if len(seeds) < MIN_SEEDS:
+        raise ConfigError(
+            f"--seeds {' '.join(map(str, seeds))} is too few: a trial is scored by its mean over at least "
+            f"{MIN_SEEDS} run seeds, so that a value that works at one seed only does not win"
+        )
     chosen = preset.select_methods(methods)
     variants, untunable = [], []
     for variant in chosen:
         (variants if get_method(variant.method).tunable else untunable).append(variant)
     untunable_labels = [v.label for v in untunable]
     plan = TuningPlan(
-        preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command
+        preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command, seeds
     )
     if variants:
         plan.cells(variants[0], {})  # validates the filters and the overrides before anything runs
@@ -249,13 +271,14 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
     trial = study.ask()
     params = {name: space[name].suggest(trial, name) for name in sorted(space)}
     try:
-        value, per_cell = _score(plan, variant, params)
+        value, per_cell, per_seed = _score(plan, variant, params)
     except Exception as exc:  # a diverging or crashing trial is a spent trial, recorded as failed
         error = f"{exc.__class__.__name__}: {exc}"
         trial.set_user_attr("error", error[:500])
         study.tell(trial, state=TrialState.FAIL)
         return TrialResult(variant.label, trial.number, params, None, error)
     trial.set_user_attr("per_cell", per_cell)
+    trial.set_user_attr("per_seed", {str(k): v for k, v in per_seed.items()})
     study.tell(trial, value)
     return TrialResult(variant.label, trial.number, params, value)
 
@@ -267,22 +290,32 @@ def sampler_seed(seed: int, finished: int) -> int:
     return int(digest[:8], 16)
 
 
-def _score(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> tuple[float, dict[str, float]]:
-    """Mean headline metric on validation over the trial's cells (a finished identical run
-    is read, not rerun: trials are deterministic)."""
+def _score(
+    plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]
+) -> tuple[float, dict[str, float], dict[int, float]]:
+    """The trial's objective: per run seed the mean headline metric on validation over the
+    (dataset x grid) cells, then the mean over the seeds; with the value of every run
+    ('<dataset> [grid] seed=<S>') and of every seed. A finished identical run is read, not
+    rerun: trials are deterministic."""
 
     metric = plan.headline
     per_cell: dict[str, float] = {}
+    by_seed: dict[int, list[float]] = {}
     for cell in plan.cells(variant, params):
         folder = run_dir(cell)
-        summary = read_summary(folder) if is_complete(folder) else runner.run_experiment(cell.config, progress=False).summary
+        summary = (
+            read_summary(folder) if is_complete(folder) else runner.run_experiment(cell.config, progress=False).summary
+        )
         if summary.get("eval_split") != "val":
             raise RuntimeError(f"run {folder} was not scored on the validation split")  # never select on test
         value = float(summary["metrics"][metric])
         if not math.isfinite(value):
-            raise FloatingPointError(f"{metric} is {value} on {cell.dataset}")
-        per_cell[" ".join([cell.dataset, *(f"{k}={v}" for k, v in cell.grid)])] = value
-    return sum(per_cell.values()) / len(per_cell), per_cell
+            raise FloatingPointError(f"{metric} is {value} on {cell.dataset} at seed {cell.config.seed}")
+        name = " ".join([cell.dataset, *(f"{k}={v}" for k, v in cell.grid), f"seed={cell.config.seed}"])
+        per_cell[name] = value
+        by_seed.setdefault(cell.config.seed, []).append(value)
+    per_seed = {seed: sum(values) / len(values) for seed, values in sorted(by_seed.items())}
+    return sum(per_seed.values()) / len(per_seed), per_cell, per_seed
 
 
 # -- outputs ---------------------------------------------------------------------------------
@@ -307,9 +340,12 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
 
 
 def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
-    """Every trial of every study: method, trial, state, hyperparameters, the selection
-    metric and value, chosen, and every metric of the protocol on validation (mean over the
-    trial's cells, read from its run folders: what a choice traded, e.g. Base for Novel)."""
+    """Every trial of every study, one row each: method, trial, state, hyperparameters, the
+    selection metric and value (the mean over the tuning seeds), `value_seed<S>` (its value
+    at seed S: the mean over that seed's cells), chosen, and every metric of the protocol on
+    validation, `val_<metric>` over all the trial's runs and `val_<metric>_seed<S>` per seed
+    (read from its run folders: what a choice traded, e.g. Base for Novel, and how much it
+    moved between seeds)."""
     variants = {v.label: v for v in plan.preset.methods}
     rows = []
     for label, study in studies.items():
@@ -317,6 +353,7 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
         for t in study.get_trials(deepcopy=False):
             interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
             metrics = _validation_metrics(plan, variants[label], t.params) if t.state.name == "COMPLETE" else {}
+            per_seed = t.user_attrs.get("per_seed", {}) if t.state.name == "COMPLETE" else {}
             rows.append(
                 {
                     "method": label,
@@ -325,6 +362,7 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
                     **{f"param_{k}": v for k, v in sorted(t.params.items())},
                     "metric": f"{plan.headline} (validation)",
                     "value": t.value,
+                    **{f"value_seed{s}": per_seed.get(str(s)) for s in plan.seeds},
                     "chosen": best is not None and t.number == best.number,
                     **{f"val_{k}": v for k, v in metrics.items()},
                     "error": t.user_attrs.get("error", ""),
@@ -334,12 +372,21 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
 
 
 def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]) -> dict[str, float]:
-
-    summaries = [read_summary(run_dir(c)) for c in plan.cells(variant, params) if is_complete(run_dir(c))]
-    if not summaries:
+    """'<metric>': the mean over the trial's finished runs, '<metric>_seed<S>': over seed S's."""
+    runs = [(c.config.seed, read_summary(run_dir(c))) for c in plan.cells(variant, params) if is_complete(run_dir(c))]
+    if not runs:
         return {}
-    names = list(summaries[0]["metrics"])
-    return {m: round(sum(float(s["metrics"][m]) for s in summaries) / len(summaries), 4) for m in names}
+    names = list(runs[0][1]["metrics"])
+
+    def mean(metric: str, summaries) -> float:
+        return round(sum(float(s["metrics"][metric]) for s in summaries) / len(summaries), 4)
+
+    found = {m: mean(m, [s for _, s in runs]) for m in names}
+    for seed in plan.seeds:
+        at_seed = [s for run_seed, s in runs if run_seed == seed]
+        if at_seed:
+            found.update({f"{m}_seed{seed}": mean(m, at_seed) for m in names})
+    return found
 
 
 def _best(study):
@@ -387,6 +434,8 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
             "sampler": f"optuna TPESampler(seed=sha256('fedbench-tune/{plan.seed}/<finished trials>'), "
             f"n_startup_trials={STARTUP_TRIALS}); trial 0 = the paper default",
             "seed": plan.seed,
+            "seeds": list(plan.seeds),
+            "objective": "mean over the seeds of the mean over the (dataset x grid) cells",
             "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
         },
         "values": values,

@@ -13,8 +13,9 @@ def add_parser(subparsers) -> None:
         help="tune every method of a table with the same budget on validation data",
         description="For every method of the preset that declares tunable hyperparameters (at least its learning "
         "rate, log-uniform around the paper default): the same number of trials under the same federation "
-        "schedule, each scored by the protocol's headline metric (HM for base2novel) on the validation split "
-        "(the dataset's own, or a fixed held-out part of train; the test split is never read). Trial 0 is the "
+        "schedule, each run at every tuning seed (--seeds) and scored by the mean over those seeds of the "
+        "protocol's headline metric (HM for base2novel) on the validation split (the dataset's own, or a fixed "
+        "held-out part of train; the test split is never read). Trial 0 is the "
         "paper default, then Optuna TPE with a fixed seed. Studies live in RESULTS/tuning.db (SQLite): a killed "
         "run resumes without repeating finished trials. Writes RESULTS/tuning.csv (every trial) and "
         "RESULTS/tuned.yaml (the chosen values), which `fedbench reproduce TABLE --tuned` applies.",
@@ -22,8 +23,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("table", help="preset name or path to a preset YAML")
     p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"trials per method (default {DEFAULT_TRIALS})")
     p.add_argument(
-        "--seed", type=int, help="run seed of the trials and sampler seed (default: the preset's first seed)"
+        "--seeds",
+        nargs="+",
+        type=int,
+        help="run seeds of every trial, at least 2; a trial scores the mean over them (default: the preset's "
+        "first two seeds, or 1 2 when it lists one)",
     )
+    p.add_argument("--seed", type=int, help="seed of the sampler (default: the first of --seeds)")
     p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
     p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
     p.add_argument(
@@ -43,10 +49,11 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from benchmark.cli.args import parse_set
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import plan_tuning, run_tuning
+    from benchmark.sweeps.tuning import plan_tuning, run_tuning, tuning_seeds
 
     preset = load_preset(args.table)
-    seed = args.seed if args.seed is not None else preset.seeds[0]
+    seeds = args.seeds if args.seeds else tuning_seeds(preset)
+    seed = args.seed if args.seed is not None else seeds[0]
     overrides = {"out": args.out or str(Path("runs") / preset.name / "tuning")}
     for key in ("data_root", "device"):
         if getattr(args, key):
@@ -54,19 +61,25 @@ def run(args) -> int:
     schedule = parse_set(args.set)
     overrides.update(schedule)
     command = " ".join(
-        ["fedbench tune", args.table, f"--trials {args.trials}", f"--seed {seed}"]
+        [
+            "fedbench tune",
+            args.table,
+            f"--trials {args.trials}",
+            f"--seeds {' '.join(map(str, seeds))}",
+            f"--seed {seed}",
+        ]
         + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
         + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
         + ([f"--set {' '.join(args.set)}"] if args.set else [])
     )
     results = Path(args.results or Path("results") / preset.name)
-    plan = plan_tuning(preset, results, args.trials, seed, overrides, args.methods, args.datasets, command)
+    plan = plan_tuning(preset, results, args.trials, seed, overrides, args.methods, args.datasets, command, seeds)
     if not plan.variants:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
     print(
         f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
-        f"selecting by {plan.headline}; studies in {results / 'tuning.db'}"
+        f"selecting by the mean {plan.headline} over seeds {', '.join(map(str, plan.seeds))}; studies in {results / 'tuning.db'}"
     )
     tuned = run_tuning(plan)
     for label, values in tuned["values"].items():
