@@ -417,3 +417,30 @@ def test_bad_tunable_declarations_are_refused_at_registration(tunable, message):
     Broken.tunable = tunable
     with pytest.raises(MethodError, match=message):
         check_method_class(Broken, "broken")
+
+
+def _open_storage(results_dir, barrier):
+    from types import SimpleNamespace
+
+    from benchmark.sweeps.tuning import _storage
+
+    barrier.wait()
+    _storage(SimpleNamespace(results_dir=results_dir))
+
+
+def test_two_tuning_processes_create_a_new_study_file_together(tmp_path):
+    """Two `fedbench tune` processes splitting --methods start on a fresh results folder at
+    once: both open tuning.db (its schema is created once, under a lock) and neither fails."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for attempt in range(3):
+        results = tmp_path / f"results{attempt}"
+        barrier = context.Barrier(2)
+        workers = [context.Process(target=_open_storage, args=(results, barrier)) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert [w.exitcode for w in workers] == [0, 0]
+        assert (results / "tuning.db").is_file()

@@ -194,9 +194,14 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
 def _storage(plan: TuningPlan):
     import optuna
 
-    url = f"sqlite:///{(plan.results_dir / TUNING_DB).resolve()}"
-    # processes tuning other methods of the table write to the same file: wait for its lock
-    return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+    db = (plan.results_dir / TUNING_DB).resolve()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    # Two `fedbench tune` processes opening a new file at once both create its schema, and one
+    # fails ("table alembic_version already exists"): create it under a lock beside the file.
+    with open(db.with_name(f"{TUNING_DB}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # processes tuning other methods of the table write to the same file: wait for its lock
+        return optuna.storages.RDBStorage(f"sqlite:///{db}", engine_kwargs={"connect_args": {"timeout": 120}})
 
 
 def _open_study(plan: TuningPlan, variant: MethodVariant):
