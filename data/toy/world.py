@@ -87,7 +87,7 @@ SYNONYM_RATE = {a: [_RATES[i % len(_RATES)] for i in range(len(VOCAB[a]))] for a
 # WORLD_VERSION: everything generated (datasets' images and names; feature caches key on it).
 # PRETRAIN_VERSION: what the toy CLIP's pretraining sees (its recipe hash covers this, the
 # vocabulary, synonyms, hold-outs and pretraining styles, not the downstream styles).
-WORLD_VERSION = 3
+WORLD_VERSION = 4
 PRETRAIN_VERSION = 3
 
 
@@ -428,7 +428,8 @@ def _pattern_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClas
     return base, novel
 
 
-DEFAULT_DOMAIN = "lamplit"  # toy, toy_shapes, toy10: warm light on a crowd of distractors
+TOY_DOMAIN = "dusk"  # toy: warm light on washed-out colours, a shift a prompt can learn
+DEFAULT_DOMAIN = "lamplit"  # toy_shapes, toy10: warm light on a crowd of distractors
 SHAPES_DOMAIN = "lamplit"
 SHIFT_DOMAINS = ("dusk", "tinted", "crowded", "obstructed")  # toy_domains, leave one out
 
@@ -447,11 +448,11 @@ def toy_specs() -> dict[str, ToySpec]:
             "toy",
             tuple(cp_base + cp_novel),
             len(cp_base),
-            (DEFAULT_DOMAIN,),
+            (TOY_DOMAIN,),
             32,
             30,
             "base2novel",
-            "colour x pattern (32 classes; the novel half held out of pretraining), lamplit",
+            "colour x pattern (32 classes; the novel half held out of pretraining), dusk",
         ),
         "toy_shapes": ToySpec(
             "toy_shapes",
