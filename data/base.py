@@ -8,6 +8,7 @@ only this interface and never a dataset's own file format.
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -22,6 +23,11 @@ Transform = Callable[[object], torch.Tensor]
 
 class DatasetError(UserError, RuntimeError):
     """A dataset is missing, incomplete or corrupt. The message says what to do."""
+
+
+class SealedSplitError(RuntimeError):
+    """An image of a sealed split was read: a bug in the suite, never the user's doing (tuning
+    seals the test split, so that no test image can reach a tuning run's numbers)."""
 
 
 class LabeledImages(Dataset):
@@ -55,6 +61,21 @@ class LabeledImages(Dataset):
                 f"({len(self.class_names)} classes); the split file does not match the class list"
             )
 
+    # Why reading an image of this split is an error (`seal`); None: it may be read.
+    sealed: str | None = None
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        # Every image source (files, tensors, subsets, concatenations, a plugin's own class)
+        # reads through its `load`: guarding each class's `load` here means no source can
+        # forget the check.
+        super().__init_subclass__(**kwargs)
+        if "load" in cls.__dict__:
+            cls.load = _refuse_when_sealed(cls.__dict__["load"])
+
+    def seal(self, reason: str) -> None:
+        """From now on, reading any image of this split raises `SealedSplitError` naming `reason`."""
+        self.sealed = reason
+
     def __len__(self) -> int:
         return len(self.labels)
 
@@ -63,6 +84,19 @@ class LabeledImages(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.load(index), self.labels[index]
+
+
+def _refuse_when_sealed(load: Callable[[LabeledImages, int], torch.Tensor]) -> Callable:
+    @functools.wraps(load)
+    def guarded(self: LabeledImages, index: int) -> torch.Tensor:
+        if self.sealed is not None:
+            raise SealedSplitError(
+                f"{self.name}: image {index} was read, but this split is sealed ({self.sealed}). This is a bug "
+                "in the suite, not in your data or settings: please report it with the command you ran."
+            )
+        return load(self, index)
+
+    return guarded
 
 
 class FileImages(LabeledImages):
@@ -154,7 +188,7 @@ class SubsetImages(LabeledImages):
             cache_key=f"{source.cache_key}[{key or name}]",
         )
         self.indices = indices
-        self.source = source
+        self.source = self.origin = source
         if transform is not None:
             if not hasattr(source, "transform"):
                 raise TypeError(f"{source.name} has no transform to replace")
@@ -162,6 +196,8 @@ class SubsetImages(LabeledImages):
             self.source.transform = transform
 
     def load(self, index: int) -> torch.Tensor:
+        if self.origin.sealed is not None:  # sealed after the copy was made: the same images
+            self.source.seal(self.origin.sealed)
         return self.source.load(self.indices[index])
 
 

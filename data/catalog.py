@@ -15,6 +15,8 @@ from data.base import DatasetError, DatasetSplits
 from data.transforms import ImageTransforms
 
 Loader = Callable[[Path, ImageTransforms], DatasetSplits]
+# The dataset folder -> the files a load reads besides the images (see `DatasetInfo.data_files`).
+DataFiles = Callable[[Path], "tuple[Path, ...]"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,13 @@ class DatasetInfo:
     num_classes: int | None = None  # classes in the full release
     domains: tuple[str, ...] = ()  # domain names, in the order protocols use them
     test_only: bool = False  # an evaluation set only: its train split is empty (ImageNet variants)
+    # The files besides the images that a load reads (split lists, class-name files, label
+    # files), given the dataset folder: they decide the numbers as much as the code does, so
+    # their content is part of a cell's identity. None: the loader reads no such file.
+    data_files: DataFiles | None = None
+    # Writes the files a first load would make (the suite's DomainBed splits), so that a cell
+    # is named by their content before it runs rather than by their absence.
+    prepare: Callable[[Path], None] | None = None
 
     def path(self, root: Path) -> Path:
         return Path(root) / self.folder
@@ -49,12 +58,25 @@ def register_dataset(
     num_classes: int | None = None,
     domains: tuple[str, ...] = (),
     test_only: bool = False,
+    data_files: DataFiles | None = None,
+    prepare: Callable[[Path], None] | None = None,
 ) -> Callable[[Loader], Loader]:
     def decorate(loader: Loader) -> Loader:
         if name in DATASETS:
             raise ValueError(f"dataset {name!r} is registered twice")
         DATASETS[name] = DatasetInfo(
-            name, folder, layout, how_to_get, loader, protocol, generated, num_classes, tuple(domains), test_only
+            name,
+            folder,
+            layout,
+            how_to_get,
+            loader,
+            protocol,
+            generated,
+            num_classes,
+            tuple(domains),
+            test_only,
+            data_files,
+            prepare,
         )
         return loader
 

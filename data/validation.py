@@ -8,8 +8,11 @@ Where it comes from, in order:
      fixed `HOLDOUT_SEED` so every method and every trial sees the same images.
 
 `validation_view` returns the dataset as a tuning run sees it: `test` *is* the validation
-split and the real test split is dropped, so nothing downstream can read a test image.
-The returned record goes into the run's partition manifest.
+split and the real test split is dropped, so nothing downstream can read a test image; and
+the test split is sealed, so that code still holding it (the loaded dataset) cannot either:
+reading one of its images raises `SealedSplitError`, whatever the image source (files,
+tensors, CIFAR's pickles, a combined dataset). The returned record goes into the run's
+partition manifest.
 """
 
 from __future__ import annotations
@@ -41,7 +44,9 @@ def holdout_indices(labels: Sequence[int], fraction: float = HOLDOUT_FRACTION, s
 
 def validation_view(dataset: DatasetSplits) -> tuple[DatasetSplits, dict[str, Any]]:
     """(the dataset with `test` replaced by its validation split, a record of where the
-    validation images came from). The real test split is not part of the view."""
+    validation images came from). The real test split is not part of the view, and it is
+    sealed: reading any of its images raises `SealedSplitError`."""
+    dataset.test.seal("tuning selects on validation data only: the test split is never read while tuning")
     if dataset.val is not None and len(dataset.val) > 0:
         view = DatasetSplits(
             dataset.name, dataset.train, dataset.val, dataset.class_names, dataset.domain_names, dataset.extra

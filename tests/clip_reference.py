@@ -46,6 +46,12 @@ def prompt_embeddings(model, class_names: list[str], ctx: Tensor, prefix_text: s
     return tokens, torch.cat([embedded[:, :1], ctx, embedded[:, 1 + n :]], dim=1)
 
 
+def coop_text_features(model, class_names: list[str], ctx: Tensor) -> Tensor:
+    """CoOp's prompt "[SOS] ctx {name}.": "X X .. X {name}." with its n X's replaced by `ctx`."""
+    tokens, embeddings = prompt_embeddings(model, class_names, ctx, " ".join(["X"] * ctx.shape[-2]))
+    return text_features(model, tokens, embeddings)
+
+
 def image_tokens(
     model, images: Tensor, visual_prompts: Tensor | None = None, visual_deep: dict | None = None
 ) -> Tensor:

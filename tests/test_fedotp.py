@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import clip_reference as ref
 import numpy as np
 import pytest
 import torch
@@ -138,10 +139,16 @@ def test_plan_is_fp32_and_finite_for_half_precision_inputs_and_under_autocast(dt
     low = transport_logits(patches.to(dtype), prompts.to(dtype), 100.0)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = transport_logits(patches, prompts.to(dtype), 100.0)
+    # The inputs' rounding to half precision is all that differs: the same inputs rounded, then
+    # computed in fp32, give the same logits up to fp32 rounding (measured: equal).
+    rounded = transport_logits(patches.to(dtype).float(), prompts.to(dtype).float(), 100.0)
+    torch.testing.assert_close(low, rounded, atol=1e-4, rtol=0)
+    torch.testing.assert_close(autocast, transport_logits(patches, prompts.to(dtype).float(), 100.0), atol=1e-4, rtol=0)
     for logits in (low, autocast):
         assert logits.dtype == torch.float32 and torch.isfinite(logits).all()
-        # Only the inputs' rounding to half precision differs.
-        assert torch.allclose(logits, expected, atol=2.0)
+        # Against the unrounded inputs: logits of 73-79, measured errors at most 0.061 (bf16)
+        # and 0.018 (fp16); 0.1 bounds them, far below the class gaps (2.8 and 6.0).
+        assert torch.allclose(logits, expected, atol=0.1)
 
 
 def test_gradient_reaches_the_prompts_through_sim_only():
@@ -175,10 +182,15 @@ def test_state_split_global_prompt_uploaded_local_prompt_personal(tiny_backbone)
 def test_class_features_are_the_global_then_the_local_prompt(tiny_backbone):
     method = build_method("fedotp", tiny_backbone)
     names = ["texture_a", "texture_b", "texture_c"]
-    features = method.encode_classes(names)
+    with torch.no_grad():
+        features = method.encode_classes(names)
+        # CoOp's prompt with each context, from CLIP's raw modules (tests/clip_reference.py).
+        expected = [
+            ref.normalize(ref.coop_text_features(tiny_backbone.model, names, ctx))
+            for ctx in (method.global_ctx, method.local_ctx)
+        ]
     assert features.shape == (2, 3, tiny_backbone.embed_dim)
-    expected_local = F.normalize(method.prompts.encode(method.local_ctx, names), dim=-1)
-    assert torch.allclose(features[1], expected_local, atol=1e-5)
+    torch.testing.assert_close(features, torch.stack(expected), atol=1e-6, rtol=0)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import sys
@@ -89,7 +90,9 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
     assert saved["method_args"] == expected
     identity = saved["identity"]
     assert identity["method"]["class"] == "methods.promptfl.PromptFL" and len(identity["method"]["source_sha256"]) == 16
-    assert identity["weights"] == "fedbench-tiny-vit@random(seed 0)"
+    config_file = Path(__file__).resolve().parents[1] / "benchmark" / "model_configs" / "fedbench-tiny-vit.json"
+    config_sha = hashlib.sha256(config_file.read_bytes()).hexdigest()[:16]
+    assert identity["weights"] == f"fedbench-tiny-vit(config sha256:{config_sha})@random(seed 0)"
     assert [d["dataset"] for d in identity["data"]] == ["dtd"] and identity["hash"] == run.name.rsplit("_", 1)[1]
     environment = json.loads((run / "environment.json").read_text())
     assert environment["method_package"].startswith("fedbench==") and isinstance(environment["plugin_packages"], dict)
@@ -181,9 +184,12 @@ def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_r
 def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_root, monkeypatch):
     import benchmark.runs.identity as identity
 
-    shared = tmp_path / "shared_code.py"
+    shared = tmp_path / "shared_code_for_test.py"
     shared.write_text('def scale(x):\n    """Doubles x."""\n    return 2 * x  # the factor\n')
-    monkeypatch.setattr(identity, "FRAMEWORK_CODE", (str(shared),))  # an absolute path
+    spec = importlib.util.spec_from_file_location("shared_code_for_test", shared)
+    monkeypatch.setitem(sys.modules, "shared_code_for_test", importlib.util.module_from_spec(spec))
+    monkeypatch.setattr(identity, "FRAMEWORK_ROOTS", ("shared_code_for_test",))  # a module outside the project
+    identity.forget_sources()
     config = tiny_config(fake_data_root, tmp_path)
     before = cell_identity(config)["framework"]
     shared.write_text('def scale(x):\n    """Returns twice x."""\n\n    return 2 * x\n')
@@ -193,9 +199,10 @@ def test_a_change_to_the_shared_code_makes_every_cell_new(tmp_path, fake_data_ro
     assert cell_identity(config)["framework"] == before  # a running process keeps the names of the code it runs
     identity.forget_sources()
     assert cell_identity(config)["framework"] != before
+    identity.forget_sources()
 
 
-def test_the_shared_code_list_names_existing_files():
-    from benchmark.runs.identity import FRAMEWORK_CODE, ROOT
+def test_the_framework_roots_are_modules_of_the_project():
+    from benchmark.runs.identity import FRAMEWORK_ROOTS, ROOT, _module_file
 
-    assert [f for f in FRAMEWORK_CODE if not (ROOT / f).is_file()] == []
+    assert [m for m in FRAMEWORK_ROOTS if not (_module_file(m) and _module_file(m).is_relative_to(ROOT))] == []

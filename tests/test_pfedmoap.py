@@ -7,6 +7,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
@@ -14,7 +15,6 @@ from conftest import tiny_config, write_split_zhou
 
 from benchmark.backbone import load_backbone
 from benchmark.method import state_bytes
-from benchmark.prompts import ContextPrompts
 from benchmark.runs.runner import run_experiment
 from methods.pfedmoap import MoAPClassFeatures, PFedMoAP
 
@@ -45,9 +45,7 @@ def test_without_experts_the_logits_are_the_local_logits(tiny_backbone):
     method = seeded(tiny_backbone)
     assert int(method.expert_count) == 0
     images = torch.randn(4, 3, 32, 32)
-    image_features = F.normalize(tiny_backbone.model.encode_image(images), dim=-1)
-    text = F.normalize(ContextPrompts(tiny_backbone, 16).encode(method.ctx, NAMES), dim=-1)
-    expected = tiny_backbone.model.logit_scale.exp() * image_features @ text.t()
+    expected = reference_local_logits(method, images)
     logits = method.logits(images, NAMES)
     assert torch.allclose(logits, expected, atol=1e-5)
     logits.sum().backward()
@@ -146,23 +144,28 @@ def test_download_contents_bytes_and_use(tiny_backbone):
     method.load_client_state(received)
     assert torch.equal(method.ctx.detach(), average)
     features = method.encode_classes(NAMES)
-    prompts = ContextPrompts(tiny_backbone, n_ctx)
-    for row in range(3):
-        direct = F.normalize(prompts.encode(received["experts"][row], NAMES), dim=-1)[:, ::4]
-        assert torch.allclose(features.experts[row], direct, atol=1e-6)
-    assert not torch.allclose(method.logits(images, NAMES), local_logits_of(method, images))
+    model = tiny_backbone.model
+    with torch.no_grad():
+        for row in range(3):  # each expert's class features, pooled to every 4th dimension
+            direct = ref.normalize(ref.coop_text_features(model, NAMES, received["experts"][row]))[:, ::4]
+            torch.testing.assert_close(features.experts[row], direct, atol=1e-6, rtol=0)
+        assert not torch.allclose(method.logits(images, NAMES), reference_local_logits(method, images), atol=1e-3)
 
     # First participation: the FedAvg prompt and no experts.
     first = method.download(8, {"ctx": average}, bank_of(ctxs))
     assert int(first["expert_count"]) == 0 and first["experts"].abs().sum() == 0
     method.load_client_state(first)
-    assert torch.allclose(method.logits(images, NAMES), local_logits_of(method, images), atol=1e-5)
+    with torch.no_grad():
+        assert torch.allclose(method.logits(images, NAMES), reference_local_logits(method, images), atol=1e-5)
 
 
-def local_logits_of(method: PFedMoAP, images: torch.Tensor) -> torch.Tensor:
-    features = method.image_features(images)
-    local = F.normalize(method.prompts.encode(method.ctx, NAMES), dim=-1)
-    return method.backbone.logit_scale * features @ local.t()
+def reference_local_logits(method: PFedMoAP, images: torch.Tensor) -> torch.Tensor:
+    """CoOp's logits for the local prompt alone, from CLIP's raw modules (tests/clip_reference.py):
+    exp(logit_scale) * cos(image feature, text feature of "[SOS] ctx {name}.")."""
+    model = method.backbone.model
+    image = ref.normalize(ref.image_features(model, images))
+    text = ref.normalize(ref.coop_text_features(model, NAMES, method.ctx))
+    return model.logit_scale.exp() * image @ text.t()
 
 
 def test_uploaded_and_personal_state(tiny_backbone):

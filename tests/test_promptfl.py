@@ -1,12 +1,13 @@
-"""PromptFL: the context length is a hyperparameter (the FedTPG/FedMVP papers use 4);
-the default stays CoOp's 16. The optimizer is CoOp's recipe with its warm-up epoch, like
-pFedMoAP's prompt."""
+"""PromptFL: the forward against CoOp's formula computed from CLIP's raw modules; the context
+length is a hyperparameter (the FedTPG/FedMVP papers use 4); the default stays CoOp's 16.
+The optimizer is CoOp's recipe with its warm-up epoch, like pFedMoAP's prompt."""
 
 from __future__ import annotations
 
 import math
 from types import SimpleNamespace
 
+import clip_reference as ref
 import pytest
 import torch
 
@@ -69,3 +70,22 @@ def test_one_local_epoch_has_no_warm_up_and_zero_disables_it(tiny_backbone):
     )
     with pytest.raises(ValueError, match="warmup_epochs must be >= 0"):
         PromptFL(tiny_backbone, warmup_epochs=-1)
+
+
+@pytest.mark.parametrize("n_ctx", [16, 4])
+def test_forward_is_coops_prompt_on_the_frozen_towers(tiny_backbone, n_ctx):
+    """logits = exp(logit_scale) * cos(image feature, text feature of "[SOS] ctx {name}."), the
+    text and image features computed from CLIP's raw modules (tests/clip_reference.py)."""
+    torch.manual_seed(0)
+    method = build_method("promptfl", tiny_backbone, {"n_ctx": n_ctx})
+    names = ["texture_a", "texture_b", "texture_c"]
+    images = torch.randn(2, 3, 32, 32)
+    model = tiny_backbone.model
+    with torch.no_grad():
+        image = ref.normalize(ref.image_features(model, images))
+        text = ref.normalize(ref.coop_text_features(model, names, method.ctx))
+        expected = model.logit_scale.exp() * image @ text.t()
+    logits = method.logits(images, names)
+    torch.testing.assert_close(logits.detach(), expected, atol=1e-5, rtol=0)
+    torch.nn.functional.cross_entropy(logits, torch.tensor([0, 2])).backward()
+    ref.grads_only_in(method, {"ctx"})  # only the context learns

@@ -19,7 +19,7 @@ from fake_layouts import _COOP_FILES as COOP_FILES
 from fake_layouts import DOMAINBED, FAKE_NAMES, make_fake_dataset
 
 from benchmark.method import Choice, LogUniform, Uniform
-from data.base import FileImages
+from data.base import LabeledImages
 
 
 def tune_args(tmp: Path, preset: Path, *extra) -> list[str]:
@@ -31,20 +31,31 @@ def trials(results: Path) -> pd.DataFrame:
 
 
 def forbid_test_split(monkeypatch) -> None:
-    """Reading any image of a test split raises (the fake layout's images are FileImages);
-    the process's frozen-feature cache starts empty, so no earlier test's features can hide a read."""
+    """Reading any image of a test split raises, whatever its source: every image source is a
+    `LabeledImages` subclass (files, tensors, subsets, concatenations), and each one's `load` is
+    wrapped. The process's frozen-feature cache starts empty, so no earlier test's features
+    can hide a read. (Independent of the suite's own seal, `data.validation`.)"""
     import benchmark.runs.runner as runner
     from benchmark.federation.features import FeatureCache
 
     monkeypatch.setattr(runner, "_FEATURES", FeatureCache())
-    original = FileImages.load
 
-    def load(self, index):
-        if self.name.endswith("/test"):
-            raise AssertionError(f"read test image {index} of {self.name}")
-        return original(self, index)
+    def forbid(original):
+        def load(self, index):
+            if self.name.endswith("/test"):
+                raise AssertionError(f"read test image {index} of {self.name}")
+            return original(self, index)
 
-    monkeypatch.setattr(FileImages, "load", load)
+        return load
+
+    classes, todo = set(), [LabeledImages]
+    while todo:
+        cls = todo.pop()
+        classes.add(cls)
+        todo.extend(cls.__subclasses__())
+    for cls in classes:
+        if "load" in cls.__dict__:
+            monkeypatch.setattr(cls, "load", forbid(cls.__dict__["load"]))
 
 
 @pytest.fixture

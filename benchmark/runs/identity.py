@@ -5,19 +5,31 @@ one asked for now, so a result can never be stale without the folder name saying
   run       the RunConfig fields that change results, with the method's hyperparameters
             *resolved* (every default written out, so a changed default is a new cell);
   method    the class, the hash of the source files it is defined in (the class and its
-            bases up to FederatedMethod) and, for a plugin, its package and version;
-  framework the hash of the shared code every cell's numbers pass through (the simulator,
-            backbone, evaluation, optimizer schedules, data pipeline: FRAMEWORK_CODE), so a
-            fix there reruns every cell instead of mixing old and new numbers in one table;
-  weights   the backbone and the identity of its weights (a built checkpoint's sha256 for
+            bases up to FederatedMethod), the hash of their modules and every project
+            module those import, and, for a plugin, its package and version;
+  framework the hash of the code every cell's numbers pass through: the run's flow
+            (`FRAMEWORK_ROOTS`: the simulator, client loop, evaluation, backbone, data
+            pipeline, partitions and few-shot sampling it imports), the protocol's module
+            and every project module they import, so a fix there reruns every cell instead
+            of mixing old and new numbers in one table;
+  weights   the backbone (with its model config file for the suite's own architectures) and
+            the identity of its weights (a built checkpoint's sha256 for
             the suite's own weights such as the toy CLIP, shipped in data/toy/checkpoints so that
             every machine loads the same file; a checkpoint file's sha256; an open_clip tag);
-  data      the dataset's loader code (and the generator for a generated dataset) and the
-            partition / few-shot sampling code.
+  data      per dataset, its loader's module and every project module that imports (and the
+            generator's package for a generated dataset), and the sha256 of every file a load
+            reads besides the images (split files, class-name files: `DatasetInfo.data_files`);
+            for a method that reads class attributes, the attribute file's sha256.
+"Every project module they import" is the closure of the imports within benchmark/, data/
+and methods/, read from the modules' syntax trees (`project_imports`): a helper that a
+loader calls (data/loaders/split_zhou.py for DTD) is part of every cell that loads through
+it, and no hand-kept list can fall behind the code.
 Source code is hashed by its syntax tree without docstrings: editing a comment, a docstring
-or the layout keeps every cell; any change to the code makes new ones.
-Settings that cannot change a number (paths, device, W&B, evaluation batch size) are
-left out: see `RunConfig.NON_RESULT_FIELDS`.
+or the layout keeps every cell; any change to the code makes new ones. Data files are hashed
+by their bytes.
+Settings that cannot change a number (paths -- the data root and the attribute folder name
+places; the files read there are hashed --, device, W&B, evaluation batch size) are left
+out: see `RunConfig.NON_RESULT_FIELDS`.
 """
 
 from __future__ import annotations
@@ -29,38 +41,36 @@ import hashlib
 import importlib
 import inspect
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
-from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
+from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
 from benchmark.config import IDENTITY_KEY, RunConfig
+from benchmark.evaluation.protocols import PROTOCOLS
 from benchmark.method import FederatedMethod
 from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, method_package
-from data.catalog import dataset_info
+from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir
+from data.catalog import dataset_info, resolve_data_root
 
 ROOT = Path(__file__).resolve().parents[2]
-# The code that turns a dataset into client shards; a change there changes every partition.
-PARTITION_CODE = ("data/partition.py", "data/fewshot.py")
-# The shared code between a config and its numbers (method and dataset code is hashed per cell).
-FRAMEWORK_CODE = (
-    "benchmark/backbone.py",
-    "benchmark/federation/client_loop.py",
-    "benchmark/evaluation/accuracy.py",
-    "benchmark/federation/features.py",
-    "benchmark/federation/simulator.py",
-    "benchmark/method.py",
-    "benchmark/optim.py",
-    "benchmark/prompts.py",
-    "benchmark/evaluation/protocols.py",
-    "benchmark/runs/runner.py",
-    "benchmark/shortcuts.py",
-    "data/base.py",
-    "data/combined.py",
-    "data/transforms.py",
-    "data/validation.py",
+# The project's own packages: the import graph followed into the identity stays within them.
+PROJECT_PACKAGES = ("benchmark", "data", "methods")
+# The run's flow from a config to its numbers: with the modules it imports, the code every
+# cell's numbers pass through.
+FRAMEWORK_ROOTS = ("benchmark.runs.runner",)
+# Imports that only make plugins register: the catalog imports every built-in loader (a cell
+# passes through the one loader it uses, a root of its own), this module the toy CLIP's
+# weights provider (a cell using them names them by their recipe and bytes: `weights`).
+DISCOVERY_IMPORTS = frozenset(
+    {
+        ("data.catalog", "data.loaders"),
+        ("benchmark.runs.identity", "data.toy"),
+        ("benchmark.runs.prechecks", "data.toy"),
+    }
 )
 
 
@@ -72,25 +82,38 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
         # A cell that cannot run (e.g. a preset naming a method not installed here) still has
         # a name, so a dry run can list it; `validate_run` refuses to run it.
         method_args, method = dict(config.method_args), {"unavailable": str(exc).splitlines()[0]}
+    root = resolve_data_root(config.data_root)
+    data = [data_identity(name, root) for name in config.datasets + config.test_datasets]
+    if _reads_attributes(config.method):
+        data[0]["attributes_sha256"] = _attributes_sha256(config, root)
     return {
         "run": {**config.result_key(), "method_args": method_args},
         "method": method,
-        "framework": _framework_sha256(tuple(FRAMEWORK_CODE)),
+        "framework": modules_sha256((*FRAMEWORK_ROOTS, *_protocol_module(config.protocol))),
         "weights": weights_identity(config.backbone, config.pretrained),
-        "data": [data_identity(name) for name in config.datasets + config.test_datasets],
+        "data": data,
     }
 
 
-@functools.lru_cache(maxsize=8)
-def _framework_sha256(files: tuple[str, ...]) -> str:
-    # Import the modules first, so the code hashed is the code this process runs (a module
-    # imported later would be read from disk later, possibly after an edit). Sources are
-    # read once per process (`_code`), so the hash is computed once, not once per cell.
-    for name in files:
-        path = Path(name)
-        if not path.is_absolute():
-            importlib.import_module(".".join(path.with_suffix("").parts))
-    return _files_sha256([ROOT / f for f in files])
+def _protocol_module(protocol: str) -> tuple[str, ...]:
+    return (PROTOCOLS[protocol].__module__,) if protocol in PROTOCOLS else ()
+
+
+def _reads_attributes(method: str) -> bool:
+    try:
+        return get_method(method).uses_class_attributes
+    except MethodError:
+        return False
+
+
+def _attributes_sha256(config: RunConfig, root: Path) -> str:
+    """The sha256 of the attribute file the run will read (as `load_class_attributes` finds
+    it); a generated dataset's file is written from its generator's code, hashed with the
+    dataset, unless --attributes names a folder."""
+    dataset = config.datasets[0]
+    if not config.attributes and dataset in ATTRIBUTE_GENERATORS:
+        return "generated"
+    return _data_file_sha256(attribute_file(attributes_dir(root, config.attributes), dataset))
 
 
 def identity_hash(identity: dict[str, Any]) -> str:
@@ -108,14 +131,16 @@ def resolved_method_args(method: str, method_args: dict[str, Any]) -> dict[str, 
 def method_version(name: str) -> dict[str, Any]:
 
     cls = get_method(name)
-    files = []
+    files, modules = [], []
     for klass in cls.__mro__:
         if klass is FederatedMethod or not issubclass(klass, FederatedMethod):
             break
         files.append(_source_of(klass))
+        modules.append(klass.__module__)
     return {
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "source_sha256": hashlib.sha256("\n".join(dict.fromkeys(files)).encode()).hexdigest()[:16],
+        "modules_sha256": modules_sha256(tuple(dict.fromkeys(modules))),
         "package": method_package(name),
     }
 
@@ -123,8 +148,12 @@ def method_version(name: str) -> dict[str, Any]:
 def weights_identity(backbone: str, pretrained: str) -> str:
     """A string that changes whenever the weights do, computed without building anything."""
 
+    config_file = CONFIG_DIR / f"{backbone}.json"
+    if config_file.is_file():  # the suite's own architectures: the file is the model
+        backbone = f"{backbone}(config sha256:{_data_file_sha256(config_file)})"
     if pretrained in ("", "none", None):
         return f"{backbone}@random(seed 0)"
+
     if pretrained in PRETRAINED_IDENTITIES:
         named = f"{backbone}@{pretrained}:{PRETRAINED_IDENTITIES[pretrained]()}"
         if pretrained not in PRETRAINED_CACHED:
@@ -145,17 +174,47 @@ def _checkpoint_sha256(path: Path) -> str:
     return _file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-def data_identity(dataset: str) -> dict[str, Any]:
-
+def data_identity(dataset: str, root: Path | None = None) -> dict[str, Any]:
+    """The dataset's code (its loader's module and the project modules it imports) and, with
+    `root` (the data root), the sha256 of every file a load reads there besides the images."""
     info = dataset_info(dataset)
-    loader_file = Path(inspect.getsourcefile(info.loader))
-    # A generated dataset is its generator's code: hash the whole package it lives in.
-    files = sorted(loader_file.parent.glob("*.py")) if info.generated else [loader_file]
-    return {
-        "dataset": dataset,
-        "loader_sha256": _files_sha256(files),
-        "partition_code_sha256": _files_sha256([ROOT / f for f in PARTITION_CODE]),
-    }
+    loader_module = info.loader.__module__
+    identity: dict[str, Any] = {"dataset": dataset, "loader_sha256": modules_sha256((loader_module,))}
+    if info.generated:  # a generated dataset is its generator's code: the whole package it lives in
+        package = loader_module.rpartition(".")[0]
+        identity["generator_sha256"] = modules_sha256(
+            tuple(m for m in _project_modules() if m == package or m.startswith(package + "."))
+        )
+    if root is not None and info.data_files is not None:
+        folder = info.path(root)
+        identity["files"] = {p.relative_to(folder).as_posix(): _data_file_sha256(p) for p in info.data_files(folder)}
+    return identity
+
+
+def prepare_data(config: RunConfig) -> bool:
+    """Write the files that the first load of the config's datasets would make (the suite's
+    DomainBed splits), so that its cells are named by the files they will read. Returns
+    whether it wrote any (cell names computed before then are stale)."""
+    root, wrote = resolve_data_root(config.data_root), False
+    for name in config.datasets + config.test_datasets:
+        info = dataset_info(name)
+        folder = info.path(root)
+        if info.prepare is None or not folder.is_dir():
+            continue  # a missing dataset fails its load with the steps to get it
+        missing = [p for p in info.data_files(folder) if not p.exists()] if info.data_files else []
+        info.prepare(folder)
+        wrote = wrote or any(p.exists() for p in missing)
+    return wrote
+
+
+def _data_file_sha256(path: Path) -> str:
+    # Keyed by size and modification time, not read once per process like code: a run loads
+    # its data when it starts, so a file changed on disk changes the cells named after it.
+    try:
+        stat = path.stat()
+    except OSError:
+        return "missing"
+    return _file_sha256(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 def prepare_weights(pretrained: str | None) -> bool:
@@ -187,19 +246,102 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
     return digest.hexdigest()[:16]
 
 
-def _files_sha256(files: list[Path]) -> str:
+def forget_sources() -> None:
+    """Read source files again, as a new process would (the caches of the sources, of the
+    import graph and of the modules' hashes)."""
+    for cached in (_source, _code, _project_modules, _module_imports, modules_sha256):
+        cached.cache_clear()
+
+
+@functools.lru_cache(maxsize=1)
+def _project_modules() -> dict[str, Path]:
+    """Module name -> source file, for every module of the project's packages under ROOT."""
+    found = {}
+    for package in PROJECT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _module_file(name: str) -> Path | None:
+    """A project module's file under ROOT; for another module (a plugin's), its own file."""
+    if name in _project_modules():
+        return _project_modules()[name]
+    try:
+        return Path(inspect.getsourcefile(sys.modules[name]))
+    except (KeyError, TypeError):  # not imported, built in, or made at run time: no file to hash
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _module_imports(name: str) -> tuple[str, ...]:
+    """The project modules `name` imports, at its top or inside a function (that code runs
+    too); imports under `if TYPE_CHECKING:` and discovery imports left out."""
+    path, modules = _module_file(name), _project_modules()
+    try:
+        tree = ast.parse(_source(path)) if path is not None else ast.Module(body=[], type_ignores=[])
+    except SyntaxError:
+        return ()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skip = {id(n) for node in ast.walk(tree) if _is_type_checking(node) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1 packages
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            # `from a import b` imports the module a.b if there is one, else a name of a
+            targets = [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and (name, target) not in DISCOVERY_IMPORTS:
+                found.add(target)
+    return tuple(sorted(found))
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def project_imports(roots: tuple[str, ...]) -> list[str]:
+    """`roots` and every project module they import, directly or through others, sorted."""
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(_module_imports(name))
+    return sorted(seen)
+
+
+@functools.lru_cache(maxsize=256)
+def modules_sha256(roots: tuple[str, ...]) -> str:
+    """The hash of the code of `roots` and of every project module they import; computed once
+    per process for a set of roots."""
     digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode())
-        digest.update(_code(path).encode())
+    for name in project_imports(roots):
+        # Import first, so the code hashed is the code this process runs (a module imported
+        # later would be read from disk later, possibly after an edit).
+        try:
+            importlib.import_module(name)
+        except ImportError:  # an optional dependency missing here: the cell cannot run here anyway
+            pass
+        path = _module_file(name)
+        digest.update(name.encode())
+        digest.update(_code(path).encode() if path is not None else b"<no source file>")
     return digest.hexdigest()[:16]
 
 
-def forget_sources() -> None:
-    """Read source files again, as a new process would (the caches of `_code` and of the
-    framework's hash)."""
-    _code.cache_clear()
-    _framework_sha256.cache_clear()
+@functools.lru_cache(maxsize=1024)
+def _source(path: Path) -> str:
+    return path.read_text(errors="replace")
 
 
 @functools.lru_cache(maxsize=512)
@@ -211,7 +353,7 @@ def _code(path: Path) -> str:
     runs (a sweep of hours) must not rename its later cells -- they would file results of
     the old code under the new code's name, and its table would miss the earlier cells.
     The next process reads the edit and names new cells."""
-    text = path.read_text(errors="replace")
+    text = _source(path)
     if path.suffix != ".py":
         return text
     try:

@@ -30,7 +30,7 @@ from benchmark.federation.simulator import (
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
-from benchmark.runs.identity import cell_hash, prepare_weights, run_name
+from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import validate_run
 from benchmark.runs.results import (
@@ -122,6 +122,7 @@ def run_experiment(
         check_output_location(Path(config.out))  # before any model is built: never lose a run to it
         validate_run(config)  # a typo fails before minutes of pretraining
         prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
+        prepare_data(config)  # and the split files it reads
         with cell_lock(Path(config.out) / run_name(config)):
             return _run_experiment(config, True, progress, tracker, engine)
 

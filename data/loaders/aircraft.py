@@ -61,7 +61,13 @@ def _read_split(folder: Path, split: str, index: dict[str, int]) -> tuple[list[P
     return paths, labels
 
 
-@register_dataset("fgvc_aircraft", folder="fgvc_aircraft", layout=LAYOUT, how_to_get=_HOW, num_classes=100)
+def _data_files(folder: Path) -> tuple[Path, ...]:
+    return (folder / "variants.txt", *(folder / f"images_variant_{split}.txt" for split in ("train", "val", "test")))
+
+
+@register_dataset(
+    "fgvc_aircraft", folder="fgvc_aircraft", layout=LAYOUT, how_to_get=_HOW, num_classes=100, data_files=_data_files
+)
 def load_fgvc_aircraft(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     class_names = _read_lines(folder / "variants.txt")
     if len(set(class_names)) != len(class_names):

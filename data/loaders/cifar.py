@@ -102,6 +102,8 @@ _C100_LAYOUT = "cifar-100-python/{train, test, meta} (torchvision pickles)"
     how_to_get=_HOW.format(name="cifar10"),
     protocol="dirichlet",
     num_classes=10,
+    # The class names; the batches are the images (with their labels).
+    data_files=lambda folder: (folder / "batches.meta",),
 )
 def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_cifar(
@@ -124,6 +126,7 @@ def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     how_to_get=_HOW.format(name="cifar100"),
     protocol="dirichlet",
     num_classes=100,
+    data_files=lambda folder: (folder / "meta",),
 )
 def load_cifar100(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_cifar(

@@ -99,6 +99,14 @@ def _check_flower_labels(mat_file: Path, splits: DatasetSplits) -> None:
                 )
 
 
+def _data_files(name: str):
+    def files(root: Path) -> tuple[Path, ...]:
+        split = (root / COOP_DATASETS[name][2],)
+        return (*split, root / "imagelabels.mat") if name == "oxford_flowers" else split
+
+    return files
+
+
 def _coop(name: str) -> None:
     layout = coop_layout(name)
     if name == "oxford_flowers":
@@ -110,6 +118,7 @@ def _coop(name: str) -> None:
         layout=layout,
         how_to_get=_COOP.format(name=name),
         num_classes=COOP_NUM_CLASSES[name],
+        data_files=_data_files(name),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         if name == "oxford_flowers":

@@ -214,29 +214,44 @@ def _image_dir(spec: DomainBedSpec, root: Path, domain: Domain) -> Path:
     )
 
 
-def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
+def _classes(spec: DomainBedSpec, root: Path) -> tuple[dict[str, Path], list[str]]:
     image_dirs = {d.name: _image_dir(spec, root, d) for d in spec.domains}
     classes = sorted({c for path in image_dirs.values() for c in subfolders(path)})
     if not classes:
         raise DatasetError(f"{spec.name}: no class folders under {root}. Expected layout: {spec.layout}.")
-    rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "val": [], "test": []}
-    notes, written = [], []
+    return image_dirs, classes
+
+
+def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
+    """Make and write the split file of every domain that has none (a warning names them)."""
+    if all(spec.split_file(root, d).is_file() for d in spec.domains):
+        return
+    image_dirs, classes = _classes(spec, root)
+    written = []
     for domain in spec.domains:
         path = spec.split_file(root, domain)
         if not path.is_file():
             _write_split(spec, path, make_domain_split(spec, root, domain, image_dirs[domain.name], classes))
             written.append(str(path))
+    warnings.warn(
+        f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
+        f"50/20/30 % per class) and wrote {', '.join(written)}. Later loads reuse these files.",
+        stacklevel=4,
+    )
+
+
+def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
+    write_missing_splits(spec, root)
+    _, classes = _classes(spec, root)
+    rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "val": [], "test": []}
+    notes = []
+    for domain in spec.domains:
+        path = spec.split_file(root, domain)
         split, made_by_suite = _read_split(spec, path, classes)
         if made_by_suite:
             notes.append(domain.name)
         for part, entries in split.items():
             rows[part].extend((root / rel, label, domain.name) for rel, label, _ in entries)
-    if written:
-        warnings.warn(
-            f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
-            f"50/20/30 % per class) and wrote {', '.join(written)}. Later loads reuse these files.",
-            stacklevel=3,
-        )
     class_names = [c.replace("_", " ") for c in classes]
     splits = {}
     for part, part_rows in rows.items():
@@ -288,6 +303,9 @@ def _register(spec: DomainBedSpec) -> None:
         num_classes=spec.num_classes,
         domains=tuple(d.name for d in spec.domains),
         how_to_get=f"{_HOW[spec.name]} Run `fedbench data download {spec.name}` for the steps.",
+        data_files=lambda root: tuple(spec.split_file(root, d) for d in spec.domains),
+        # A cell is named by the split it will read: the suite's split is made before naming.
+        prepare=lambda root: write_missing_splits(spec, root),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         return load_domainbed(spec, root, transforms)

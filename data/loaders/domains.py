@@ -26,8 +26,17 @@ DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "s
 OFFICE_CALTECH10_DOMAINS = ("amazon", "caltech", "dslr", "webcam")
 
 
+def _candidates(folder: Path, domain: str, split: str) -> tuple[Path, Path]:
+    return folder / f"{domain}_{split}.pkl", folder / "split" / f"{domain}_{split}.pkl"
+
+
+def split_files(folder: Path, domains: tuple[str, ...]) -> tuple[Path, ...]:
+    """Every place a split pickle may be (the first found is read): the cell identity's files."""
+    return tuple(p for d in domains for split in ("train", "test") for p in _candidates(folder, d, split))
+
+
 def _split_file(name: str, folder: Path, domain: str, split: str, layout: str) -> Path:
-    for candidate in (folder / f"{domain}_{split}.pkl", folder / "split" / f"{domain}_{split}.pkl"):
+    for candidate in _candidates(folder, domain, split):
         if candidate.is_file():
             return candidate
     raise DatasetError(
@@ -134,6 +143,7 @@ _HOW = (
     protocol="domains",
     num_classes=10,
     domains=DOMAINNET_DOMAINS,
+    data_files=lambda folder: split_files(folder, DOMAINNET_DOMAINS),
 )
 def load_domainnet(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_domain_dataset("domainnet", folder, DOMAINNET_DOMAINS, transforms, _DN_LAYOUT)
@@ -147,6 +157,7 @@ def load_domainnet(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     protocol="domains",
     num_classes=10,
     domains=OFFICE_CALTECH10_DOMAINS,
+    data_files=lambda folder: split_files(folder, OFFICE_CALTECH10_DOMAINS),
 )
 def load_office_caltech10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     return read_domain_dataset("office_caltech10", folder, OFFICE_CALTECH10_DOMAINS, transforms, _OC_LAYOUT)

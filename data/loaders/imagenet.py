@@ -100,6 +100,7 @@ IMAGENET_LAYOUT = (
     layout=IMAGENET_LAYOUT,
     num_classes=1000,
     protocol="imagenet",
+    data_files=lambda folder: (folder / "classnames.txt",),
     how_to_get=(
         "ILSVRC-2012 from https://image-net.org (registration), train and val both sorted into wnid folders "
         f"(val: e.g. with the usual valprep.sh). {_CLASSNAMES_HOW} Run `fedbench data download imagenet` for the steps."
@@ -156,6 +157,7 @@ def _variant(name: str, folder: str, image_dir: str, by_index: bool, all_classes
         protocol="imagenet",
         test_only=True,
         num_classes=1000 if all_classes else 200,
+        data_files=lambda root: (root / "classnames.txt",),
         how_to_get=f"{how} {_CLASSNAMES_HOW}",
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:

@@ -97,7 +97,7 @@ def run_tags(preset: str, args) -> tuple[str, ...]:
 
 def run(args) -> int:
     from benchmark.config import ConfigError
-    from benchmark.runs.identity import prepare_weights
+    from benchmark.runs.identity import prepare_data, prepare_weights
     from benchmark.sweeps.presets import load_preset
     from benchmark.sweeps.sweep import needed_datasets, plan_sweep, run_sweep
     from benchmark.sweeps.tuning import TUNED_YAML, load_tuned
@@ -122,7 +122,8 @@ def run(args) -> int:
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
-    if any(built):  # the cells are named by their weights' bytes, which exist only now
+    built += [prepare_data(c.config) for c in plan.todo]
+    if any(built):  # the cells are named by their weights' bytes and split files, which exist only now
         plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
