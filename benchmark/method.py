@@ -94,6 +94,10 @@ class ClientContext:
     class_names: tuple[str, ...]  # the client's label space: label i is class_names[i]
     num_samples: int
     rounds: int = 0  # the federation's length, for schedules that span rounds (0: unknown)
+    # Rounds this client trained in before this one (0 in its first), from the federation's
+    # fixed client schedule: the position of a per-client schedule over rounds
+    # (`benchmark.optim.sgd_per_client_cosine`), the same wherever the client-round runs.
+    participations: int = 0
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,10 @@ class FederatedMethod(L.LightningModule):
       - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
         loads the dataset's attribute file (`data.attributes`) and calls
         `set_class_attributes` before training [False].
+      - `lr_schedule`: one line saying how the learning rate moves, within a client-round
+        and across a client's rounds (`fedbench methods --describe` shows it; the lr each
+        client-round starts at is the metric `lr` of metrics.csv). `benchmark.optim` has
+        the two recipes' lines [""].
       - `tunable`: hyperparameter name -> search range (`LogUniform`, `Uniform`, `Choice`)
         that `fedbench tune` searches, every method with the same trial budget; the first
         trial is always the `__init__` default (the paper's value), which must lie in the
@@ -183,6 +191,7 @@ class FederatedMethod(L.LightningModule):
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}
+    lr_schedule: ClassVar[str] = ""
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
@@ -249,7 +258,9 @@ class FederatedMethod(L.LightningModule):
     def configure_optimizers(self):
         """Runs at the start of every client-round (a fresh optimizer each time, so no momentum
         leaks between clients). Returns what Lightning accepts: an optimizer, or a dict with
-        "optimizer" and "lr_scheduler" (`benchmark.optim.sgd_with_cosine` is CoOp's recipe).
+        "optimizer" and "lr_scheduler" (`benchmark.optim`: `sgd_per_client_cosine` is the
+        FedTPG harness's per-client cosine over rounds, `sgd_with_cosine` CoOp's cosine over
+        the client-round's steps); say which in `lr_schedule`.
         Required as soon as the method has trainable parameters. Default: raises."""
         raise NotImplementedError(
             f"method {self.name!r} has trainable parameters but does not override configure_optimizers; "

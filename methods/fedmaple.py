@@ -17,7 +17,8 @@ ctx_init "a photo of a" (the prompt reads "[ctx1][ctx2] of a {name}."), depth 9 
 blocks (on ViT-B/16: 3,555,072 parameters). A backbone with fewer blocks needs a smaller
 `depth` (the toy CLIP has 4; its preset uses 3). Everything is uploaded and averaged;
 nothing is personal. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9,
-weight decay 1e-5.
+weight decay 1e-5, with its per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts, deep_prompt
 from benchmark.registry import register_method
 
@@ -40,6 +41,7 @@ class FedMaPLe(FederatedMethod):
     """Text context + deep text prompts, coupled to the image tower by Linear maps; all uploaded."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("*",)
     frozen_image_features = False  # the coupled prompts change the image tower's output
 
@@ -90,4 +92,4 @@ class FedMaPLe(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)

@@ -36,14 +36,14 @@ layer-normed, B is initialized N(0, 0.02^2) like A (not zero), LoRA adds no alph
 scaling. Differences from the released code (besides it not running as released):
 parameters stay fp32 (the code trains in fp16); every client-round builds a fresh SGD
 (this suite's rule), so momentum does not carry over between a client's rounds; the
-learning rate follows a cosine over the client's own participations (`rounds` long), as
-the authors' per-client scheduler does; classes are matched to the file by name, in the
+learning rate follows the authors' per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`, shared with FedTPG and the other baselines of
+the FedTPG harness); classes are matched to the file by name, in the
 dataset's class order (the code follows the file's key order and drops unmatched classes).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,6 +53,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision, project
 from benchmark.method import FederatedMethod, LogUniform
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.registry import register_method
 from data.attributes import ClassAttributes
 
@@ -144,6 +145,7 @@ class FedMVP(FederatedMethod):
     """PromptFormer visual prompts from image patches x class-attribute text; LoRA switch."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("text_proj.*", "promptformer.*", "lora.*")
     uses_class_attributes = True
 
@@ -182,9 +184,9 @@ class FedMVP(FederatedMethod):
         self.text_proj = nn.Linear(backbone.embed_dim, width)
         self.promptformer = PromptFormer(width, heads)
         self.lora = InputLoRA(width, lora_rank)
-        # Per-client, never uploaded: the switch and the client's own schedule position.
+        # Per-client, never uploaded: the switch. (The client's schedule position comes from
+        # the simulator: `current_client.participations`.)
         self.register_buffer("use_lora", torch.zeros((), dtype=torch.bool))
-        self.register_buffer("participations", torch.zeros((), dtype=torch.long))
         self._texts: dict[tuple[str, ...], ClassTexts] = {}
         self._losses_seen = 0
 
@@ -293,7 +295,7 @@ class FedMVP(FederatedMethod):
         return loss.detach()
 
     def _lora_check(self, loss: float) -> None:
-        first = int(self.participations) == 0 and not self._losses_seen
+        first = self.current_client.participations == 0 and not self._losses_seen
         self._losses_seen += 1
         if bool(self.use_lora):
             return
@@ -313,16 +315,9 @@ class FedMVP(FederatedMethod):
     def on_train_start(self) -> None:
         self._losses_seen = 0
 
-    def on_train_end(self) -> None:
-        self.participations += 1
-
     def configure_optimizers(self):
         hp = self.hparams
-        rounds = self.current_client.rounds
-        done = int(self.participations)
-        # The authors' per-client CosineAnnealingLR(T_max = rounds), stepped once per participation.
-        lr = hp.lr * 0.5 * (1 + math.cos(math.pi * done / rounds)) if rounds else hp.lr
-        return torch.optim.SGD(self.parameters(), lr=lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        return sgd_per_client_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)
 
     def parameter_counts(self) -> dict[str, int]:
         counts = super().parameter_counts()

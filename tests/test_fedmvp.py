@@ -267,7 +267,7 @@ def test_code_mode_switch_from_the_next_round_on_and_never_back(fake_data_root, 
         assert (trace[(1, r)]["block"], trace[(1, r)]["proj"], trace[(1, r)]["lora"]) == (True, True, False)
     states = result.federation.client_states
     assert bool(states[0]["use_lora"]) and not bool(states[1]["use_lora"])
-    assert int(states[0]["participations"]) == 4
+    assert result.federation.rounds_trained[0] == 4
     assert torch.equal(states[0]["promptformer.attn.in_proj_weight"], states[1]["promptformer.attn.in_proj_weight"])
 
 

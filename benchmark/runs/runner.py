@@ -292,6 +292,8 @@ def _run_counted(
     def on_round_end(log) -> None:
         for cid, loss in log.train_loss.items():
             rows.append(MetricRow(log.round, cid, "train_loss", loss))
+        for cid, lr in log.lr.items():  # the lr each client-round started at (its schedule's position)
+            rows.append(MetricRow(log.round, cid, "lr", lr))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))
         if tracker is not None:
