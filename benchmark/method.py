@@ -98,6 +98,9 @@ class ClientContext:
     # fixed client schedule: the position of a per-client schedule over rounds
     # (`benchmark.optim.sgd_per_client_cosine`), the same wherever the client-round runs.
     participations: int = 0
+    # The client's group in the partition: its domain on a multi-domain dataset (msst: a
+    # source domain), the dataset's name in a federation over several, else None.
+    domain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class FederatedMethod(L.LightningModule):
         object.__setattr__(self, "_backbone", backbone)
         self.client: ClientContext | None = None
         self.class_attributes: ClassAttributes | None = None
+        self.scored_domain: str | None = None  # set by evaluation: see `images_domain`
 
     @property
     def backbone(self) -> Backbone:
@@ -208,7 +212,8 @@ class FederatedMethod(L.LightningModule):
     def set_class_attributes(self, attributes: ClassAttributes) -> None:
         """Runs once before training, only for methods with `uses_class_attributes = True`, with
         the descriptors of every class of the run's dataset (`attributes.of(class_names)`) and
-        the dataset's sentence frame. Returns nothing. Default: keeps them as
+        its sentence frames (`attributes.frame_for(self.images_domain)`: per domain on a
+        multi-domain dataset, else the dataset's). Returns nothing. Default: keeps them as
         `self.class_attributes`."""
         self.class_attributes = attributes
 
@@ -280,6 +285,14 @@ class FederatedMethod(L.LightningModule):
 
     def set_client(self, client: ClientContext | None) -> None:
         self.client = client
+
+    @property
+    def images_domain(self) -> str | None:
+        """The domain of the images at hand: in local training the client's
+        (`current_client.domain`), in evaluation the scored images' (`scored_domain`, which
+        the evaluator sets for methods with `uses_class_attributes`; None when the images
+        span several domains or the dataset has none). FedMVP picks its sentence frame by it."""
+        return self.client.domain if self.client is not None else self.scored_domain
 
     # -- state --------------------------------------------------------------------------
     def client_state(self) -> State:

@@ -55,7 +55,7 @@ from benchmark.backbone import Backbone, full_precision, project
 from benchmark.method import FederatedMethod, LogUniform
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.registry import register_method
-from data.attributes import ClassAttributes
+from data.attributes import ClassAttributes, SentenceFrame
 
 SENTENCE_CHARS = 77  # the code cuts sentences to 77 *characters* before tokenizing
 FIDELITY = ("paper", "code")
@@ -187,7 +187,7 @@ class FedMVP(FederatedMethod):
         # Per-client, never uploaded: the switch. (The client's schedule position comes from
         # the simulator: `current_client.participations`.)
         self.register_buffer("use_lora", torch.zeros((), dtype=torch.bool))
-        self._texts: dict[tuple[str, ...], ClassTexts] = {}
+        self._texts: dict[tuple[tuple[str, ...], SentenceFrame], ClassTexts] = {}
         self._losses_seen = 0
 
     # -- classes ---------------------------------------------------------------------------
@@ -195,18 +195,24 @@ class FedMVP(FederatedMethod):
         super().set_class_attributes(attributes)
         self._texts.clear()
 
+    def frame(self) -> SentenceFrame:
+        """The sentence frame of the images at hand: their domain's on a multi-domain dataset
+        (a client's own domain in training, the scored domain in evaluation), as the code
+        picks it by the evaluated domain's name; else the dataset's."""
+        return self._attributes().frame_for(self.images_domain)
+
     def sentences(self, class_names: Sequence[str]) -> list[list[str]]:
-        """The K attribute sentences of each class, [C][K]."""
+        """The K attribute sentences of each class, [C][K], in the frame of the images at hand."""
         attributes = self._attributes()
-        frame = attributes.frame
+        frame = self.frame()
         return [
             [attribute_sentence(frame.prefix, name.replace("_", " "), frame.suffix, d) for d in descriptors]
             for name, descriptors in zip(class_names, attributes.of(class_names))
         ]
 
     def encode_classes(self, class_names: Sequence[str]) -> ClassTexts:
-        key = tuple(class_names)
-        if key not in self._texts:  # the text tower is frozen: once per class list
+        key = (tuple(class_names), self.frame())
+        if key not in self._texts:  # the text tower is frozen: once per class list and frame
             self._texts[key] = self._encode_texts(class_names)
         texts = self._texts[key]
         return ClassTexts(texts.sentences.to(self.device), texts.context.to(self.device))
@@ -219,7 +225,7 @@ class FedMVP(FederatedMethod):
         flat = [s for row in sentences for s in row]
         encoded = F.normalize(self.backbone.encode_text(self.backbone.tokenize(flat)), dim=-1)
         sentence_features = encoded.view(num_classes, per_class, -1)
-        if attributes.frame.kv_source == "descriptors":
+        if self.frame().kv_source == "descriptors":
             raw = [d[:SENTENCE_CHARS] for row in attributes.of(class_names) for d in row]
             context = F.normalize(self.backbone.encode_text(self.backbone.tokenize(raw)), dim=-1)
         else:

@@ -472,6 +472,7 @@ class FederatedSimulator:
             shard.num_samples,
             len(self.schedule),
             self.participations(cid, round_index),
+            shard.domain,
         )
         return batches, client
 

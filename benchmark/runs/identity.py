@@ -13,7 +13,10 @@ one asked for now, so a result can never be stale without the folder name saying
             the suite's own weights such as the toy CLIP, shipped in data/toy/checkpoints so that
             every machine loads the same file; a checkpoint file's sha256; an open_clip tag);
   data      the dataset's loader code (and the generator for a generated dataset) and the
-            partition / few-shot sampling code.
+            partition / few-shot sampling code;
+  attributes (methods with `uses_class_attributes` only) the sentence frames the run reads
+            its class attributes with (the dataset's and each domain's) and the code that
+            reads them (data/attributes.py).
 Source code is hashed by its syntax tree without docstrings: editing a comment, a docstring
 or the layout keeps every cell; any change to the code makes new ones.
 Settings that cannot change a number (paths, device, W&B, evaluation batch size) are
@@ -39,6 +42,7 @@ from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAI
 from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.method import FederatedMethod
 from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, method_package
+from data.attributes import sentence_frames
 from data.catalog import dataset_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,12 +76,24 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
         # A cell that cannot run (e.g. a preset naming a method not installed here) still has
         # a name, so a dry run can list it; `validate_run` refuses to run it.
         method_args, method = dict(config.method_args), {"unavailable": str(exc).splitlines()[0]}
-    return {
+    identity = {
         "run": {**config.result_key(), "method_args": method_args},
         "method": method,
         "framework": _framework_sha256(tuple(FRAMEWORK_CODE)),
         "weights": weights_identity(config.backbone, config.pretrained),
         "data": [data_identity(name) for name in config.datasets + config.test_datasets],
+    }
+    if "unavailable" not in method and get_method(config.method).uses_class_attributes:
+        identity["attributes"] = attributes_identity(config.dataset)
+    return identity
+
+
+def attributes_identity(dataset: str) -> dict[str, Any]:
+    """How a run of `dataset` turns class attributes into sentences: its frames (recorded in
+    config.yaml, so a reader sees the frame each domain was read with) and the reading code."""
+    return {
+        "sentence_frames": sentence_frames(dataset),
+        "code_sha256": _files_sha256([ROOT / "data" / "attributes.py"]),
     }
 
 
