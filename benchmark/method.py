@@ -94,6 +94,13 @@ class ClientContext:
     class_names: tuple[str, ...]  # the client's label space: label i is class_names[i]
     num_samples: int
     rounds: int = 0  # the federation's length, for schedules that span rounds (0: unknown)
+    # Rounds this client trained in before this one (0 in its first), from the federation's
+    # fixed client schedule: the position of a per-client schedule over rounds
+    # (`benchmark.optim.sgd_per_client_cosine`), the same wherever the client-round runs.
+    participations: int = 0
+    # The client's group in the partition: its domain on a multi-domain dataset (msst: a
+    # source domain), the dataset's name in a federation over several, else None.
+    domain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +174,10 @@ class FederatedMethod(L.LightningModule):
       - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
         loads the dataset's attribute file (`data.attributes`) and calls
         `set_class_attributes` before training [False].
+      - `lr_schedule`: one line saying how the learning rate moves, within a client-round
+        and across a client's rounds (`fedbench methods --describe` shows it; the lr each
+        client-round starts at is the metric `lr` of metrics.csv). `benchmark.optim` has
+        the two recipes' lines [""].
       - `tunable`: hyperparameter name -> search range (`LogUniform`, `Uniform`, `Choice`)
         that `fedbench tune` searches, every method with the same trial budget; the first
         trial is always the `__init__` default (the paper's value), which must lie in the
@@ -183,6 +194,7 @@ class FederatedMethod(L.LightningModule):
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}
+    lr_schedule: ClassVar[str] = ""
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
@@ -190,6 +202,7 @@ class FederatedMethod(L.LightningModule):
         object.__setattr__(self, "_backbone", backbone)
         self.client: ClientContext | None = None
         self.class_attributes: ClassAttributes | None = None
+        self.scored_domain: str | None = None  # set by evaluation: see `images_domain`
 
     @property
     def backbone(self) -> Backbone:
@@ -199,7 +212,8 @@ class FederatedMethod(L.LightningModule):
     def set_class_attributes(self, attributes: ClassAttributes) -> None:
         """Runs once before training, only for methods with `uses_class_attributes = True`, with
         the descriptors of every class of the run's dataset (`attributes.of(class_names)`) and
-        the dataset's sentence frame. Returns nothing. Default: keeps them as
+        its sentence frames (`attributes.frame_for(self.images_domain)`: per domain on a
+        multi-domain dataset, else the dataset's). Returns nothing. Default: keeps them as
         `self.class_attributes`."""
         self.class_attributes = attributes
 
@@ -249,7 +263,9 @@ class FederatedMethod(L.LightningModule):
     def configure_optimizers(self):
         """Runs at the start of every client-round (a fresh optimizer each time, so no momentum
         leaks between clients). Returns what Lightning accepts: an optimizer, or a dict with
-        "optimizer" and "lr_scheduler" (`benchmark.optim.sgd_with_cosine` is CoOp's recipe).
+        "optimizer" and "lr_scheduler" (`benchmark.optim`: `sgd_per_client_cosine` is the
+        FedTPG harness's per-client cosine over rounds, `sgd_with_cosine` CoOp's cosine over
+        the client-round's steps); say which in `lr_schedule`.
         Required as soon as the method has trainable parameters. Default: raises."""
         raise NotImplementedError(
             f"method {self.name!r} has trainable parameters but does not override configure_optimizers; "
@@ -269,6 +285,14 @@ class FederatedMethod(L.LightningModule):
 
     def set_client(self, client: ClientContext | None) -> None:
         self.client = client
+
+    @property
+    def images_domain(self) -> str | None:
+        """The domain of the images at hand: in local training the client's
+        (`current_client.domain`), in evaluation the scored images' (`scored_domain`, which
+        the evaluator sets for methods with `uses_class_attributes`; None when the images
+        span several domains or the dataset has none). FedMVP picks its sentence frame by it."""
+        return self.client.domain if self.client is not None else self.scored_domain
 
     # -- state --------------------------------------------------------------------------
     def client_state(self) -> State:

@@ -1,4 +1,15 @@
-"""Optimizer recipes shared by methods (each client-round builds a fresh one)."""
+"""Optimizer recipes shared by methods (each client-round builds a fresh one).
+
+Two learning-rate policies live here, and a table should not mix them for methods it
+compares (each method states its own in `lr_schedule`, shown by `fedbench methods
+--describe NAME`):
+
+- `sgd_per_client_cosine`: the FedTPG harness's (FedTPG, FedMVP and the baselines the two
+  papers ran in it). Every client owns a cosine over the *rounds* that advances once per
+  round the client trains in; a client-round runs at one lr throughout.
+- `sgd_with_cosine`: CoOp's (Dassl's) recipe, a cosine over the local steps of each
+  client-round, restarted every round.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,45 @@ from typing import Callable, Iterable
 
 import lightning as L
 import torch
+
+PER_CLIENT_COSINE = (
+    "FedTPG harness: SGD at lr * (1 + cos(pi * p / R)) / 2 for the whole client-round, p = rounds this "
+    "client trained in before, R = rounds (a per-client cosine over rounds, not restarted per round)"
+)
+COSINE_OVER_LOCAL_STEPS = "SGD, cosine from lr to 0 over each client-round's local steps (restarted every round)"
+
+
+def per_client_cosine_lr(base_lr: float, participations: int, rounds: int) -> float:
+    """The lr of a client's round under the FedTPG harness: the client's own
+    CosineAnnealingLR(T_max = rounds, eta_min = 0), built once and stepped once after every
+    round the client trains in (FedTPG's and FedMVP's `client.train` -> `update_lr`). Its
+    round number `participations` + 1 (0 earlier rounds: `base_lr`) runs at
+    base_lr * (1 + cos(pi * participations / rounds)) / 2. With every client in every round
+    that is the round index; under partial participation a client's schedule lags the
+    federation's round counter, as the authors' does. `rounds` 0 (a federation of unknown
+    length: a lone client-round, `fedbench bench`) gives `base_lr`."""
+    if participations < 0 or rounds < 0:
+        raise ValueError(f"participations and rounds must be >= 0, got {participations} and {rounds}")
+    if rounds == 0:
+        return base_lr
+    return base_lr * 0.5 * (1.0 + math.cos(math.pi * participations / rounds))
+
+
+def sgd_per_client_cosine(
+    module: L.LightningModule,
+    params: Iterable,
+    lr: float,
+    momentum: float = 0.9,
+    weight_decay: float = 1e-5,
+) -> torch.optim.SGD:
+    """The FedTPG harness's recipe (`PER_CLIENT_COSINE`): SGD at `per_client_cosine_lr` of
+    the current client (`module.current_client`: its earlier participations and the
+    federation's rounds, set by the simulator), constant over the client-round's steps.
+    The optimizer is fresh every client-round (this suite's rule), so unlike the authors'
+    per-client SGD no momentum carries over between a client's rounds."""
+    client = module.current_client
+    rate = per_client_cosine_lr(lr, client.participations, client.rounds)
+    return torch.optim.SGD(list(params), lr=rate, momentum=momentum, weight_decay=weight_decay)
 
 
 def sgd_with_cosine(

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
 
@@ -45,6 +45,7 @@ class CLIPAdapter(FederatedMethod):
     """Visual residual adapter; uploaded whole (global) unless `personalized`."""
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
+    lr_schedule = COSINE_OVER_LOCAL_STEPS
     upload_keys = ("adapter.*",)
     frozen_image_features = True
 

@@ -13,7 +13,7 @@ The adapter is not homogeneous (tanh, softmax), so it must see the raw feature: 
 method caches the *unnormalized* CLIP feature (its own feature-cache kind). The adapter
 (PyTorch's default init; 525,312 parameters at D = 512) is uploaded and averaged; nothing
 is personal. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9, weight decay
-1e-5.
+1e-5, with its per-client cosine over rounds (`benchmark.optim.sgd_per_client_cosine`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
 
@@ -35,6 +35,7 @@ class FedCLIP(FederatedMethod):
     """Softmax attention over the image embedding's dimensions; uploaded whole, fixed text."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("adapter.*",)
     frozen_image_features = True  # the adapter runs in `classify`, on cached features
     image_feature_kind = "clip-unnormalized"
@@ -69,4 +70,4 @@ class FedCLIP(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, self.adapter.parameters(), hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, self.adapter.parameters(), hp.lr, hp.momentum, hp.weight_decay)

@@ -17,8 +17,9 @@ ctx starts from the embeddings of "a photo of a" (the official base-to-new confi
 `ctx_init: ""` draws N(0, init_std) instead. The class-dependent token embeddings are
 recomputed from each client's own class names and never stored in the state, so what is
 uploaded and averaged is exactly ctx and the meta-net. Optimizer: the federated harness's
-SGD lr 0.003, momentum 0.9, weight decay 1e-5 (FedMVP's settings for this baseline are
-not published).
+SGD lr 0.003, momentum 0.9, weight decay 1e-5, with its per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`; FedMVP's settings for this baseline are not
+published).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -45,6 +46,7 @@ class FedCoCoOp(FederatedMethod):
     """ctx + meta-net bias from the image feature; both uploaded, plain global model."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("ctx", "meta_net.*")
     frozen_image_features = True  # the meta-net reads the frozen CLIP feature
 
@@ -92,4 +94,4 @@ class FedCoCoOp(FederatedMethod):
     def configure_optimizers(self):
         hp = self.hparams
         params = [self.ctx, *self.meta_net.parameters()]
-        return sgd_with_cosine(self, params, hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, params, hp.lr, hp.momentum, hp.weight_decay)

@@ -16,12 +16,15 @@ share what they learn. Defaults are the MaPLe repository's base-to-new config: n
 ctx_init "a photo of a" (the prompt reads "[ctx1][ctx2] of a {name}."), depth 9 of 12
 blocks (on ViT-B/16: 3,555,072 parameters). A backbone with fewer blocks needs a smaller
 `depth` (the toy CLIP has 4; its preset uses 3). Everything is uploaded and averaged;
-nothing is personal. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9,
-weight decay 1e-5.
+nothing is personal. The deep projections start as copies of one Linear (MaPLe's
+`_get_clones`); the layer-0 `proj` is drawn on its own. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9,
+weight decay 1e-5, with its per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Sequence
 
 import torch
@@ -30,7 +33,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts, deep_prompt
 from benchmark.registry import register_method
 
@@ -40,6 +43,7 @@ class FedMaPLe(FederatedMethod):
     """Text context + deep text prompts, coupled to the image tower by Linear maps; all uploaded."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("*",)
     frozen_image_features = False  # the coupled prompts change the image tower's output
 
@@ -72,7 +76,10 @@ class FedMaPLe(FederatedMethod):
         self.proj = nn.Linear(text_width, vision_width)
         # text_prompts[i - 1] and projections[i - 1] feed block i = 1 .. depth - 1 of each tower.
         self.text_prompts = nn.Parameter(torch.randn(depth - 1, n_ctx, text_width) * init_std)
-        self.projections = nn.ModuleList(nn.Linear(text_width, vision_width) for _ in range(depth - 1))
+        # MaPLe draws one Linear and deep-copies it for every deep block, so the deep
+        # projections start identical (and then train apart).
+        single = nn.Linear(text_width, vision_width)
+        self.projections = nn.ModuleList(copy.deepcopy(single) for _ in range(depth - 1))
 
     def text_block_wrappers(self) -> BlockWrappers:
         return {i + 1: deep_prompt(p, 1) for i, p in enumerate(self.text_prompts)}
@@ -90,4 +97,4 @@ class FedMaPLe(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)

@@ -36,14 +36,14 @@ layer-normed, B is initialized N(0, 0.02^2) like A (not zero), LoRA adds no alph
 scaling. Differences from the released code (besides it not running as released):
 parameters stay fp32 (the code trains in fp16); every client-round builds a fresh SGD
 (this suite's rule), so momentum does not carry over between a client's rounds; the
-learning rate follows a cosine over the client's own participations (`rounds` long), as
-the authors' per-client scheduler does; classes are matched to the file by name, in the
+learning rate follows the authors' per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`, shared with FedTPG and the other baselines of
+the FedTPG harness); classes are matched to the file by name, in the
 dataset's class order (the code follows the file's key order and drops unmatched classes).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -53,8 +53,9 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision, project
 from benchmark.method import FederatedMethod, LogUniform
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.registry import register_method
-from data.attributes import ClassAttributes
+from data.attributes import ClassAttributes, SentenceFrame
 
 SENTENCE_CHARS = 77  # the code cuts sentences to 77 *characters* before tokenizing
 FIDELITY = ("paper", "code")
@@ -144,6 +145,7 @@ class FedMVP(FederatedMethod):
     """PromptFormer visual prompts from image patches x class-attribute text; LoRA switch."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("text_proj.*", "promptformer.*", "lora.*")
     uses_class_attributes = True
 
@@ -182,10 +184,10 @@ class FedMVP(FederatedMethod):
         self.text_proj = nn.Linear(backbone.embed_dim, width)
         self.promptformer = PromptFormer(width, heads)
         self.lora = InputLoRA(width, lora_rank)
-        # Per-client, never uploaded: the switch and the client's own schedule position.
+        # Per-client, never uploaded: the switch. (The client's schedule position comes from
+        # the simulator: `current_client.participations`.)
         self.register_buffer("use_lora", torch.zeros((), dtype=torch.bool))
-        self.register_buffer("participations", torch.zeros((), dtype=torch.long))
-        self._texts: dict[tuple[str, ...], ClassTexts] = {}
+        self._texts: dict[tuple[tuple[str, ...], SentenceFrame], ClassTexts] = {}
         self._losses_seen = 0
 
     # -- classes ---------------------------------------------------------------------------
@@ -193,18 +195,24 @@ class FedMVP(FederatedMethod):
         super().set_class_attributes(attributes)
         self._texts.clear()
 
+    def frame(self) -> SentenceFrame:
+        """The sentence frame of the images at hand: their domain's on a multi-domain dataset
+        (a client's own domain in training, the scored domain in evaluation), as the code
+        picks it by the evaluated domain's name; else the dataset's."""
+        return self._attributes().frame_for(self.images_domain)
+
     def sentences(self, class_names: Sequence[str]) -> list[list[str]]:
-        """The K attribute sentences of each class, [C][K]."""
+        """The K attribute sentences of each class, [C][K], in the frame of the images at hand."""
         attributes = self._attributes()
-        frame = attributes.frame
+        frame = self.frame()
         return [
             [attribute_sentence(frame.prefix, name.replace("_", " "), frame.suffix, d) for d in descriptors]
             for name, descriptors in zip(class_names, attributes.of(class_names))
         ]
 
     def encode_classes(self, class_names: Sequence[str]) -> ClassTexts:
-        key = tuple(class_names)
-        if key not in self._texts:  # the text tower is frozen: once per class list
+        key = (tuple(class_names), self.frame())
+        if key not in self._texts:  # the text tower is frozen: once per class list and frame
             self._texts[key] = self._encode_texts(class_names)
         texts = self._texts[key]
         return ClassTexts(texts.sentences.to(self.device), texts.context.to(self.device))
@@ -217,7 +225,7 @@ class FedMVP(FederatedMethod):
         flat = [s for row in sentences for s in row]
         encoded = F.normalize(self.backbone.encode_text(self.backbone.tokenize(flat)), dim=-1)
         sentence_features = encoded.view(num_classes, per_class, -1)
-        if attributes.frame.kv_source == "descriptors":
+        if self.frame().kv_source == "descriptors":
             raw = [d[:SENTENCE_CHARS] for row in attributes.of(class_names) for d in row]
             context = F.normalize(self.backbone.encode_text(self.backbone.tokenize(raw)), dim=-1)
         else:
@@ -293,7 +301,7 @@ class FedMVP(FederatedMethod):
         return loss.detach()
 
     def _lora_check(self, loss: float) -> None:
-        first = int(self.participations) == 0 and not self._losses_seen
+        first = self.current_client.participations == 0 and not self._losses_seen
         self._losses_seen += 1
         if bool(self.use_lora):
             return
@@ -313,16 +321,9 @@ class FedMVP(FederatedMethod):
     def on_train_start(self) -> None:
         self._losses_seen = 0
 
-    def on_train_end(self) -> None:
-        self.participations += 1
-
     def configure_optimizers(self):
         hp = self.hparams
-        rounds = self.current_client.rounds
-        done = int(self.participations)
-        # The authors' per-client CosineAnnealingLR(T_max = rounds), stepped once per participation.
-        lr = hp.lr * 0.5 * (1 + math.cos(math.pi * done / rounds)) if rounds else hp.lr
-        return torch.optim.SGD(self.parameters(), lr=lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
+        return sgd_per_client_cosine(self, self.parameters(), hp.lr, hp.momentum, hp.weight_decay)
 
     def parameter_counts(self) -> dict[str, int]:
         counts = super().parameter_counts()

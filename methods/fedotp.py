@@ -125,6 +125,7 @@ class FedOTP(FederatedMethod):
     """Global prompt (uploaded, FedAvg by n_i) + local prompt (personal), OT over patches."""
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
+    lr_schedule = "SGD at a constant lr (a fresh optimizer every client-round)"
     upload_keys = ("global_ctx",)
     frozen_image_features = True
     image_feature_kind = "patches"  # [M, D] per image, not the pooled feature

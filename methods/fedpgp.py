@@ -43,6 +43,7 @@ class FedPGP(FederatedMethod):
     """sigma uploaded and averaged; U, V personal; CE + mu * contrastive loss."""
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
+    lr_schedule = "SGD at a constant lr (the authors' single_step, gamma 1); a fresh optimizer every client-round"
     upload_keys = ("sigma",)
     frozen_image_features = True
 

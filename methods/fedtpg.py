@@ -18,8 +18,10 @@ classes), which is how the translator generalizes to unseen classes.
 
 Everything trainable is uploaded and averaged; nothing is personal. The authors keep the
 translator in fp16; here it follows the run's precision. Defaults are the authors'
-harness: 4 context vectors, 4 heads, SGD lr 0.003, momentum 0.9, weight decay 1e-5
-(cosine over each client-round's local steps, this suite's schedule for every method).
+harness: 4 context vectors, 4 heads, SGD lr 0.003, momentum 0.9, weight decay 1e-5, and
+the harness's per-client cosine over rounds: each client-round runs at one lr, which falls
+from 0.003 towards 0 with the rounds the client has trained in
+(`benchmark.optim.sgd_per_client_cosine`, as for FedMVP and the harness's baselines).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -75,6 +77,7 @@ class FedTPG(FederatedMethod):
     """Prompt translator over the class-name embeddings; uploaded whole, plain global model."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("translator.*",)
     frozen_image_features = True  # only the text side learns
 
@@ -115,4 +118,4 @@ class FedTPG(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, self.translator.parameters(), hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, self.translator.parameters(), hp.lr, hp.momentum, hp.weight_decay)

@@ -14,7 +14,8 @@ The text side is fixed: CLIP's "a photo of a {name}." features. `depth` is the n
 blocks with their own prompts: 0 (default) = every block of the image tower, which is 12
 on ViT-B/16 (12 x 8 x 768 = 73,728 parameters); 1 is shallow VPT. All prompts are uploaded
 and averaged; nothing is personal. Optimizer: the federated harness's SGD lr 0.003,
-momentum 0.9, weight decay 1e-5.
+momentum 0.9, weight decay 1e-5, with its per-client cosine over rounds
+(`benchmark.optim.sgd_per_client_cosine`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import FederatedMethod, LogUniform
-from benchmark.optim import sgd_with_cosine
+from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts, deep_prompt
 from benchmark.registry import register_method
 
@@ -37,6 +38,7 @@ class FedVPT(FederatedMethod):
     """Deep visual prompts [depth, n_ctx, vision width]; uploaded whole, fixed text."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    lr_schedule = PER_CLIENT_COSINE
     upload_keys = ("prompts",)
     frozen_image_features = False  # the prompts change the image tower's output
 
@@ -80,4 +82,4 @@ class FedVPT(FederatedMethod):
 
     def configure_optimizers(self):
         hp = self.hparams
-        return sgd_with_cosine(self, [self.prompts], hp.lr, hp.momentum, hp.weight_decay)
+        return sgd_per_client_cosine(self, [self.prompts], hp.lr, hp.momentum, hp.weight_decay)

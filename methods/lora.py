@@ -87,6 +87,7 @@ class CLIPLoRA(FederatedMethod):
     """LoRA on q, k, v of all blocks of both towers; every LoRA weight is FedAvg'd."""
 
     tunable = {"lr": LogUniform.around(2e-4)}  # around the paper's lr, the default below
+    lr_schedule = "AdamW, cosine from lr to min_lr over each client-round's local steps (restarted every round)"
     upload_keys = ("lora.*",)
     frozen_image_features = False  # the image tower carries LoRA too
     gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (docs/performance.md)

@@ -87,6 +87,7 @@ class PFedMMA(FederatedMethod):
     """Multi-modal adapters in both towers; only the shared projections are federated."""
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
+    lr_schedule = "SGD at a constant lr (a fresh optimizer every client-round)"
     upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
     frozen_image_features = False  # the image tower runs through this client's adapters
     gpu_precision = "32-true"  # alpha * y at init is as small as bf16's matmul noise (docs/performance.md, Precision)

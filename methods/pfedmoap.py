@@ -110,6 +110,10 @@ class PFedMoAP(FederatedMethod):
     """Local CoOp prompt + attention gate over K-1 downloaded non-local prompts."""
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
+    lr_schedule = (
+        "SGD; prompt: warmup_epochs local epochs at warmup_lr (none with 1 local epoch), then cosine from lr to 0 "
+        "over the rest of each client-round's steps (restarted every round); gate: constant gate_lr"
+    )
     upload_keys = ("ctx",)
     frozen_image_features = True
     evaluate_after_download = False

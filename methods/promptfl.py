@@ -27,6 +27,10 @@ class PromptFL(FederatedMethod):
     """CoOp context [n_ctx, text width] ~ N(0, 0.02), uploaded whole each round."""
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
+    lr_schedule = (
+        "SGD, warmup_epochs local epochs at warmup_lr (none with 1 local epoch), then cosine from lr to 0 over "
+        "the rest of each client-round's steps (CoOp's recipe, restarted every round)"
+    )
     upload_keys = ("ctx",)
     frozen_image_features = True
 

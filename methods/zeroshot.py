@@ -12,6 +12,7 @@ class ZeroShotCLIP(FederatedMethod):
     """Frozen CLIP with hand-written prompts: the reference every method must beat."""
 
     frozen_image_features = True
+    lr_schedule = "none: nothing trains"
 
     def __init__(self, backbone: Backbone, template: str = "a photo of a {}.") -> None:
         super().__init__(backbone)

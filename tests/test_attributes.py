@@ -130,3 +130,88 @@ def test_datasets_read_the_authors_file_names(tmp_path):
     assert attributes.source.endswith("officehome.json") and attributes.frame.kv_source == "descriptors"
     with pytest.raises(AttributeFileError, match="terraincognita.json"):
         load_class_attributes("terra_incognita", ["bobcat"], tmp_path)
+
+
+# -- the FedMVP code's per-domain sentence frames (descriptors.py, by data_name) ---------------
+# (dataset, domain) -> (prefix, suffix), typed from the authors' table, not from data/attributes.py.
+AUTHORS_FRAMES = {
+    ("pacs", "art_painting"): ("an art painting of a", ""),
+    ("pacs", "cartoon"): ("a cartoon of a", ""),
+    ("pacs", "photo"): ("a photo of a", ""),
+    ("pacs", "sketch"): ("a sketch of a", ""),
+    ("office_home", "art"): ("an art of a", ""),
+    ("office_home", "clipart"): ("a clipart of a", ""),
+    ("office_home", "product"): ("a product image of a", ""),
+    ("office_home", "realworld"): ("a realworld image of a", ""),
+    ("vlcs", "caltech"): ("a high quality photo of a", "as a standalone object, "),
+    ("vlcs", "labelme"): ("a realworld photo of the", ""),
+    ("vlcs", "pascal"): ("a realworld photo of a", ""),
+    ("vlcs", "sun"): ("a photo of a", "in diverse scenic environments, "),
+    ("domainnet_full", "clipart"): ("a clipart of a", ""),
+    ("domainnet_full", "infograph"): ("an infograph of a", ""),
+    ("domainnet_full", "painting"): ("a painting of a", ""),
+    ("domainnet_full", "quickdraw"): ("a quickdraw image of a", ""),
+    ("domainnet_full", "real"): ("a real image of a", ""),
+    ("domainnet_full", "sketch"): ("a sketch of a", ""),
+}
+
+
+@pytest.mark.parametrize("dataset", ["pacs", "office_home", "vlcs", "domainnet_full"])
+def test_each_domain_of_the_four_domainbed_datasets_reads_in_the_authors_frame(tmp_path, dataset):
+    from data.catalog import dataset_info
+    from methods.fedmvp import attribute_sentence
+
+    write(
+        tmp_path / "attributes",
+        {"office_home": "officehome", "domainnet_full": "domainnet"}.get(dataset, dataset),
+        {"dog": ["four legs"]},
+    )
+    attributes = load_class_attributes(dataset, ["dog"], tmp_path)
+    domains = dataset_info(dataset).domains
+    assert sorted(domains) == sorted(d for ds, d in AUTHORS_FRAMES if ds == dataset)  # every domain has one
+    for domain in domains:
+        prefix, suffix = AUTHORS_FRAMES[dataset, domain]
+        frame = attributes.frame_for(domain)
+        assert (frame.prefix, frame.suffix) == (prefix, suffix), domain
+        # The code attends over the bare descriptors for OfficeHome (every domain), over the sentences otherwise.
+        assert frame.kv_source == ("descriptors" if dataset == "office_home" else "sentences")
+        sentence = attribute_sentence(frame.prefix, "dog", frame.suffix, "four legs")
+        assert sentence == f"{prefix} dog, {suffix}which has four legs"[:77]
+    assert attributes.frame_for(None) == attributes.frame  # images of several domains: the dataset's frame
+    assert attributes.frame_for("no such domain") == attributes.frame
+
+
+def test_vlcs_sentences_as_the_authors_write_them(tmp_path):
+    from methods.fedmvp import attribute_sentence
+
+    write(tmp_path / "attributes", "vlcs", {"bird": ["feathers"]})
+    attributes = load_class_attributes("vlcs", ["bird"], tmp_path)
+    caltech, sun = attributes.frame_for("caltech"), attributes.frame_for("sun")
+    assert (
+        attribute_sentence(caltech.prefix, "bird", caltech.suffix, "feathers")
+        == "a high quality photo of a bird, as a standalone object, which has feathers"
+    )
+    assert (
+        attribute_sentence(sun.prefix, "bird", sun.suffix, "feathers")
+        == "a photo of a bird, in diverse scenic environments, which has feathers"
+    )
+
+
+def test_the_run_config_records_the_frames_for_methods_that_read_attributes(tmp_path):
+    import yaml
+
+    from benchmark.config import build_config
+    from benchmark.runs.identity import cell_identity, save_yaml
+
+    config = build_config(dict(method="fedmvp", dataset="pacs", protocol="msst"), {})
+    save_yaml(config, tmp_path / "config.yaml")
+    frames = yaml.safe_load((tmp_path / "config.yaml").read_text())["identity"]["data"][0]["sentence_frames"]
+    assert frames["dataset"] == {"prefix": "a photo of a", "suffix": "", "kv_source": "sentences"}
+    assert frames["domains"]["sketch"]["prefix"] == "a sketch of a"
+    assert frames["domains"]["art_painting"]["prefix"] == "an art painting of a"
+    dtd = cell_identity(build_config(dict(method="fedmvp", dataset="dtd"), {}))["data"][0]["sentence_frames"]
+    assert dtd == {"dataset": {"prefix": "a photo of a", "suffix": "a type of texture, ", "kv_source": "sentences"}}
+    assert (
+        "sentence_frames"
+        not in cell_identity(build_config(dict(method="fedtpg", dataset="pacs", protocol="msst"), {}))["data"][0]
+    )

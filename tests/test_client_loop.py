@@ -45,7 +45,10 @@ def trainer_train_client(self, cid: int, round_index: int) -> ClientRoundTrainin
     )
     self.method.train()
     names = tuple(self.class_names[c] for c in shard.train_classes)
-    self.method.set_client(ClientContext(cid, round_index + 1, names, shard.num_samples, len(self.schedule)))
+    context = ClientContext(
+        cid, round_index + 1, names, shard.num_samples, len(self.schedule), self.participations(cid, round_index)
+    )
+    self.method.set_client(context)
     trainer = L.Trainer(
         accelerator=s.accelerator,
         devices=1,

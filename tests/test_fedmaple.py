@@ -102,6 +102,25 @@ def test_everything_in_the_prompt_learner_learns_and_nothing_else(tiny_backbone)
     assert set(method.uploaded_state()) == set(method.client_state()) == expected
 
 
+def test_the_deep_projections_start_identical_and_train_apart(tiny_backbone):
+    # MaPLe builds one Linear and deep-copies it (_get_clones): the 8 deep projections (here
+    # depth - 1 = 3) start equal; the layer-0 proj is a separate draw.
+    torch.manual_seed(0)
+    method = build_method("fedmaple", tiny_backbone, {"depth": 4})
+    first, *others = method.projections
+    assert len(others) == 2
+    for other in others:
+        torch.testing.assert_close(other.weight, first.weight, rtol=0, atol=0)
+        torch.testing.assert_close(other.bias, first.bias, rtol=0, atol=0)
+        assert other.weight.data_ptr() != first.weight.data_ptr()  # copies, not one shared module
+    assert not torch.equal(method.proj.weight, first.weight)
+    assert first.weight.abs().sum() > 0  # a real initialisation, not zeros
+    with torch.no_grad():
+        first.weight.add_(1.0)  # one trains apart from the others
+    assert not torch.equal(others[0].weight, first.weight)
+    assert len([k for k in method.state_dict() if k.startswith("projections.")]) == 6  # 3 x (weight, bias)
+
+
 def test_depth_beyond_the_towers_is_a_clear_error(tiny_backbone):
     with pytest.raises(ValueError, match=r"depth 9 does not fit backbone 'fedbench-tiny-vit'.*--depth between 1 and 4"):
         build_method("fedmaple", tiny_backbone)

@@ -267,7 +267,7 @@ def test_code_mode_switch_from_the_next_round_on_and_never_back(fake_data_root, 
         assert (trace[(1, r)]["block"], trace[(1, r)]["proj"], trace[(1, r)]["lora"]) == (True, True, False)
     states = result.federation.client_states
     assert bool(states[0]["use_lora"]) and not bool(states[1]["use_lora"])
-    assert int(states[0]["participations"]) == 4
+    assert result.federation.rounds_trained[0] == 4
     assert torch.equal(states[0]["promptformer.attn.in_proj_weight"], states[1]["promptformer.attn.in_proj_weight"])
 
 
@@ -377,3 +377,42 @@ def test_fedmvp_runs_on_the_toy_world_from_a_fresh_data_root(fedbench, toy_test_
     assert summary["attributes_file"] == str(root / "attributes" / "toy.json")
     assert set(summary["metrics"]) >= {"Local", "Base", "Novel", "HM"}
     assert all(0 <= summary["metrics"][m] <= 100 for m in ("Local", "Base", "Novel"))
+
+
+# -- per-domain sentence frames: the frame of the images at hand -------------------------------
+def test_the_frame_follows_the_domain_of_the_images_at_hand(tiny_backbone, tmp_path):
+    from benchmark.evaluation.accuracy import Evaluator
+    from data.base import TensorImages
+    from data.transforms import clip_transforms
+
+    folder = tmp_path / "attrs"
+    folder.mkdir()
+    (folder / "pacs.json").write_text(json.dumps({"dog": ["four legs"], "horse": ["long mane"]}))
+    method = build_method("fedmvp", tiny_backbone)
+    method.set_class_attributes(load_class_attributes("pacs", ["dog", "horse"], tmp_path, folder))
+    # Training: the client's own (source) domain.
+    method.set_client(ClientContext(0, 1, ("dog", "horse"), 2, 3, 0, "cartoon"))
+    assert method.sentences(["dog"]) == [["a cartoon of a dog, which has four legs"]]
+    method.set_client(None)
+    assert method.sentences(["dog"]) == [["a photo of a dog, which has four legs"]]  # no domain: the dataset's
+
+    # Evaluation: the scored images' domain (a held-out target reads in its own frame).
+    b = tiny_backbone
+    transform = clip_transforms(b.image_size, b.image_mean, b.image_std, augment=False).test
+    pixels = torch.randint(0, 255, (4, b.image_size, b.image_size, 3), dtype=torch.uint8)
+    split = TensorImages(
+        "pacs-test", pixels, [0, 1, 0, 1], ["dog", "horse"], transform, ["sketch", "sketch", "photo", "art_painting"]
+    )
+    seen = []
+    encode = method.encode_classes
+    method.encode_classes = lambda names: seen.append(method.sentences(names)[0][0]) or encode(names)
+    score = Evaluator(method, split, None).load(method.client_state())
+    score([0, 1], [0, 1])
+    score([2], [0, 1])
+    score([0, 1, 2, 3], [0, 1])  # several domains: the dataset's frame
+    assert seen == [
+        "a sketch of a dog, which has four legs",
+        "a photo of a dog, which has four legs",
+        "a photo of a dog, which has four legs",
+    ]
+    assert method.scored_domain is None  # reset after scoring

@@ -100,6 +100,20 @@ def test_offline_run_has_the_round_axis_and_accuracy_per_round(tracked_run):
     assert run.summary["HM"] == pytest.approx(evaluated[-1]["HM"])
 
 
+def test_offline_run_has_the_lr_each_round_started_at(tracked_run):
+    # metrics.csv has the lr of every client-round; the history its mean, min and max per round.
+    _, run, run_dir, _ = tracked_run
+    metrics = pd.read_csv(run_dir / "metrics.csv")
+    rates = metrics[metrics.metric == "lr"]
+    assert sorted(set(rates["round"])) == [1, 2, 3] and sorted(set(rates.client)) == [0, 1, 2]
+    logged = [row for row in run.history if "lr/mean" in row]
+    assert [row["round"] for row in logged] == [1, 2, 3]
+    for row in logged:
+        values = rates[rates["round"] == row["round"]]["value"]
+        assert row["lr/mean"] == pytest.approx(values.mean())
+        assert (row["lr/min"], row["lr/max"]) == (pytest.approx(values.min()), pytest.approx(values.max()))
+
+
 def test_offline_run_logs_its_folder_and_prints_how_to_sync(tracked_run):
     done, run, run_dir, folder = tracked_run
     assert (run_dir.name, "run-folder") in run.artifacts

@@ -167,6 +167,43 @@ def test_a_different_schedule_cannot_continue_a_study(tuned, fedbench):
     assert len(trials(tmp / "results")) == 6  # nothing was added or lost
 
 
+def test_a_study_is_keyed_on_the_identity_of_the_cells_it_runs(tuned):
+    from benchmark.runs.identity import cell_identity
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning import plan_tuning
+
+    tmp, preset = tuned
+    plan = plan_tuning(load_preset(str(preset)), tmp / "results", 3, 1, {"out": str(tmp / "runs" / "tuning")})
+    (variant,) = [v for v in plan.variants if v.label == "promptfl"]
+    code = plan.identity(variant)["code"]
+    cell = cell_identity(plan.cells(variant, {})[0].config)
+    assert code["method"] == [cell["method"]] and code["framework"] == [cell["framework"]]
+    assert code["weights"] == [cell["weights"]] and code["data"] == [cell["data"]]
+
+
+@pytest.mark.parametrize("part", ["method", "framework"])
+def test_a_study_is_not_continued_after_its_method_or_the_framework_changed(tuned, fedbench, monkeypatch, part):
+    # As if methods/promptfl.py (or the simulator, the optimizer schedules, ...) had been edited
+    # since the study's trials ran: the cells' identity changes, so the study must not go on.
+    import benchmark.runs.identity as identity
+
+    tmp, preset = tuned
+    if part == "framework":
+        # one more module in the run's flow hashes as an edit of the framework code would
+        monkeypatch.setattr(identity, "FRAMEWORK_ROOTS", (*identity.FRAMEWORK_ROOTS, "benchmark.sweeps.tables"))
+        reason = "the framework code changed since its trials ran"
+    else:
+        real = identity.method_version
+        monkeypatch.setattr(identity, "method_version", lambda name: {**real(name), "source_sha256": "edited"})
+        reason = "the method's source changed since its trials ran"
+    done = fedbench(*tune_args(tmp, preset, "--trials", "4"))
+    assert done.returncode == 2
+    message = " ".join(done.stderr.split())
+    assert reason in message and "scored another version of the method" in message
+    assert "Start a new study: pass another --results folder" in message
+    assert len(trials(tmp / "results")) == 6  # nothing was added or lost
+
+
 def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data_root, monkeypatch, fedbench):
     """A trial interrupted mid-run (as by Ctrl-C or a kill) is redone; finished ones are not;
     and the resumed search proposes what an uninterrupted one does."""

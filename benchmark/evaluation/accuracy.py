@@ -66,21 +66,37 @@ class Evaluator:
     def _accuracy(self, fingerprint: str, indices: Sequence[int], class_ids: Sequence[int]) -> float:
         key = (fingerprint, tuple(indices), tuple(class_ids))
         if key not in self._memo:
-            classes = (fingerprint, tuple(class_ids))
-            if classes not in self._classes:
-                with flops.charge("evaluation"):
-                    self._classes[classes] = class_features(self.method, self.test, class_ids)
-            self._memo[key] = accuracy(
-                self.method,
-                self.test,
-                indices,
-                class_ids,
-                self.cache,
-                self.batch_size,
-                self.num_workers,
-                self._classes[classes],
-            )
+            # Class attributes may read differently per domain (FedMVP's sentence frames):
+            # such a method's class features are per scored domain.
+            domain = scored_domain(self.test, indices) if self.method.uses_class_attributes else None
+            classes = (fingerprint, tuple(class_ids), domain)
+            self.method.scored_domain = domain
+            try:
+                if classes not in self._classes:
+                    with flops.charge("evaluation"):
+                        self._classes[classes] = class_features(self.method, self.test, class_ids)
+                self._memo[key] = accuracy(
+                    self.method,
+                    self.test,
+                    indices,
+                    class_ids,
+                    self.cache,
+                    self.batch_size,
+                    self.num_workers,
+                    self._classes[classes],
+                )
+            finally:
+                self.method.scored_domain = None
         return self._memo[key]
+
+
+def scored_domain(split: LabeledImages, indices: Sequence[int]) -> str | None:
+    """The one domain images `indices` of `split` come from; None when the split has no
+    per-image domains or the images span several."""
+    if split.domains is None:
+        return None
+    found = {split.domains[i] for i in indices}
+    return found.pop() if len(found) == 1 else None
 
 
 @torch.no_grad()

@@ -18,7 +18,8 @@ every method both ways):
   `num_training_batches` and `estimated_stepping_batches` mean what they mean on a Trainer.
 - `self.log(name, value)` adds to a per-epoch mean weighted by the batch size (the
   Trainer's reduction for `on_epoch=True`); the round's loss is the last epoch's mean of
-  "train_loss".
+  "train_loss". The round also reports the lr it started at: the first optimizer's first
+  parameter group's, after `configure_optimizers` (and any scheduler it built) set it.
 - Module hooks called, in the Trainer's order (on_train_batch_start returning -1 ends
   the epoch): on_fit_start, on_train_start,
   on_train_epoch_start, on_train_batch_start, on_before_zero_grad, on_before_backward,
@@ -57,6 +58,7 @@ class ClientRoundTraining:
     model_seconds: float  # training steps: forward, backward, optimizer step
     data_seconds: float  # fetching and collating the batches (decoding and augmenting images)
     optimizer_seconds: float  # the method's configure_optimizers: its fresh optimizer and scheduler
+    lr: float | None = None  # the first optimizer's first parameter group's lr before the first step
 
 
 class ClientFabric(L.Fabric):
@@ -149,6 +151,8 @@ class ClientLoop:
         configured = module.configure_optimizers()
         optimizer_seconds = time.perf_counter() - start
         optimizers, schedulers = self._optimizers(module, configured)
+        # The lr the client-round starts at (a scheduler built with the optimizer has set it).
+        start_lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None
         automatic = module.automatic_optimization
         if automatic and len(optimizers) != 1:
             raise RuntimeError(
@@ -206,7 +210,7 @@ class ClientLoop:
             module.on_train_epoch_end()
         module.on_train_end()
         module.on_fit_end()
-        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds)
+        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds, start_lr)
 
     @staticmethod
     def _check_losses(losses, failure: Exception | None = None) -> None:

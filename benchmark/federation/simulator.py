@@ -200,6 +200,7 @@ class RoundLog:
     train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
     data_seconds: float = 0.0  # fetching and collating the training batches
     optimizer_seconds: float = 0.0  # the method's configure_optimizers, once per client-round
+    lr: dict[int, float] = field(default_factory=dict)  # client -> the lr its client-round started at
 
 
 @dataclass
@@ -213,6 +214,7 @@ class ClientRound:
     model_seconds: float
     data_seconds: float
     optimizer_seconds: float
+    lr: float | None = None  # the lr the client-round started at (None: no optimizer)
 
 
 @dataclass
@@ -301,6 +303,14 @@ class FederatedSimulator:
             for round_index, sampled in enumerate(schedule)
             for cid in sampled
         }
+        # How many rounds each client trained in before each of its rounds: a function of the
+        # fixed schedule, so a Flower node knows it without keeping count.
+        self._participations: dict[tuple[int, int], int] = {}
+        counts: dict[int, int] = {}
+        for round_index, sampled in enumerate(schedule):
+            for cid in sampled:
+                self._participations[round_index, cid] = counts.get(cid, 0)
+                counts[cid] = counts.get(cid, 0) + 1
         self.seed = seed
         self.settings = settings
         self.on_round_end = on_round_end
@@ -352,6 +362,8 @@ class FederatedSimulator:
                     log.train_flops += (account.totals.get("train", 0) - before) if account else 0
                     states[cid] = trained.state
                     log.train_loss[cid] = trained.loss
+                    if trained.lr is not None:
+                        log.lr[cid] = trained.lr
                     result.rounds_trained[cid] += 1
                     log.model_seconds += trained.model_seconds
                     log.data_seconds += trained.data_seconds
@@ -406,6 +418,7 @@ class FederatedSimulator:
             training.model_seconds,
             training.data_seconds,
             training.optimizer_seconds,
+            training.lr,
         )
 
     def client_update(self, cid: int, upload: State) -> ClientUpdate:
@@ -458,8 +471,16 @@ class FederatedSimulator:
             tuple(self.class_names[c] for c in shard.train_classes),
             shard.num_samples,
             len(self.schedule),
+            self.participations(cid, round_index),
+            shard.domain,
         )
         return batches, client
+
+    def participations(self, cid: int, round_index: int) -> int:
+        """Rounds client `cid` trained in before round `round_index` (0-based) of the schedule."""
+        if (round_index, cid) in self._participations:
+            return self._participations[round_index, cid]
+        return sum(cid in sampled for sampled in self.schedule[:round_index])
 
     def _divergence(
         self, what: str, round_index: int, cid: int | None, step: int | None = None, lr: float | None = None

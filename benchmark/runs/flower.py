@@ -179,6 +179,7 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
             "model-seconds": trained.model_seconds,
             "data-seconds": trained.data_seconds,
             "optimizer-seconds": trained.optimizer_seconds,
+            **({"lr": trained.lr} if trained.lr is not None else {}),
         }
     )
     return RecordDict({"upload": to_record(trained.upload), "metrics": metrics})
@@ -293,6 +294,8 @@ class MethodStrategy(Strategy):
                     f"{self.run.partition.clients[cid].num_samples}: the node's data differs from the server's"
                 )
             log.train_loss[cid] = float(metrics["train-loss"])
+            if "lr" in metrics:
+                log.lr[cid] = float(metrics["lr"])
             log.model_seconds += float(metrics["model-seconds"])
             log.data_seconds += float(metrics["data-seconds"])
             log.optimizer_seconds += float(metrics["optimizer-seconds"])

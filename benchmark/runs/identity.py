@@ -19,7 +19,8 @@ one asked for now, so a result can never be stale without the folder name saying
   data      per dataset, its loader's module and every project module that imports (and the
             generator's package for a generated dataset), and the sha256 of every file a load
             reads besides the images (split files, class-name files: `DatasetInfo.data_files`);
-            for a method that reads class attributes, the attribute file's sha256.
+            for a method that reads class attributes, the attribute file's sha256 and the sentence
+            frames it is read with (the dataset's and each domain's: `sentence_frames`).
 "Every project module they import" is the closure of the imports within benchmark/, data/
 and methods/, read from the modules' syntax trees (`project_imports`): a helper that a
 loader calls (data/loaders/split_zhou.py for DTD) is part of every cell that loads through
@@ -53,7 +54,7 @@ from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.evaluation.protocols import PROTOCOLS
 from benchmark.method import FederatedMethod
 from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, method_package
-from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir
+from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir, sentence_frames
 from data.catalog import dataset_info, resolve_data_root
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,6 +87,7 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
     data = [data_identity(name, root) for name in config.datasets + config.test_datasets]
     if _reads_attributes(config.method):
         data[0]["attributes_sha256"] = _attributes_sha256(config, root)
+        data[0]["sentence_frames"] = sentence_frames(config.dataset)
     return {
         "run": {**config.result_key(), "method_args": method_args},
         "method": method,

@@ -72,7 +72,7 @@ def code_version() -> dict[str, Any]:
     return version
 
 
-def environment(method: str | None = None) -> dict[str, Any]:
+def environment(method: str | None = None, device: str | None = None) -> dict[str, Any]:
     import torch
 
     return {
@@ -83,6 +83,8 @@ def environment(method: str | None = None) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
+        # The GPU model: two GPUs of different kinds round differently (tables note a mix).
+        **({"device_name": torch.cuda.get_device_name(device)} if device and device.startswith("cuda") else {}),
     }
 
 
@@ -110,7 +112,7 @@ def write_run(
     staging.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: run folders are shared like any other
     try:
         save_yaml(config, staging / "config.yaml")
-        _write_json(staging / "environment.json", environment(config.method))
+        _write_json(staging / "environment.json", environment(config.method, summary.get("device")))
         _write_json(staging / "partition.json", partition_manifest)
         frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
         frame.to_csv(staging / "metrics.csv", index=False)

@@ -200,8 +200,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
     if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
-        # One attribute file and one sentence frame per run: a federation over several
-        # datasets would need one of each per dataset, which the hook does not take yet.
+        # One attribute file (and one set of sentence frames) per run: a federation over
+        # several datasets would need one of each per dataset, which the hook does not take yet.
         raise ConfigError(
             f"{config.method} reads one dataset's class attribute file; it cannot run over several datasets "
             f"yet (dataset = {config.dataset!r}, eval_datasets = {config.eval_datasets!r}). "
@@ -293,6 +293,8 @@ def _run_counted(
     def on_round_end(log) -> None:
         for cid, loss in log.train_loss.items():
             rows.append(MetricRow(log.round, cid, "train_loss", loss))
+        for cid, lr in log.lr.items():  # the lr each client-round started at (its schedule's position)
+            rows.append(MetricRow(log.round, cid, "lr", lr))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))
         if tracker is not None:

@@ -78,6 +78,9 @@ class Tracker:
         }
         if log.train_loss:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
+        if log.lr:  # the lr the round's client-rounds started at; per client in metrics.csv
+            rates = list(log.lr.values())
+            values.update({"lr/mean": sum(rates) / len(rates), "lr/min": min(rates), "lr/max": max(rates)})
         self._guard("log", self.run.log, values)
 
     def log_evaluation(self, round_number: int, metrics: dict[str, float]) -> None:

@@ -18,7 +18,7 @@ from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.tables import AVERAGE, run_dir
 
 # Per-round rows of metrics.csv that are bookkeeping, not accuracy.
-NOT_ACCURACY = ("train_loss", "bytes_up", "bytes_down")
+NOT_ACCURACY = ("train_loss", "lr", "bytes_up", "bytes_down")
 
 
 def _pyplot():

@@ -23,7 +23,16 @@ from benchmark.sweeps.executors.local import LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
-from benchmark.sweeps.tables import collect, differences, failed_cells, paper_comparison, render, run_dir, summarize
+from benchmark.sweeps.tables import (
+    collect,
+    differences,
+    failed_cells,
+    numerics_note,
+    paper_comparison,
+    render,
+    run_dir,
+    summarize,
+)
 from data.base import DatasetError
 from data.catalog import dataset_info, resolve_data_root
 
@@ -251,6 +260,9 @@ def render_tables(
             if plan.preset.tuned_command
             else "Tuned rows use the values chosen by `fedbench tune`."
         )
+    mixed = numerics_note(plan.shown)
+    if mixed:
+        notes.append(mixed)
     out = Path(results_dir)
     files = render(stats, comparison, out, plan.preset.title, diffs, notes)
     colours = method_colours([c.label for c in plan.shown])  # the same colour for a method in every figure

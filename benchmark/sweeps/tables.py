@@ -13,11 +13,13 @@ the mean of the seeds that happened to work -- until a rerun succeeds.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.runs.identity import run_name
@@ -83,6 +85,57 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value", "unstable"])
+
+
+def numerics_context(folder: Path) -> tuple[str, str, str]:
+    """(torch threads, device kind, precision) a finished run computed under: the three
+    things besides the code that move its last bits (FedMVP's and FedTPG's results differ
+    between thread counts). Read from environment.json (threads, the GPU's name) and
+    summary.json (the device and precision actually used), falling back to config.yaml's
+    settings; "?" where a folder does not say."""
+    folder = Path(folder)
+
+    def read(name: str, parse) -> dict:
+        try:
+            return parse((folder / name).read_text()) or {}
+        except (OSError, ValueError, yaml.YAMLError):
+            return {}
+
+    environment, summary = read("environment.json", json.loads), read("summary.json", json.loads)
+    config = read("config.yaml", yaml.safe_load)
+    threads = environment.get("torch_threads")
+    device = str(summary.get("device") or config.get("device") or "?")
+    kind = str(environment.get("device_name") or device.split(":")[0])
+    precision = str(summary.get("precision") or config.get("precision") or "?")
+    return (f"{threads} torch threads" if threads is not None else "? torch threads", kind, precision)
+
+
+def cell_name(cell: Cell) -> str:
+    """How a note names one run of a table."""
+    grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+    where = cell.dataset + (f" ({grid})" if grid else "") + (f", target {cell.part}" if cell.part else "")
+    return f"{cell.label} on {where}, seed {cell.config.seed}"
+
+
+def numerics_note(cells: Sequence[Cell]) -> str | None:
+    """A note for a table whose finished runs come from more than one numerics context
+    (`numerics_context`): each context with the runs computed under it, the most common one
+    by count only. None when they all share one."""
+    by_context: dict[tuple[str, str, str], list[str]] = {}
+    for cell in cells:
+        folder = run_dir(cell)
+        if is_complete(folder):
+            by_context.setdefault(numerics_context(folder), []).append(cell_name(cell))
+    if len(by_context) < 2:
+        return None
+    ranked = sorted(by_context.items(), key=lambda item: (-len(item[1]), item[0]))
+    (common, common_runs), others = ranked[0], ranked[1:]
+    listed = "; ".join(f"{', '.join(context)}: {', '.join(runs)}" for context, runs in others)
+    return (
+        f"Numerics: these runs come from {len(by_context)} numerics contexts (torch threads, device, precision), "
+        f"which can move a result's last digits. {len(common_runs)} ran under {', '.join(common)}; the others: "
+        f"{listed}."
+    )
 
 
 def failed_cells(cells: Sequence[Cell]) -> list[Cell]:

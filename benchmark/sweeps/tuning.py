@@ -13,8 +13,11 @@ Trial 0 is always the method's paper default; then Optuna's TPE.
 
 Storage: one Optuna study per method label in `<results>/tuning.db` (SQLite), so a killed
 run resumes without repeating finished trials and the trials can be inspected with Optuna's
-own tools. Each study records what its trials depend on (search space, seed, resolved
-configs); resuming it under anything else is an error, never a silent mix. The sampler is
+own tools. Each study records what its trials depend on (search space, seeds, resolved
+configs, and the identity of the cells they run: the method's source, the framework code,
+the weights and the data code, as `benchmark.runs.identity` names a cell); resuming it
+under anything else is an error that says what changed, never a silent mix of trials
+scored by two versions of a method. The sampler is
 re-seeded from a hash of (seed, number of finished trials) before each trial, so a resumed
 search proposes exactly what an uninterrupted one would have.
 
@@ -45,10 +48,20 @@ from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs import runner
+from benchmark.runs.identity import cell_identity, prepare_weights
 from benchmark.runs.results import code_version, is_complete, read_summary
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
 from benchmark.sweeps.tables import run_dir
 
+# The parts of a cell's identity (benchmark.runs.identity) beyond its run options, and how
+# a refusal names them.
+CODE_PARTS = {
+    "method": "the method's source",
+    "framework": "the framework code",
+    "weights": "the weights",
+    "data": "the data code",
+    "attributes": "the class-attribute frames",
+}
 TUNING_DB = "tuning.db"
 TUNING_CSV = "tuning.csv"
 TUNED_YAML = "tuned.yaml"
@@ -123,7 +136,20 @@ class TuningPlan:
             "startup_trials": STARTUP_TRIALS,
             "metric": self.headline,
             "configs": configs,
+            "code": self.code_identity(variant),
         }
+
+    def code_identity(self, variant: MethodVariant) -> dict[str, list]:
+        """What the trials' cells run, beyond their options: each part of their cell
+        identity in CODE_PARTS (method source, framework code, weights, data code), the
+        distinct values over the cells. A trial scored under other code scored another method."""
+        parts: dict[str, list] = {}
+        for cell in self.cells(variant, {}):
+            identity = cell_identity(cell.config)
+            for part in CODE_PARTS:
+                if part in identity and identity[part] not in parts.setdefault(part, []):
+                    parts[part].append(identity[part])
+        return {part: values for part, values in parts.items() if values}
 
 
 def plan_tuning(
@@ -173,6 +199,10 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
     with ExitStack() as locks:
         for variant in plan.variants:
             locks.enter_context(_exclusive(plan.results_dir / f".tuning-{variant.label}.lock", variant.label))
+        # The suite's own weights are named by their bytes: build them before the studies'
+        # identities name them (a study must not change identity once they exist).
+        for pretrained in dict.fromkeys(c.config.pretrained for v in plan.variants for c in plan.cells(v, {})):
+            prepare_weights(pretrained)
         studies = {v.label: _open_study(plan, v) for v in plan.variants}
         for label, study in studies.items():
             _fail_interrupted(study, report)
@@ -221,17 +251,37 @@ def _open_study(plan: TuningPlan, variant: MethodVariant):
         study.set_user_attr("identity", identity)
         study.set_user_attr("method", variant.method)
     elif recorded != identity:
-        changed = _changed_keys(json.loads(recorded), json.loads(identity))
+        old, new = json.loads(recorded), json.loads(identity)
+        changed = _changed_keys(old, new)
+        code = _changed_code(old, new)
+        why = (
+            f"{' and '.join(code)} changed since its trials ran, so they scored another version of the method than "
+            "the next trials would, and one study must not mix them"
+            if code
+            else "its trials cannot be continued with these"
+        )
         raise ConfigError(
             f"{plan.results_dir / TUNING_DB} holds a search for {variant.label!r} made under other settings "
-            f"({', '.join(changed)} differ), so its trials cannot be continued with these. Delete that file (and "
-            f"{TUNING_CSV}, {TUNED_YAML}) to start over, or pass another --results folder."
+            f"(differing: {', '.join(changed)}): {why}. Start a new study: pass another --results folder (and --out "
+            f"for its trial runs), or delete that file, {TUNING_CSV} and {TUNED_YAML} there to start over."
         )
     return study
 
 
+def _changed_code(old: dict, new: dict) -> list[str]:
+    """What changed of the cells' code identity, in words (a study recorded before studies
+    were keyed on it has none: everything counts as changed)."""
+    before, now = old.get("code"), new.get("code", {})
+    if before is None:
+        return ["the code its cells run (the study predates code-keyed studies)"]
+    return [CODE_PARTS[p] for p in CODE_PARTS if before.get(p) != now.get(p)]
+
+
 def _changed_keys(old: dict, new: dict) -> list[str]:
-    changed = [k for k in sorted(set(old) | set(new)) if k != "configs" and old.get(k) != new.get(k)]
+    changed = [k for k in sorted(set(old) | set(new)) if k not in ("configs", "code") and old.get(k) != new.get(k)]
+    changed += [what for what in _changed_code(old, new) if not what.startswith("the code its")]
+    if "code" not in old:
+        changed.append("code identity")
     old_cfgs, new_cfgs = old.get("configs", []), new.get("configs", [])
     if len(old_cfgs) != len(new_cfgs):
         changed.append("datasets/grid")

@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--describe",
         metavar="NAME",
-        help="hyperparameters, shared state, parameter counts and overridden hooks of one method",
+        help="hyperparameters, shared state, parameter counts, learning-rate schedule and overridden hooks of one method",
     )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
     p.set_defaults(func=run, takes_method_flags=True)
@@ -95,6 +95,7 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         ),
         f"uploaded state (upload_keys = {cls.upload_keys!r}): {_short(uploaded)}",
         f"personal state: {_short(personal)}",
+        f"learning-rate schedule: {schedule_line(cls)}",
         "",
         # Read from the instance: some are set from hyperparameters (pFedMMA's upload_keys).
         "class attributes: " + ", ".join(f"{a} = {getattr(method, a)!r}" for a in CLASS_ATTRIBUTES),
@@ -102,6 +103,12 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
     ]
     lines += hook_lines(cls)
     return "\n".join(lines)
+
+
+def schedule_line(cls) -> str:
+    """The method's `lr_schedule`, or what to do about a method that states none."""
+    stated = " ".join(str(getattr(cls, "lr_schedule", "") or "").split())
+    return stated or "not stated (the method sets no lr_schedule class attribute; its configure_optimizers decides)"
 
 
 def hook_lines(cls) -> list[str]:
