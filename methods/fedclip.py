@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
@@ -35,6 +35,7 @@ class FedCLIP(FederatedMethod):
     """Softmax attention over the image embedding's dimensions; uploaded whole, fixed text."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    ranges = OPTIMIZER_RANGES
     upload_keys = ("adapter.*",)
     frozen_image_features = True  # the adapter runs in `classify`, on cached features
     image_feature_kind = "clip-unnormalized"

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -45,6 +45,7 @@ class FedCoCoOp(FederatedMethod):
     """ctx + meta-net bias from the image feature; both uploaded, plain global model."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "reduction": Range(ge=1), "init_std": Range(ge=0)}
     upload_keys = ("ctx", "meta_net.*")
     frozen_image_features = True  # the meta-net reads the frozen CLIP feature
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -43,6 +43,13 @@ class FedPGP(FederatedMethod):
     """sigma uploaded and averaged; U, V personal; CE + mu * contrastive loss."""
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "rank": Range(ge=1),
+        "init_std": Range(ge=0),
+        "temperature": Range(gt=0),
+    }
     upload_keys = ("sigma",)
     frozen_image_features = True
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -75,6 +75,13 @@ class FedTPG(FederatedMethod):
     """Prompt translator over the class-name embeddings; uploaded whole, plain global model."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "heads": Range(ge=1),
+        "ff_mult": Range(ge=1),
+        "init_std": Range(ge=0),
+    }
     upload_keys = ("translator.*",)
     frozen_image_features = True  # only the text side learns
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -27,6 +27,13 @@ class PromptFL(FederatedMethod):
     """CoOp context [n_ctx, text width] ~ N(0, 0.02), uploaded whole each round."""
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "init_std": Range(ge=0),
+        "warmup_epochs": Range(ge=0),
+        "warmup_lr": Range(gt=0),
+    }
     upload_keys = ("ctx",)
     frozen_image_features = True
 

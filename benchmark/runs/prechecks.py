@@ -1,9 +1,11 @@
 """Everything about a run that can be checked before a model is built or pretrained.
 
 `fedbench run` and `fedbench reproduce` call `validate_run` first, so an unknown method, a
-bad hyperparameter, a missing dataset or missing weights are reported in a second rather
-than after the toy CLIP's pretraining or a backbone download. What needs the built model
-(a hyperparameter value the method's constructor rejects) is still checked when it is built.
+hyperparameter of the wrong type or outside its range (`FederatedMethod.ranges`), a method
+that does not fit the backbone's shape (`fit_to_backbone`, read from the backbone's config),
+a missing dataset or missing weights are reported in a second rather than after the toy
+CLIP's pretraining or a backbone download. What needs the built model (a value only the
+method's constructor rejects) is still checked when it is built.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 from benchmark.backbone import check_backbone
 from benchmark.evaluation.protocols import get_protocol
-from benchmark.registry import check_method_args
+from benchmark.registry import check_method_args, fit_method_args_to
 from data.catalog import dataset_info, require_dataset, resolve_data_root
 
 if TYPE_CHECKING:
@@ -25,11 +27,14 @@ def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:
     that are not on this machine yet (built or downloaded by the run)."""
 
     get_protocol(config.protocol)
-    check_method_args(config.method, config.method_args)  # unknown method, names, types
+    check_method_args(config.method, config.method_args)  # unknown method, names, types, ranges
     for name in config.datasets + config.test_datasets:
         dataset_info(name)
         if check_data:
             require_dataset(name, resolve_data_root(config.data_root))
 
     note = check_backbone(config.backbone, config.pretrained)
+    # The method against the backbone's shape, read from its config: a block range that
+    # does not fit fails here, not after the weights are downloaded or pretrained.
+    fit_method_args_to(config.method, config.method_args, config.backbone)
     return [note] if note else []
