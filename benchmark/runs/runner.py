@@ -30,7 +30,7 @@ from benchmark.federation.simulator import (
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
-from benchmark.runs.identity import cell_hash, prepare_weights, run_name
+from benchmark.runs.identity import cell_hash, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import validate_run
 from benchmark.runs.results import (
@@ -270,7 +270,12 @@ def _run_counted(
     rows: list[MetricRow] = []
 
     run_dir = Path(config.out) / run_name(config)
-    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write and engine is None else 0, partition.hash)
+    checkpointer = Checkpointer(
+        run_dir,
+        config.checkpoint_every if write and engine is None else 0,
+        partition.hash,
+        resolved_config(config).to_dict(),
+    )
     resume = checkpointer.load() if write else None
     if resume is not None:
         rows.extend(resume.rows)
