@@ -64,6 +64,17 @@ def test_a_hyperparameter_outside_its_range_stops_the_run_before_anything_starts
     assert not out.exists() and nothing_built(empty_cache)
 
 
+def test_a_missing_gpu_is_named_with_what_to_pass_instead(fedbench, empty_cache, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
+    out = tmp_path / "runs"
+    done = fedbench("run", "--method", "zeroshot", "--device", "cuda", "--out", out, "--wandb", "disabled")
+    assert done.returncode == 2
+    assert "--device cuda: this machine has no CUDA device" in done.stderr and "--device cpu" in done.stderr
+    assert "checkpoint" not in done.stderr and not out.exists() and nothing_built(empty_cache)
+
+
 def test_missing_data_and_missing_checkpoint_are_reported_before_loading(fedbench, empty_cache, tmp_path):
     done = fedbench(
         "run",

@@ -13,7 +13,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     skips it): its table is printed from the folder; `force` runs it again."""
     from benchmark.runs.identity import prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
-    from benchmark.runs.prechecks import validate_run
+    from benchmark.runs.prechecks import check_device, validate_run
     from benchmark.runs.reporting import format_summary
     from benchmark.runs.results import (
         check_output_location,
@@ -27,6 +27,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
 
     for note in validate_run(config):  # before W&B starts or a backbone is built
         print(f"note: {note}")
+    check_device(config.device)  # this machine runs it
     check_output_location(Path(config.out))
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
     run_dir = Path(config.out) / run_name(config)

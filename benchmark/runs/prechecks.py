@@ -12,14 +12,38 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import torch
+
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 from benchmark.backbone import check_backbone
+from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.registry import check_method_args, fit_method_args_to
 from data.catalog import dataset_info, require_dataset, resolve_data_root
 
 if TYPE_CHECKING:
     from benchmark.config import RunConfig
+
+
+def check_device(device: str) -> None:
+    """A CUDA device that this machine does not have is a ConfigError saying what to pass (else
+    it surfaces later as a checkpoint that cannot be loaded onto it). Checked where the run
+    runs (`resolve_device`, `fedbench run`), not by `validate_run`: a sweep's cells may run
+    on other machines than the one that plans them (Ray, Slurm)."""
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        raise ConfigError(
+            f"--device {device}: this machine has no CUDA device (torch.cuda.is_available() is False"
+            f"{'; this torch is a CPU build' if torch.version.cuda is None else ''}). "
+            "Pass --device cpu, or --device auto (a GPU when there is one, else the CPU)."
+        )
+    index = device.partition(":")[2]
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise ConfigError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            f"cuda:0 to cuda:{torch.cuda.device_count() - 1}; pass one of them, or --device auto"
+        )
 
 
 def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:

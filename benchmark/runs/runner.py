@@ -32,7 +32,7 @@ from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
 from benchmark.runs.identity import cell_hash, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
-from benchmark.runs.prechecks import validate_run
+from benchmark.runs.prechecks import check_device, validate_run
 from benchmark.runs.results import (
     ALL_CLIENTS,
     RUN_FOLDER_BYTES,
@@ -195,6 +195,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     validate_run(config)  # before any backbone is built or pretrained
     protocol = get_protocol(config.protocol)
     protocol.check(config)
+    check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
