@@ -153,6 +153,11 @@ def test_print_config_shows_the_resolved_config_and_presets_lists_the_tables(fed
     listing = fedbench("presets")
     assert listing.returncode == 0
     assert any(line.split()[:3] == ["base2novel", "168", "cells"] for line in listing.stdout.splitlines())
+    # An msst preset runs one cell per held-out domain: `presets` counts what `reproduce --dry-run` plans.
+    dry = fedbench("reproduce", "toy_generalization", "--dry-run", "--out", tmp_path / "runs")
+    planned = next(line.split()[0] for line in dry.stdout.splitlines() if " cells: " in line)
+    (line,) = [line for line in listing.stdout.splitlines() if line.startswith("toy_generalization ")]
+    assert line.split()[1] == planned and int(planned) > 42  # 42 = datasets x methods x seeds, the old count
 
 
 def test_fedbench_help_imports_neither_torch_nor_open_clip():
