@@ -95,6 +95,35 @@ class TowerShape:
 
 
 @dataclass(frozen=True)
+class BackboneShape:
+    """The towers' depths and widths of a backbone, read from its open_clip config: what a
+    method's fit can be checked against before any weights are loaded (`backbone_shape`).
+    A built `Backbone` has the same `name`, `text` and `vision` attributes."""
+
+    name: str
+    text: TowerShape
+    vision: TowerShape
+
+
+def backbone_shape(name: str) -> BackboneShape | None:
+    """`name`'s tower shapes from its config, nothing built; None for a name open_clip does
+    not know (`check_backbone` reports it) or a config without plain transformer towers
+    (a timm or Hugging Face tower: its shape is known once it is built)."""
+    config = open_clip.get_model_config(name) if name in open_clip.list_models() else None
+    if not config:
+        return None
+    text, vision = config.get("text_cfg", {}), config.get("vision_cfg", {})
+    try:
+        return BackboneShape(
+            name,
+            TowerShape(int(text["width"]), int(text["layers"])),
+            TowerShape(int(vision["width"]), int(vision["layers"])),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
 class ImagePrefix:
     """The image tower's residual stream [B, 1 + M, W] at the input of block `blocks`
     (0-based), computed by the frozen backbone alone (`Backbone.image_prefix`). The image

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from benchmark.backbone import Backbone, ImagePrefix, full_precision
+from benchmark.backbone import Backbone, BackboneShape, ImagePrefix, full_precision
 
 if TYPE_CHECKING:
     from data.attributes import ClassAttributes
@@ -83,6 +83,58 @@ class Choice:
 
 
 SearchSpace = LogUniform | Uniform | Choice
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric hyperparameter may take (`FederatedMethod.ranges`), checked with
+    the other hyperparameters before anything is built: `Range(gt=0)` for a learning rate,
+    `Range(ge=0, lt=1)` for a momentum, `Range(ge=1)` for a width. Bounds left None are open."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def contains(self, value: Any) -> bool:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        return not (
+            (self.gt is not None and not value > self.gt)
+            or (self.ge is not None and not value >= self.ge)
+            or (self.lt is not None and not value < self.lt)
+            or (self.le is not None and not value <= self.le)
+        )
+
+    def covers(self, space: "SearchSpace") -> bool:
+        """Whether every value a tuning search space can suggest lies in this range."""
+        if isinstance(space, Choice):
+            return all(self.contains(v) for v in space.values)
+        return self.contains(space.low) and self.contains(space.high)
+
+    def check(self) -> str | None:
+        if (self.gt is not None and self.ge is not None) or (self.lt is not None and self.le is not None):
+            return "takes one lower bound (gt or ge) and one upper bound (lt or le)"
+        lows = [b for b in (self.gt, self.ge) if b is not None]
+        highs = [b for b in (self.lt, self.le) if b is not None]
+        if not lows and not highs:
+            return "needs a bound"
+        if lows and highs and not lows[0] < highs[0]:
+            return f"needs its lower bound below its upper bound, got {self}"
+        return None
+
+    def __str__(self) -> str:
+        low = f"> {self.gt:g}" if self.gt is not None else f">= {self.ge:g}" if self.ge is not None else ""
+        high = f"< {self.lt:g}" if self.lt is not None else f"<= {self.le:g}" if self.le is not None else ""
+        return " and ".join(part for part in (low, high) if part)
+
+
+# The ranges of the usual SGD / AdamW hyperparameters, for a method's `ranges`.
+OPTIMIZER_RANGES: dict[str, Range] = {
+    "lr": Range(gt=0),
+    "momentum": Range(ge=0, lt=1),
+    "weight_decay": Range(ge=0),
+}
 
 
 @dataclass(frozen=True)
@@ -183,6 +235,14 @@ class FederatedMethod(L.LightningModule):
         trial is always the `__init__` default (the paper's value), which must lie in the
         range. At least the learning rate, log-uniform around its paper default [{}:
         nothing to tune].
+      - `ranges`: hyperparameter name -> `Range` of the values it may take (`lr` > 0,
+        `momentum` in [0, 1), a width >= 1), checked with the hyperparameters' types
+        before anything is built, downloaded or logged; the default and any `tunable`
+        range must lie in it [{}: no bound]. `OPTIMIZER_RANGES` has the usual ones.
+
+    Before anything is built: the classmethod `fit_to_backbone(shape, hyperparameters)`
+    checks the hyperparameters against the backbone's shape, read from its config without
+    weights, and resolves values relative to it (pFedMMA's `first_block: auto`).
     """
 
     name: ClassVar[str] = ""  # set by @register_method
@@ -195,6 +255,7 @@ class FederatedMethod(L.LightningModule):
     uses_class_attributes: ClassVar[bool] = False
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}
     lr_schedule: ClassVar[str] = ""
+    ranges: ClassVar[Mapping[str, Range]] = {}
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
@@ -207,6 +268,17 @@ class FederatedMethod(L.LightningModule):
     @property
     def backbone(self) -> Backbone:
         return self._backbone
+
+    @classmethod
+    def fit_to_backbone(cls, shape: "BackboneShape | Backbone", hyperparameters: dict[str, Any]) -> dict[str, Any]:
+        """Runs before anything is built or downloaded, with the backbone's shape
+        (`shape.name`, `shape.text.blocks`, `shape.text.width`, `shape.vision...`: read from
+        its config) and every hyperparameter (defaults filled in, types and ranges checked),
+        and once more with the built backbone. Returns the hyperparameters with any value
+        relative to the backbone resolved (they are what the run records and hashes); raises
+        ValueError naming the hyperparameter when they cannot fit the backbone.
+        Default: returns them unchanged."""
+        return hyperparameters
 
     # -- data ---------------------------------------------------------------------------
     def set_class_attributes(self, attributes: ClassAttributes) -> None:

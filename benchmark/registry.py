@@ -30,12 +30,13 @@ from typing import Any, Callable, TypeVar
 
 from lightning import LightningModule
 
+from benchmark.backbone import backbone_shape
 from benchmark.config import (
     RunConfig,
     parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
 )
 from benchmark.errors import UserError
-from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Uniform
+from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
 ENTRY_POINT_GROUP = "fedbench.methods"
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -59,6 +60,7 @@ CLASS_ATTRIBUTES = (
     "gpu_precision",
     "uses_class_attributes",
     "tunable",
+    "ranges",
 )
 M = TypeVar("M", bound=type[FederatedMethod])
 
@@ -97,7 +99,7 @@ def register_method(name: str) -> Callable[[M], M]:
 def reserved_flag_names() -> set[str]:
     """Names a hyperparameter may not take: the run options and `fedbench run`'s own flags."""
 
-    return set(RunConfig.__dataclass_fields__) | {"config", "method_help", "print_config", "help"}
+    return set(RunConfig.__dataclass_fields__) | {"config", "method_help", "print_config", "help", "force"}
 
 
 def available_methods() -> dict[str, type[FederatedMethod]]:
@@ -235,11 +237,26 @@ class Hyperparameter:
     default: Any
     help: str = ""  # from the "Args:" section of the method's __init__ (or class) docstring
     choices: tuple = ()  # from a typing.Literal annotation
+    # Words taken besides values of `type`, from `int | Literal["auto"]`: resolved by the
+    # method's `fit_to_backbone` before anything is built.
+    keywords: tuple[str, ...] = ()
+    range: Range | None = None  # from the method's `ranges`
+
+    @property
+    def type_name(self) -> str:
+        return " | ".join([self.type.__name__, *map(repr, self.keywords)])
 
     def describe(self) -> str:
         """'TYPE, one of a|b, default X: help' -- the one description --method-help and --describe show."""
-        kind = self.type.__name__ + (f", one of {' | '.join(map(str, self.choices))}" if self.choices else "")
-        return f"{kind}; default {self.default!r}" + (f". {self.help}" if self.help else "")
+        kind = self.type_name + (f", one of {' | '.join(map(str, self.choices))}" if self.choices else "")
+        bounds = f", {self.range}" if self.range is not None else ""
+        return f"{kind}{bounds}; default {self.default!r}" + (f". {self.help}" if self.help else "")
+
+    def parse(self, text: str) -> Any:
+        """A command-line value: one of `keywords` as it is, else converted to `type`."""
+        if text in self.keywords:
+            return text
+        return parse_bool(text) if self.type is bool else self.type(text)
 
 
 def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list[Hyperparameter]:
@@ -255,9 +272,20 @@ def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list
             raise MethodError(f"method {name or cls.name!r}: hyperparameter {p.name!r} needs a default")
         hint = hints.get(p.name, type(p.default))
         choices = tuple(typing.get_args(hint)) if typing.get_origin(hint) is typing.Literal else ()
+        keywords = () if choices else _keywords(hint)
         kind = type(choices[0]) if choices else _plain_type(hint)
-        params.append(Hyperparameter(p.name, kind, p.default, docs.get(p.name, ""), choices))
+        bounds = dict(cls.ranges).get(p.name)
+        params.append(Hyperparameter(p.name, kind, p.default, docs.get(p.name, ""), choices, keywords, bounds))
     return params
+
+
+def _keywords(hint: Any) -> tuple[str, ...]:
+    """The words of the Literal in a union such as `int | Literal["auto"]`."""
+    words = []
+    for arg in typing.get_args(hint):
+        if typing.get_origin(arg) is typing.Literal:
+            words += [a for a in typing.get_args(arg) if isinstance(a, str)]
+    return tuple(words)
 
 
 def argument_docs(cls: type) -> dict[str, str]:
@@ -300,10 +328,40 @@ def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str
     return {k: convert_value(known[k], v, name) for k, v in args.items()}
 
 
-def build_method(name: str, backbone, method_args: dict[str, Any] | None = None) -> FederatedMethod:
-    """Instantiate method `name` with validated, type-converted hyperparameters."""
+def fit_method_args(name: str, method_args: dict[str, Any] | None, shape) -> dict[str, Any]:
+    """Every hyperparameter of method `name` (defaults filled in, `method_args` validated),
+    fitted to the backbone `shape` by the method's `fit_to_backbone`: values relative to
+    the backbone resolved, a misfit a MethodError. `shape`: a `BackboneShape`, a built
+    `Backbone`, or None when the shape is unknown (the values are then left as they are)."""
     cls = get_method(name)
-    converted = check_method_args(name, method_args)
+    resolved = {h.name: h.default for h in hyperparameters(cls)}
+    resolved.update(check_method_args(name, method_args))
+    if shape is None:
+        return resolved
+    try:
+        fitted = dict(cls.fit_to_backbone(shape, dict(resolved)))
+    except MethodError:
+        raise
+    except ValueError as exc:  # the convention for a hyperparameter that does not fit: say which method
+        raise MethodError(f"method {name!r}: {exc}") from exc
+    # What the fit changed is checked like a value given by the user (type, range).
+    return {
+        h.name: resolved[h.name] if value is resolved[h.name] else convert_value(h, value, name)
+        for h in hyperparameters(cls)
+        for value in [fitted.get(h.name, resolved[h.name])]
+    }
+
+
+def fit_method_args_to(name: str, method_args: dict[str, Any] | None, backbone: str) -> dict[str, Any]:
+    """`fit_method_args` against backbone `backbone`'s shape, read from its config (no weights)."""
+    return fit_method_args(name, method_args, backbone_shape(backbone))
+
+
+def build_method(name: str, backbone, method_args: dict[str, Any] | None = None) -> FederatedMethod:
+    """Instantiate method `name` with validated, type-converted hyperparameters, fitted to
+    `backbone` (every hyperparameter is passed, backbone-relative values resolved)."""
+    cls = get_method(name)
+    converted = fit_method_args(name, method_args, backbone)
     try:
         method = cls(backbone, **converted)
     except MethodError:
@@ -359,6 +417,29 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
                 f"method {name!r}: the default {key}={defaults[key]!r} lies outside its search range {space}; "
                 "the first trial of `fedbench tune` is the default, so widen the range around it"
             )
+        bounds = dict(cls.ranges).get(key)
+        if bounds is not None and not bounds.covers(space):
+            raise MethodError(
+                f"method {name!r}: tunable[{key!r}] {space} reaches outside the values {key} may take ({bounds}); "
+                "narrow the search range"
+            )
+    kinds = {h.name: h for h in hyperparameters(cls, name)}
+    for key, bounds in dict(cls.ranges).items():
+        if key not in kinds:
+            raise MethodError(
+                f"method {name!r}: ranges names {key!r}, which is not one of its hyperparameters "
+                f"({', '.join(kinds) or 'none'})"
+            )
+        if not isinstance(bounds, Range) or kinds[key].type not in (int, float):
+            raise MethodError(
+                f"method {name!r}: ranges[{key!r}] must be a benchmark.method.Range over a number, got {bounds!r} "
+                f"for a {kinds[key].type.__name__}"
+            )
+        problem = bounds.check()
+        if problem:
+            raise MethodError(f"method {name!r}: ranges[{key!r}] {problem}")
+        if defaults[key] not in kinds[key].keywords and not bounds.contains(defaults[key]):
+            raise MethodError(f"method {name!r}: the default {key}={defaults[key]!r} lies outside its range ({bounds})")
 
 
 def overrides(cls: type[FederatedMethod], hook: str) -> bool:
@@ -375,6 +456,8 @@ def _short(keys: list[str], limit: int = 4) -> str:
 
 
 def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
+    if isinstance(value, str) and value in h.keywords:
+        return value
     converted = _convert(h, value, method)
     if isinstance(converted, float) and not math.isfinite(converted):
         # `--lr nan` would train a diverged model whose metrics sit at chance.
@@ -386,6 +469,11 @@ def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
         raise MethodError(
             f"method {method!r}: hyperparameter {h.name!r} must be one of {', '.join(map(repr, h.choices))}, "
             f"got {value!r}"
+        )
+    if h.range is not None and converted is not None and not h.range.contains(converted):
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be {h.range}, got {value!r} (default {h.default!r}); "
+            f"pass --{h.name.replace('_', '-')} with a value {h.range}"
         )
     return converted
 
@@ -409,13 +497,13 @@ def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
     except (TypeError, ValueError):
         pass
     raise MethodError(
-        f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} (default {h.default!r})"
+        f"method {method!r}: hyperparameter {h.name!r} expects {h.type_name}, got {value!r} (default {h.default!r})"
     )
 
 
 def _plain_type(hint: Any) -> type:
-    # `int | None` -> int; anything exotic is taken as str on the command line.
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    # `int | None` -> int, `int | Literal["auto"]` -> int; anything exotic is taken as str on the command line.
+    args = [a for a in typing.get_args(hint) if a is not type(None) and typing.get_origin(a) is not typing.Literal]
     if args:
         hint = args[0]
     return hint if hint in (int, float, str, bool) else str

@@ -84,6 +84,23 @@ TORCHVISION = {
         ],
     ),
 }
+# The files torchvision fetches for each of them (from torchvision's dataset classes), and the
+# folder each archive's content goes to: what a user downloads by hand when torchvision cannot.
+_VGG = "https://www.robots.ox.ac.uk/~vgg/data"
+TORCHVISION_FILES = {
+    "cifar10": ["https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"],
+    "cifar100": ["https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz"],
+    "caltech101": ["https://data.caltech.edu/records/mzrjq-6wc02/files/caltech-101.zip"],
+    "oxford_pets": [f"{_VGG}/pets/data/images.tar.gz", f"{_VGG}/pets/data/annotations.tar.gz"],
+    "oxford_flowers": [f"{_VGG}/flowers/102/{f}" for f in ("102flowers.tgz", "imagelabels.mat", "setid.mat")],
+    "food101": ["http://data.vision.ee.ethz.ch/cvl/food-101.tar.gz"],
+    "dtd": [f"{_VGG}/dtd/download/dtd-r1.0.1.tar.gz"],
+    "sun397": ["http://vision.princeton.edu/projects/2010/SUN/SUN397.tar.gz"],
+    "eurosat": [
+        "https://huggingface.co/datasets/torchgeo/eurosat/resolve/c877bcd43f099cd0196738f714544e355477f3fd/EuroSAT.zip"
+    ],
+    "fgvc_aircraft": [f"{_VGG}/fgvc-aircraft/archives/fgvc-aircraft-2013b.tar.gz"],
+}
 # The Stanford Cars archives (torchvision can no longer fetch them; CoOp's DATASETS.md names these files).
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
@@ -200,14 +217,41 @@ def manual_steps(name: str, root: Path) -> list[str]:
     return steps
 
 
-def torchvision_download(name: str, root: Path, log: Callable[[str], None] = print) -> None:
-    """Fetch `name` with torchvision and move its files into the suite's layout under `root`."""
-    import torchvision.datasets as tvd
+def torchvision_manual_steps(name: str, root: Path) -> list[str]:
+    """The files torchvision would fetch for `name`, and where their content goes, to do by hand."""
+    root = Path(root)
+    folder = dataset_info(name).path(root)
+    urls = TORCHVISION_FILES[name]
+    _, _, moves = TORCHVISION[name]
+    if not moves:  # CIFAR: torchvision's own folder is the suite's
+        return [f"Download {urls[0]} and extract it into {root}/, giving {folder}/."]
+    layout = ", ".join(f"{folder / target}" for _, target in moves)
+    files = " and ".join(urls)
+    return [f"Download {files}, extract the archives and move their content so that these exist: {layout}."]
 
+
+def torchvision_download(name: str, root: Path, log: Callable[[str], None] = print) -> None:
+    """Fetch `name` with torchvision and move its files into the suite's layout under `root`.
+    A failed download (no network) removes every folder it created, so the data root is
+    left as it was."""
     if name not in TORCHVISION:
         raise ValueError(f"torchvision cannot download {name!r}; see `manual_steps`")
-    class_name, kwargs, moves = TORCHVISION[name]
     root = Path(root)
+    created = [p for p in (root, root / ".downloads", root / ".downloads" / name) if not p.exists()]
+    try:
+        _torchvision_download(name, root, log)
+    except BaseException:
+        for path in created:  # the outermost first: what it holds was created by this call
+            if path.exists():
+                shutil.rmtree(path, ignore_errors=True)
+                break
+        raise
+
+
+def _torchvision_download(name: str, root: Path, log: Callable[[str], None]) -> None:
+    import torchvision.datasets as tvd
+
+    class_name, kwargs, moves = TORCHVISION[name]
     folder = dataset_info(name).path(root)
     if not moves:  # CIFAR: torchvision's own folder is the suite's folder
         log(f"downloading {name} with torchvision.datasets.{class_name} into {root} ...")

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
@@ -46,6 +46,7 @@ class CLIPAdapter(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
     lr_schedule = COSINE_OVER_LOCAL_STEPS
+    ranges = {**OPTIMIZER_RANGES, "reduction": Range(ge=1), "ratio": Range(ge=0, le=1)}
     upload_keys = ("adapter.*",)
     frozen_image_features = True
 

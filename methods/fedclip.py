@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
@@ -36,6 +36,7 @@ class FedCLIP(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = OPTIMIZER_RANGES
     upload_keys = ("adapter.*",)
     frozen_image_features = True  # the adapter runs in `classify`, on cached features
     image_feature_kind = "clip-unnormalized"

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -47,6 +47,7 @@ class FedCoCoOp(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "reduction": Range(ge=1), "init_std": Range(ge=0)}
     upload_keys = ("ctx", "meta_net.*")
     frozen_image_features = True  # the meta-net reads the frozen CLIP feature
 

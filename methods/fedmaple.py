@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts, deep_prompt
 from benchmark.registry import register_method
@@ -44,8 +44,21 @@ class FedMaPLe(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "depth": Range(ge=1), "init_std": Range(ge=0)}
     upload_keys = ("*",)
     frozen_image_features = False  # the coupled prompts change the image tower's output
+
+    @classmethod
+    def fit_to_backbone(cls, shape, hyperparameters: dict) -> dict:
+        """The prompted depth must fit the shallower tower."""
+        blocks, depth = min(shape.text.blocks, shape.vision.blocks), hyperparameters["depth"]
+        if not 1 <= depth <= blocks:
+            raise ValueError(
+                f"depth {depth} does not fit backbone {shape.name!r} (text tower {shape.text.blocks} "
+                f"blocks, image tower {shape.vision.blocks}); choose --depth between 1 and {blocks} "
+                "(MaPLe prompts the first 9 of ViT-B/16's 12 blocks)"
+            )
+        return hyperparameters
 
     def __init__(
         self,
@@ -59,15 +72,9 @@ class FedMaPLe(FederatedMethod):
         weight_decay: float = 1e-5,
     ) -> None:
         super().__init__(backbone)
-        blocks = min(backbone.text.blocks, backbone.vision.blocks)
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-        if not 1 <= depth <= blocks:
-            raise ValueError(
-                f"depth {depth} does not fit backbone {backbone.name!r} (text tower {backbone.text.blocks} "
-                f"blocks, image tower {backbone.vision.blocks}); choose --depth between 1 and {blocks} "
-                "(MaPLe prompts the first 9 of ViT-B/16's 12 blocks)"
-            )
+        self.fit_to_backbone(backbone, {"depth": depth})
         self.save_hyperparameters(ignore=["backbone"])
         text_width, vision_width = backbone.text.width, backbone.vision.width
         self.prompts = ContextPrompts(backbone, n_ctx, ctx_init)

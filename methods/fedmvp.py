@@ -52,7 +52,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision, project
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.registry import register_method
 from data.attributes import ClassAttributes, SentenceFrame
@@ -146,6 +146,13 @@ class FedMVP(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_prompts": Range(ge=1),
+        "heads": Range(ge=1),
+        "lora_rank": Range(ge=1),
+        "flip_p": Range(ge=0, le=1),
+    }
     upload_keys = ("text_proj.*", "promptformer.*", "lora.*")
     uses_class_attributes = True
 

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -126,6 +126,14 @@ class FedOTP(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
     lr_schedule = "SGD at a constant lr (a fresh optimizer every client-round)"
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "init_std": Range(ge=0),
+        "top_percent": Range(gt=0, le=1),
+        "eps": Range(gt=0),
+        "max_iter": Range(ge=1),
+    }
     upload_keys = ("global_ctx",)
     frozen_image_features = True
     image_feature_kind = "patches"  # [M, D] per image, not the pooled feature

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
@@ -44,6 +44,13 @@ class FedPGP(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.001)}  # around the paper's lr, the default below
     lr_schedule = "SGD at a constant lr (the authors' single_step, gamma 1); a fresh optimizer every client-round"
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "rank": Range(ge=1),
+        "init_std": Range(ge=0),
+        "temperature": Range(gt=0),
+    }
     upload_keys = ("sigma",)
     frozen_image_features = True
 

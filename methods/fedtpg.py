@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -78,6 +78,13 @@ class FedTPG(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "heads": Range(ge=1),
+        "ff_mult": Range(ge=1),
+        "init_std": Range(ge=0),
+    }
     upload_keys = ("translator.*",)
     frozen_image_features = True  # only the text side learns
 

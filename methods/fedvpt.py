@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts, deep_prompt
 from benchmark.registry import register_method
@@ -39,8 +39,20 @@ class FedVPT(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
     lr_schedule = PER_CLIENT_COSINE
+    ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "depth": Range(ge=0), "init_std": Range(ge=0)}
     upload_keys = ("prompts",)
     frozen_image_features = False  # the prompts change the image tower's output
+
+    @classmethod
+    def fit_to_backbone(cls, shape, hyperparameters: dict) -> dict:
+        """The prompted depth must fit the image tower."""
+        blocks, depth = shape.vision.blocks, hyperparameters["depth"]
+        if not 0 <= depth <= blocks:
+            raise ValueError(
+                f"depth {depth} does not fit backbone {shape.name!r}, whose image tower has {blocks} "
+                f"blocks; choose 1..{blocks} prompted blocks (0 = all of them, 1 = shallow VPT)"
+            )
+        return hyperparameters
 
     def __init__(
         self,
@@ -57,11 +69,7 @@ class FedVPT(FederatedMethod):
         blocks = backbone.vision.blocks
         if n_ctx < 1:
             raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-        if not 0 <= depth <= blocks:
-            raise ValueError(
-                f"depth {depth} does not fit backbone {backbone.name!r}, whose image tower has {blocks} "
-                f"blocks; choose 1..{blocks} prompted blocks (0 = all of them, 1 = shallow VPT)"
-            )
+        self.fit_to_backbone(backbone, {"depth": depth})
         if "{}" not in template:
             raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")
         self.save_hyperparameters(ignore=["backbone"])

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import FederatedMethod, LogUniform, Range
 from benchmark.registry import register_method
 
 TOWERS = ("text", "vision")
@@ -88,6 +88,13 @@ class CLIPLoRA(FederatedMethod):
 
     tunable = {"lr": LogUniform.around(2e-4)}  # around the paper's lr, the default below
     lr_schedule = "AdamW, cosine from lr to min_lr over each client-round's local steps (restarted every round)"
+    ranges = {
+        "rank": Range(ge=1),
+        "dropout": Range(ge=0, lt=1),
+        "lr": Range(gt=0),
+        "weight_decay": Range(ge=0),
+        "min_lr": Range(ge=0),
+    }
     upload_keys = ("lora.*",)
     frozen_image_features = False  # the image tower carries LoRA too
     gpu_precision = "32-true"  # early LoRA updates are smaller than bf16's matmul noise (docs/performance.md)

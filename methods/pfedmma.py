@@ -1,7 +1,8 @@
 """pFedMMA: multi-modal adapters in both CLIP towers; only the shared projection is federated.
 
 Written from docs/methods.md ("pFedMMA"), after MMA (Yang et al., CVPR 2024) and pFedMMA.
-In every adapted block b (1-based, both towers, default 5..12 = the last 8 of 12):
+In every adapted block b (1-based, both towers; the paper: 5..12 = the top 8 of 12, and the
+default `first_block: auto` adapts the top two thirds of any backbone's blocks the same way):
 
     h   = ln_1(x)                                  (the block's own frozen pre-norm)
     y   = up_m(relu(shared_b(relu(down_m(h))))) * alpha      m = text | vision
@@ -35,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.backbone import Backbone, BackboneShape, BlockWrappers
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.registry import register_method
 
 TEMPLATE = "a photo of a {}."
@@ -68,16 +69,26 @@ def _linear(fan_in: int, fan_out: int) -> nn.Linear:
     return layer
 
 
-def adapted_blocks(backbone: Backbone, first_block: int, last_block: int) -> list[int]:
-    """The 1-based block indices adapted in both towers; a clear error when out of range."""
+def auto_first_block(depth: int) -> int:
+    """The first of the top two thirds of `depth` blocks (1-based): the paper adapts the top 8
+    of ViT-B/16's 12 (blocks 5..12); the toy CLIP's 4 get blocks 2..4."""
+    return depth - round(2 * depth / 3) + 1
+
+
+def adapted_blocks(backbone: Backbone | BackboneShape, first_block: int | str, last_block: int) -> list[int]:
+    """The 1-based block indices adapted in both towers; a clear error when out of range.
+    `backbone`: a built backbone or its shape read from its config (`backbone_shape`)."""
     depth = min(backbone.text.blocks, backbone.vision.blocks)
+    if first_block == "auto":
+        first_block = auto_first_block(depth)
     last = depth if last_block == 0 else last_block
     if not 1 <= first_block <= last <= depth:
         raise ValueError(
             f"pfedmma: adapted blocks {first_block}..{last_block if last_block else 'last'} do not fit backbone "
             f"{backbone.name!r} (text tower {backbone.text.blocks} blocks, vision tower {backbone.vision.blocks}; "
             f"a shared projection pairs the blocks of the same index, so the range must lie in 1..{depth}). "
-            f"Choose 1 <= --first-block <= --last-block <= {depth} (1-based; --last-block 0 means block {depth})."
+            f"Choose 1 <= --first-block <= --last-block <= {depth} (1-based; --last-block 0 means block {depth}; "
+            f"--first-block auto means block {auto_first_block(depth)}, the first of the top two thirds)."
         )
     return list(range(first_block, last + 1))
 
@@ -91,11 +102,19 @@ class PFedMMA(FederatedMethod):
     upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
     frozen_image_features = False  # the image tower runs through this client's adapters
     gpu_precision = "32-true"  # alpha * y at init is as small as bf16's matmul noise (docs/performance.md, Precision)
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "first_block": Range(ge=1),
+        "last_block": Range(ge=0),
+        "adapter_dim": Range(ge=1),
+        "shared_dim": Range(ge=1),
+        "alpha": Range(gt=0),  # gradients are scaled by 1/alpha
+    }
 
     def __init__(
         self,
         backbone: Backbone,
-        first_block: int = 5,
+        first_block: int | Literal["auto"] = "auto",
         last_block: int = 0,
         adapter_dim: int = 32,
         shared_dim: int = 32,
@@ -106,7 +125,8 @@ class PFedMMA(FederatedMethod):
         weight_decay: float = 5e-4,
     ) -> None:
         """Args:
-        first_block: first adapted block, 1-based, in both towers (the paper: 5 of 12).
+        first_block: first adapted block, 1-based, in both towers; auto = the first of the top
+            two thirds of the blocks (5 of 12, the paper's; 2 of the toy CLIP's 4).
         last_block: last adapted block, 1-based; 0 = the shallower tower's last block.
         adapter_dim: width of the personal down/up projections (the paper: 32).
         shared_dim: width of the shared projection, i.e. of what is federated (the paper: 32).
@@ -141,6 +161,12 @@ class PFedMMA(FederatedMethod):
         self.vision_up = nn.ModuleDict({b: _linear(shared_dim, widths["vision"]) for b in blocks})
         self.shared = nn.ModuleDict({b: _linear(adapter_dim, shared_dim) for b in blocks})
         self._tokens: dict[tuple[str, ...], Tensor] = {}
+
+    @classmethod
+    def fit_to_backbone(cls, shape, hyperparameters: dict) -> dict:
+        """`first_block: auto` resolved to a block number; the range must fit the shallower tower."""
+        blocks = adapted_blocks(shape, hyperparameters["first_block"], hyperparameters["last_block"])
+        return {**hyperparameters, "first_block": blocks[0]}
 
     # -- the adapter -----------------------------------------------------------------------
     def adapter(self, tower: str, block: int, h: Tensor) -> Tensor:

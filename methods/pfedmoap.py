@@ -64,7 +64,7 @@ from torch import Tensor, nn
 
 from benchmark import shortcuts
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform, State
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, State
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -114,6 +114,17 @@ class PFedMoAP(FederatedMethod):
         "SGD; prompt: warmup_epochs local epochs at warmup_lr (none with 1 local epoch), then cosine from lr to 0 "
         "over the rest of each client-round's steps (restarted every round); gate: constant gate_lr"
     )
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "init_std": Range(ge=0),
+        "num_experts": Range(ge=1),  # the local prompt counts
+        "pool_stride": Range(ge=1),
+        "gate_heads": Range(ge=1),
+        "warmup_epochs": Range(ge=0),
+        "warmup_lr": Range(gt=0),
+        "gate_lr": Range(gt=0),
+    }
     upload_keys = ("ctx",)
     frozen_image_features = True
     evaluate_after_download = False

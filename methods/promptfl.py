@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -31,6 +31,13 @@ class PromptFL(FederatedMethod):
         "SGD, warmup_epochs local epochs at warmup_lr (none with 1 local epoch), then cosine from lr to 0 over "
         "the rest of each client-round's steps (CoOp's recipe, restarted every round)"
     )
+    ranges = {
+        **OPTIMIZER_RANGES,
+        "n_ctx": Range(ge=1),
+        "init_std": Range(ge=0),
+        "warmup_epochs": Range(ge=0),
+        "warmup_lr": Range(gt=0),
+    }
     upload_keys = ("ctx",)
     frozen_image_features = True
 

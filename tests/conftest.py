@@ -75,7 +75,7 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
 
 
 # What a built-in method needs beyond its defaults on the tiny CLIP (4 blocks per tower).
-TINY_METHOD_ARGS = {"pfedmma": {"first_block": 2}, "fedmaple": {"depth": 3}}
+TINY_METHOD_ARGS = {"fedmaple": {"depth": 3}}
 
 
 def method_config(method: str, fake_data_root: Path, tmp_path: Path, **overrides):

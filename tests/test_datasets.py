@@ -275,6 +275,40 @@ def test_download_then_manual_split_step(tmp_path, capsys, monkeypatch):
     assert str(tmp_path / "dtd" / "split_zhou_DescribableTextures.json") in out and "drive.google.com" in out
 
 
+def test_a_layout_without_its_split_file_names_it_and_where_to_get_it(tmp_path):
+    fake = make_fake_dataset("dtd", tmp_path)
+    (fake.folder / "split_zhou_DescribableTextures.json").unlink()
+    with pytest.raises(DatasetError) as err:
+        load_dataset("dtd", tmp_path, TRANSFORMS)
+    message = str(err.value)
+    assert f"split file {fake.folder / 'split_zhou_DescribableTextures.json'} is missing" in message
+    assert "from https://drive.google.com/file/d/1u3_QfB467jqHgNXC00UIzbLZRQCg2S7x" in message
+
+
+@pytest.mark.parametrize("existing_root", [False, True])
+def test_a_failed_download_prints_every_url_and_leaves_nothing(tmp_path, capsys, monkeypatch, existing_root):
+    """Offline (the network call fails as it does without network): exit 1, the manual steps
+    with the URL of every file, and no folder left behind."""
+    import urllib.error
+    import urllib.request
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    root = tmp_path / "data"
+    if existing_root:
+        root.mkdir()
+    args = _parse(["data", "download", "dtd", "--data-root", str(root)])
+    assert args.func(args) == 1
+    out = capsys.readouterr().out
+    assert "download of dtd failed: URLError" in out and "do by hand" in out
+    assert "https://www.robots.ox.ac.uk/~vgg/data/dtd/download/dtd-r1.0.1.tar.gz" in out  # the images
+    assert str(root / "dtd" / "images") in out and str(root / "dtd" / "labels") in out
+    assert "split_zhou_DescribableTextures.json from https://drive.google.com/" in out  # the split file
+    assert not root.exists() if not existing_root else not list(root.iterdir())
+
+
 # --- FGVC-Aircraft, ImageNet and its variants ---------------------------------------------
 
 

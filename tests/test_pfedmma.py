@@ -85,7 +85,8 @@ def test_describe_prints_the_counts(vit_b16, capsys):
     personal = next(line for line in out.splitlines() if line.startswith("personal state"))
     assert "shared.10.bias" in uploaded and "_down" not in uploaded and "_up." not in uploaded
     assert "text_down.10.bias" in personal and "shared" not in personal
-    assert "--first-block int = 5" in out and "--alpha float = 0.001" in out and "--federate str = 'shared'" in out
+    assert "--first-block int | 'auto' = 'auto'  (>= 1)" in out and "--alpha float = 0.001  (> 0)" in out
+    assert "--federate str = 'shared'" in out
 
 
 def test_other_depths_and_a_clear_range_error(tiny_backbone):
@@ -102,15 +103,71 @@ def test_other_depths_and_a_clear_range_error(tiny_backbone):
         PFedMMA(vit_l, first_block=13, last_block=24)
 
     with pytest.raises(ValueError, match=r"'fedbench-tiny-vit'.*text tower 4 blocks.*1\.\.4"):
-        build_method("pfedmma", tiny_backbone)  # the default 5..12 does not fit 4 blocks
-    for bad in ({"first_block": 2, "last_block": 5}, {"first_block": 3, "last_block": 2}, {"first_block": 0}):
+        build_method("pfedmma", tiny_backbone, {"first_block": 5})  # the paper's 5..12 does not fit 4 blocks
+    for bad in ({"first_block": 2, "last_block": 5}, {"first_block": 3, "last_block": 2}):
         with pytest.raises(ValueError, match="fedbench-tiny-vit"):
             build_method("pfedmma", tiny_backbone, bad)
+    with pytest.raises(ValueError, match="'first_block' must be >= 1, got 0"):
+        build_method("pfedmma", tiny_backbone, {"first_block": 0})
     method = build_method("pfedmma", tiny_backbone, {"first_block": 2, "last_block": 3})
     assert all(set(method.block_wrappers(t)) == {1, 2} for t in TOWERS)  # 0-based indices
     assert build_method("pfedmma", tiny_backbone, {"first_block": 4}).block_numbers == [4]
     with pytest.raises(ValueError, match="federate"):
         build_method("pfedmma", tiny_backbone, {"first_block": 2, "federate": "everything"})
+
+
+@pytest.mark.parametrize(
+    ("text", "vision", "blocks"),
+    # The paper: the top 8 of ViT-B/16's 12 blocks. The toy and tiny CLIPs: 4 blocks, top 3.
+    # ViT-L-14: the text tower's 12 bound the range. 24 and 24: the top 16.
+    [(12, 12, range(5, 13)), (4, 4, range(2, 5)), (12, 24, range(5, 13)), (24, 24, range(9, 25)), (1, 1, [1])],
+)
+def test_first_block_auto_adapts_the_top_two_thirds(text, vision, blocks):
+    shape = SimpleNamespace(
+        name="x", text=SimpleNamespace(width=64, blocks=text), vision=SimpleNamespace(width=64, blocks=vision)
+    )
+    assert PFedMMA(shape).block_numbers == list(blocks)
+    assert PFedMMA.fit_to_backbone(shape, {"first_block": "auto", "last_block": 0})["first_block"] == blocks[0]
+
+
+def test_auto_is_resolved_from_the_backbone_config_and_recorded(tmp_path, capsys):
+    from benchmark.cli import main
+    from benchmark.registry import fit_method_args_to
+
+    # The shape is read from open_clip's config: no weights, nothing built.
+    assert fit_method_args_to("pfedmma", {}, "ViT-B-16")["first_block"] == 5
+    assert fit_method_args_to("pfedmma", {}, "fedbench-toy-vit")["first_block"] == 2
+    assert fit_method_args_to("pfedmma", {"first_block": "auto"}, "ViT-L-14")["first_block"] == 5
+    assert fit_method_args_to("pfedmma", {"first_block": 3}, "ViT-B-16")["first_block"] == 3
+    # An explicit 2 and `auto` on the toy CLIP are one cell (the toy presets pass 2).
+    from benchmark.config import RunConfig
+    from benchmark.runs.identity import cell_hash
+
+    auto = RunConfig(method="pfedmma")
+    assert cell_hash(auto) == cell_hash(RunConfig(method="pfedmma", method_args={"first_block": 2}))
+    assert cell_hash(auto) != cell_hash(RunConfig(method="pfedmma", method_args={"first_block": 3}))
+
+    assert main(["run", "--method", "pfedmma", "--first-block", "auto", "--print-config"]) == 0
+    assert "  first_block: 2\n" in capsys.readouterr().out
+    argv = ["run", "--method", "pfedmma", "--backbone", "ViT-B-16", "--pretrained", "none", "--print-config"]
+    assert main(argv) == 0
+    assert "  first_block: 5\n" in capsys.readouterr().out
+
+
+def test_a_block_range_that_does_not_fit_fails_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    import benchmark.runs.runner as runner
+    from benchmark.cli import main
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the backbone was built before the block range was checked")
+
+    monkeypatch.setattr(runner, "load_backbone", refuse)
+    out = tmp_path / "runs"
+    argv = ["run", "--method", "pfedmma", "--first-block", "4", "--last-block", "6", "--out", str(out)]
+    assert main([*argv, "--wandb", "disabled"]) == 2
+    err = capsys.readouterr().err
+    assert "adapted blocks 4..6 do not fit backbone 'fedbench-toy-vit'" in err and "1..4" in err
+    assert not out.exists()
 
 
 # -- computation -------------------------------------------------------------------------

@@ -110,7 +110,10 @@ def test_divergent_toy_run_exits_nonzero_naming_where_and_writes_nothing(fedbenc
     message = done.stderr
     assert "method 'pfedmma' diverged at round" in message and "client" in message and "lr 1e+06" in message
     assert "no run folder is written" in message
-    assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith(".")]
+    # No run folder; the failure is recorded beside where it would be (`fedbench runs` lists it as failed).
+    left = [p for p in out.iterdir() if not p.name.startswith(".")]
+    assert len(left) == 1 and left[0].name.endswith(".failed.json")
+    assert "diverged at round" in json.loads(left[0].read_text())["error"]
 
 
 def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):

@@ -18,7 +18,7 @@ from conftest import write_mini_preset as write_preset
 from fake_layouts import _COOP_FILES as COOP_FILES
 from fake_layouts import DOMAINBED, FAKE_NAMES, make_fake_dataset
 
-from benchmark.method import Choice, LogUniform, Uniform
+from benchmark.method import Choice, LogUniform, Range, Uniform
 from data.base import LabeledImages
 
 
@@ -465,6 +465,40 @@ def test_bad_tunable_declarations_are_refused_at_registration(tunable, message):
     Broken.tunable = tunable
     with pytest.raises(MethodError, match=message):
         check_method_class(Broken, "broken")
+
+
+@pytest.mark.parametrize(
+    "ranges, tunable, message",
+    [
+        ({"learning_rate": Range(gt=0)}, {}, "ranges names 'learning_rate', which is not one of its hyperparameters"),
+        ({"lr": Range(gt=0.1)}, {}, r"the default lr=0.01 lies outside its range \(> 0.1\)"),
+        ({"lr": Range(gt=0, ge=0)}, {}, "takes one lower bound"),
+        ({"lr": Range(ge=1, le=0.5)}, {}, "lower bound below its upper bound"),
+        ({"lr": Range()}, {}, "needs a bound"),
+        ({"lr": (0, 1)}, {}, "must be a benchmark.method.Range"),
+        ({"name": Range(ge=1)}, {}, "must be a benchmark.method.Range over a number"),
+        ({"lr": Range(gt=0, lt=0.05)}, {"lr": LogUniform(0.001, 0.1)}, r"reaches outside the values lr may take"),
+    ],
+)
+def test_bad_ranges_are_refused_at_registration(ranges, tunable, message):
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import MethodError, check_method_class
+
+    class Broken(FederatedMethod):
+        def __init__(self, backbone, lr: float = 0.01, name: str = "x") -> None:
+            super().__init__(backbone)
+
+    Broken.ranges, Broken.tunable = ranges, tunable
+    with pytest.raises(MethodError, match=message):
+        check_method_class(Broken, "broken")
+
+
+def test_every_built_in_method_bounds_what_it_tunes():
+    from benchmark.registry import available_methods
+
+    for name, cls in available_methods().items():
+        if cls.__module__.startswith("methods."):
+            assert set(cls.tunable) <= set(cls.ranges), name
 
 
 def _open_storage(results_dir, barrier):

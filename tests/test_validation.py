@@ -31,6 +31,50 @@ def test_bad_hyperparameter_in_yaml_is_reported_before_loading(fedbench, empty_c
     assert nothing_built(empty_cache)
 
 
+def test_a_hyperparameter_outside_its_range_stops_the_run_before_anything_starts(
+    fedbench, empty_cache, tmp_path, monkeypatch
+):
+    import benchmark.runs.runner as runner
+    import benchmark.runs.tracking as tracking
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("started before the hyperparameters were checked")
+
+    monkeypatch.setattr(runner, "load_backbone", refuse)
+    monkeypatch.setattr(tracking, "_start", refuse)  # no W&B run, not even a crashed one
+    monkeypatch.delenv("WANDB_DIR", raising=False)  # offline W&B would write under --out
+    out = tmp_path / "runs"
+    done = fedbench("run", "--method", "pfedmma", "--lr", "-1", "--out", out, "--wandb", "offline")
+    assert done.returncode == 2
+    assert "method 'pfedmma': hyperparameter 'lr' must be > 0, got -1.0" in done.stderr
+    assert not out.exists() and nothing_built(empty_cache)
+
+    config = tmp_path / "c.yaml"
+    config.write_text("method: promptfl\nmethod_args: {momentum: 1.5}\n")
+    done = fedbench("run", "--config", config, "--out", out, "--wandb", "offline")
+    assert done.returncode == 2
+    assert "hyperparameter 'momentum' must be >= 0 and < 1, got 1.5" in done.stderr
+    assert not out.exists()
+
+    # The method's fit to the backbone, from the backbone's config: FedMaPLe's default
+    # depth 9 does not fit the toy CLIP's 4 blocks.
+    done = fedbench("run", "--method", "fedmaple", "--out", out, "--wandb", "offline")
+    assert done.returncode == 2
+    assert "depth 9 does not fit backbone 'fedbench-toy-vit'" in done.stderr and "between 1 and 4" in done.stderr
+    assert not out.exists() and nothing_built(empty_cache)
+
+
+def test_a_missing_gpu_is_named_with_what_to_pass_instead(fedbench, empty_cache, tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
+    out = tmp_path / "runs"
+    done = fedbench("run", "--method", "zeroshot", "--device", "cuda", "--out", out, "--wandb", "disabled")
+    assert done.returncode == 2
+    assert "--device cuda: this machine has no CUDA device" in done.stderr and "--device cpu" in done.stderr
+    assert "checkpoint" not in done.stderr and not out.exists() and nothing_built(empty_cache)
+
+
 def test_missing_data_and_missing_checkpoint_are_reported_before_loading(fedbench, empty_cache, tmp_path):
     done = fedbench(
         "run",
@@ -109,6 +153,11 @@ def test_print_config_shows_the_resolved_config_and_presets_lists_the_tables(fed
     listing = fedbench("presets")
     assert listing.returncode == 0
     assert any(line.split()[:3] == ["base2novel", "168", "cells"] for line in listing.stdout.splitlines())
+    # An msst preset runs one cell per held-out domain: `presets` counts what `reproduce --dry-run` plans.
+    dry = fedbench("reproduce", "toy_generalization", "--dry-run", "--out", tmp_path / "runs")
+    planned = next(line.split()[0] for line in dry.stdout.splitlines() if " cells: " in line)
+    (line,) = [line for line in listing.stdout.splitlines() if line.startswith("toy_generalization ")]
+    assert line.split()[1] == planned and int(planned) > 42  # 42 = datasets x methods x seeds, the old count
 
 
 def test_fedbench_help_imports_neither_torch_nor_open_clip():
@@ -132,10 +181,11 @@ def test_method_help_and_describe_show_docs_types_and_choices(fedbench, tmp_path
     assert helped.returncode == 0
     text = " ".join(helped.stdout.split())
     assert "--federate STR str, one of shared | all | none; default 'shared'. what a client uploads" in text
-    assert "--alpha FLOAT float; default 0.001. scale of the adapter's output" in text
+    assert "--alpha FLOAT float, > 0; default 0.001. scale of the adapter's output" in text
+    assert "--first-block INT|auto int | 'auto', >= 1; default 'auto'. first adapted block" in text
     described = fedbench("methods", "--describe", "promptfl", "--backbone", TINY)
     assert (
-        "  --n-ctx int = 16\n      number of learned context vectors before the class name (CoOp: 16)."
+        "  --n-ctx int = 16  (>= 1)\n      number of learned context vectors before the class name (CoOp: 16)."
         in described.stdout
     )
     config = tmp_path / "c.yaml"

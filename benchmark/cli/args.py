@@ -104,13 +104,24 @@ def method_parser(method: str) -> argparse.ArgumentParser:
         parser.add_argument(
             "--" + h.name.replace("_", "-"),
             dest=h.name,
-            type=parse_bool if h.type is bool else h.type,
+            type=_flag_type(h),
             default=argparse.SUPPRESS,
-            metavar=h.type.__name__.upper(),
+            metavar="|".join([h.type.__name__.upper(), *h.keywords]),
             choices=h.choices or None,
             help=h.describe().replace("%", "%%"),
         )
     return parser
+
+
+def _flag_type(h) -> Any:
+    """argparse's converter for hyperparameter `h` (its words such as 'auto' taken as they are),
+    named by the type so that a bad value reads "invalid int value"."""
+
+    def convert(text: str) -> Any:
+        return h.parse(text)
+
+    convert.__name__ = h.type.__name__
+    return convert
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

@@ -6,24 +6,49 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def run_config(config, tags: tuple[str, ...], engine=None) -> int:
+def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) -> int:
     """Run one cell in its run folder under its lock, tracked, and print its table.
-    `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`)."""
+    `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`).
+    A cell whose finished run folder exists is not run again (as `fedbench reproduce`
+    skips it): its table is printed from the folder; `force` runs it again."""
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
-    from benchmark.runs.prechecks import validate_run
+    from benchmark.runs.prechecks import check_device, validate_run
     from benchmark.runs.reporting import format_summary
-    from benchmark.runs.results import check_output_location
+    from benchmark.runs.results import (
+        check_output_location,
+        is_complete,
+        read_summary,
+        read_timing,
+        record_failure,
+    )
     from benchmark.runs.runner import run_experiment
     from benchmark.runs.tracking import Tracker
 
     for note in validate_run(config):  # before W&B starts or a backbone is built
         print(f"note: {note}")
+    check_device(config.device)  # this machine runs it
     check_output_location(Path(config.out))
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
     prepare_data(config)  # and the split files it reads
-    with cell_lock(Path(config.out) / run_name(config)), Tracker.for_run(config, tags=tags) as tracker:
-        result = run_experiment(config, tracker=tracker, engine=engine)
+    run_dir = Path(config.out) / run_name(config)
+    with cell_lock(run_dir):
+        if not force and is_complete(run_dir):  # checked under the lock: another process may just have finished it
+            print(format_summary(read_summary(run_dir), read_timing(run_dir)))
+            print(
+                f"skipped: {run_dir} holds this cell's finished run (the same settings, code and weights); "
+                "its table is above. Pass --force to run it again (it replaces the folder)."
+            )
+            return 0
+        with Tracker.for_run(config, tags=tags) as tracker:
+            try:
+                result = run_experiment(config, tracker=tracker, engine=engine)
+            except Exception as exc:  # recorded beside the folder: `fedbench runs` lists the cell as failed
+                record_failure(run_dir, f"{exc.__class__.__name__}: {exc}", config.to_dict())
+                raise
+    from benchmark.sweeps.compare import run_curves
+
+    run_curves(result.run_dir)  # accuracy by round, drawn as `reproduce` draws a table's
     print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")
     return 0

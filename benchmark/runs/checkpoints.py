@@ -65,6 +65,15 @@ def sidecar_path(run_dir: Path) -> Path:
     return checkpoint_path(run_dir).with_suffix(".json")
 
 
+def read_sidecar(run_dir: Path) -> dict | None:
+    """The checkpoint's sidecar (round, W&B run id, the run's config), None when absent or damaged."""
+    try:
+        sidecar = json.loads(sidecar_path(run_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    return sidecar if isinstance(sidecar, dict) else None
+
+
 def saved_wandb_run_id(run_dir: Path) -> str | None:
     """The W&B run id of the cell's checkpoint, so a resumed run continues that W&B run."""
     try:
@@ -85,8 +94,9 @@ class Checkpointer:
     """Decides when a round is saved (`every` K rounds, -1 = by time, 0 = never), saves,
     loads and removes the checkpoint of one run folder."""
 
-    def __init__(self, run_dir: Path, every: int, partition_hash: str) -> None:
+    def __init__(self, run_dir: Path, every: int, partition_hash: str, config: dict | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.config = config  # the run's resolved config, in the sidecar: `fedbench runs` shows it
         self.path = checkpoint_path(run_dir)
         self.every = every
         self.partition_hash = partition_hash
@@ -125,7 +135,11 @@ class Checkpointer:
             "wandb_run_id": checkpoint.wandb_run_id,
         }
         _atomic(self.path, lambda tmp: torch.save(payload, tmp))
-        sidecar = {"round": checkpoint.federation.next_round, "wandb_run_id": checkpoint.wandb_run_id}
+        sidecar = {
+            "round": checkpoint.federation.next_round,
+            "wandb_run_id": checkpoint.wandb_run_id,
+            **({"config": self.config} if self.config is not None else {}),
+        }
         _atomic(sidecar_path(self.run_dir), lambda tmp: Path(tmp).write_text(json.dumps(sidecar)))
         self.last_save = time.monotonic()
         self.saved_round = checkpoint.federation.next_round

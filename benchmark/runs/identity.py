@@ -53,7 +53,7 @@ from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTIT
 from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.evaluation.protocols import PROTOCOLS
 from benchmark.method import FederatedMethod
-from benchmark.registry import MethodError, check_method_args, get_method, hyperparameters, method_package
+from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
 from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir, sentence_frames
 from data.catalog import dataset_info, resolve_data_root
 
@@ -78,7 +78,8 @@ DISCOVERY_IMPORTS = frozenset(
 def cell_identity(config: RunConfig) -> dict[str, Any]:
 
     try:
-        method_args, method = resolved_method_args(config.method, config.method_args), method_version(config.method)
+        method_args = resolved_method_args(config.method, config.method_args, config.backbone)
+        method = method_version(config.method)
     except MethodError as exc:
         # A cell that cannot run (e.g. a preset naming a method not installed here) still has
         # a name, so a dry run can list it; `validate_run` refuses to run it.
@@ -123,11 +124,12 @@ def identity_hash(identity: dict[str, Any]) -> str:
     return hashlib.sha256(payload).hexdigest()[:10]
 
 
-def resolved_method_args(method: str, method_args: dict[str, Any]) -> dict[str, Any]:
-    """Every hyperparameter of `method`: its defaults, overridden by `method_args` (validated)."""
+def resolved_method_args(method: str, method_args: dict[str, Any], backbone: str) -> dict[str, Any]:
+    """Every hyperparameter of `method`: its defaults, overridden by `method_args` (validated),
+    with values relative to the backbone resolved against `backbone`'s shape (pFedMMA's
+    `first_block: auto`), so that a run records, and its cell hashes, what it runs."""
 
-    defaults = {h.name: _plain(h.default) for h in hyperparameters(get_method(method))}
-    return {**defaults, **{k: _plain(v) for k, v in check_method_args(method, method_args).items()}}
+    return {k: _plain(v) for k, v in fit_method_args_to(method, method_args, backbone).items()}
 
 
 def method_version(name: str) -> dict[str, Any]:
@@ -387,7 +389,9 @@ def cell_hash(config: RunConfig) -> str:
 
 def resolved_config(config: RunConfig) -> RunConfig:
     """A copy whose method_args hold every hyperparameter of the method, defaults included."""
-    return dataclasses.replace(config, method_args=resolved_method_args(config.method, config.method_args))
+    return dataclasses.replace(
+        config, method_args=resolved_method_args(config.method, config.method_args, config.backbone)
+    )
 
 
 def run_name(config: RunConfig) -> str:

@@ -195,6 +195,15 @@ def read_summary(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def read_timing(run_dir: Path) -> dict[str, Any] | None:
+    """The run's timing.json, or None when it is missing or unreadable (it is a record, not a result)."""
+    try:
+        timing = json.loads((Path(run_dir) / "timing.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return timing if isinstance(timing, dict) and "wall_seconds" in timing else None
+
+
 # -- training health ---------------------------------------------------------------------------
 # A run "unstable" by its own numbers: its mean training loss ended above where it started. The
 # other criterion (an accuracy below half of zero-shot's) needs the zero-shot run of the same
@@ -261,13 +270,24 @@ def failure_path(run_dir: Path) -> Path:
     return run_dir.with_name(f"{run_dir.name}.failed.json")
 
 
-def record_failure(run_dir: Path, error: str) -> Path:
+def record_failure(run_dir: Path, error: str, config: dict[str, Any] | None = None) -> Path:
     """Note that the cell of `run_dir` failed: tables show it as failed, not as a gap, until
-    a later run of the cell succeeds (`write_run` removes the note)."""
+    a later run of the cell succeeds (`write_run` removes the note). `config`: the run's
+    settings, which `fedbench runs` shows beside the error."""
     path = failure_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_json(path, {"error": error, "host": platform.node(), "pid": os.getpid()})
+    record = {"error": error, "host": platform.node(), "pid": os.getpid()}
+    _write_json(path, {**record, **({"config": config} if config is not None else {})})
     return path
+
+
+def read_failure_record(run_dir: Path) -> dict[str, Any] | None:
+    """The whole failure record of `run_dir`'s cell (error, host, pid, config), or None."""
+    try:
+        record = json.loads(failure_path(run_dir).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def read_failure(run_dir: Path) -> str | None:

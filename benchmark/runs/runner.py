@@ -30,9 +30,9 @@ from benchmark.federation.simulator import (
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
-from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, run_name
+from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
-from benchmark.runs.prechecks import validate_run
+from benchmark.runs.prechecks import check_device, validate_run
 from benchmark.runs.results import (
     ALL_CLIENTS,
     RUN_FOLDER_BYTES,
@@ -196,6 +196,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     validate_run(config)  # before any backbone is built or pretrained
     protocol = get_protocol(config.protocol)
     protocol.check(config)
+    check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
@@ -271,7 +272,12 @@ def _run_counted(
     rows: list[MetricRow] = []
 
     run_dir = Path(config.out) / run_name(config)
-    checkpointer = Checkpointer(run_dir, config.checkpoint_every if write and engine is None else 0, partition.hash)
+    checkpointer = Checkpointer(
+        run_dir,
+        config.checkpoint_every if write and engine is None else 0,
+        partition.hash,
+        resolved_config(config).to_dict(),
+    )
     resume = checkpointer.load() if write else None
     if resume is not None:
         rows.extend(resume.rows)

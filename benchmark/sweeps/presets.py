@@ -47,6 +47,8 @@ class Cell:
     config: RunConfig
     part: str = ""
     hyperparameters: str = "paper"  # "tuned" when `fedbench tune`'s values apply to this row
+    # An existing run folder read as it is (`fedbench runs`), in place of the one the config names.
+    folder: Path | None = None
 
 
 @dataclass

@@ -244,15 +244,6 @@ def render_tables(
     and the figures, from every finished cell of the table (filters select what runs, not
     what is shown)."""
 
-    long = collect(plan.shown)
-    stats = summarize(long, failed_cells(plan.shown))
-    if stats.empty:
-        return {}
-    reference = reference_numbers(plan.preset.paper_table) if plan.preset.paper_table else None
-    preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
-    comparison = paper_comparison(stats, reference if reference is not None else _empty(), preset_methods)
-    headline = get_protocol(plan.shown[0].config.protocol).headline
-    diffs = differences(long, HEADLINE_METHOD, headline)
     notes = []
     if any(c.hyperparameters == "tuned" for c in plan.shown):
         notes.append(
@@ -260,22 +251,50 @@ def render_tables(
             if plan.preset.tuned_command
             else "Tuned rows use the values chosen by `fedbench tune`."
         )
-    mixed = numerics_note(plan.shown)
-    if mixed:
-        notes.append(mixed)
-    out = Path(results_dir)
-    files = render(stats, comparison, out, plan.preset.title, diffs, notes)
-    colours = method_colours([c.label for c in plan.shown])  # the same colour for a method in every figure
+    preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
+    rendered = render_cells(
+        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes
+    )
+    if rendered is None:
+        return {}
+    stats, comparison, files = rendered
+    if wandb_mode and wandb_mode != "disabled":
+        _log_tables(plan, stats, comparison, files, wandb_mode, tags)
+    return files
+
+
+def render_cells(
+    cells: list[Cell],
+    out: Path,
+    title: str,
+    paper_table: str | None = None,
+    preset_methods: list[str] = (),
+    notes: list[str] = (),
+    reference: str = HEADLINE_METHOD,
+):
+    """The table (md/csv/tex), the paper comparison, `reference` minus each other row
+    (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
+    into `out`: what `fedbench reproduce` renders for a preset and `fedbench runs --plot`
+    for a folder of runs. Returns (stats, comparison, files), or None when no cell finished."""
+    long = collect(cells)
+    stats = summarize(long, failed_cells(cells))
+    if stats.empty:
+        return None
+    numbers = reference_numbers(paper_table) if paper_table else None
+    comparison = paper_comparison(stats, numbers if numbers is not None else _empty(), list(preset_methods))
+    headline = get_protocol(cells[0].config.protocol).headline
+    diffs = differences(long, reference, headline)
+    mixed = numerics_note(cells)  # cells computed with other thread counts, devices or precisions
+    files = render(stats, comparison, out, title, diffs, [*notes, *([mixed] if mixed else [])])
+    colours = method_colours([c.label for c in cells])  # the same colour for a method in every figure
     figures = (
         ("radar", radar(stats, out / "radar.png", colours)),
-        ("curves", round_curves(plan.shown, out / "curves.png", colours)),
+        ("curves", round_curves(cells, out / "curves.png", colours)),
     )
     for name, path in figures:
         if path is not None:
             files[name] = path
-    if wandb_mode and wandb_mode != "disabled":
-        _log_tables(plan, stats, comparison, files, wandb_mode, tags)
-    return files
+    return stats, comparison, files
 
 
 def _empty():

@@ -33,6 +33,8 @@ BOOTSTRAP_SEED = 0
 
 
 def run_dir(cell: Cell) -> Path:
+    if cell.folder is not None:
+        return Path(cell.folder)
     return Path(cell.config.out) / run_name(cell.config)
 
 

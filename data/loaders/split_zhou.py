@@ -17,9 +17,13 @@ def read_split_zhou(name: str, split_file: Path, image_dir: Path, transforms: Im
     """Read a split_zhou JSON into train/val/test `FileImages` (val: None when the file has no
     "val" entries); classes ordered by label."""
     if not split_file.is_file():
+        from data.download import SPLIT_ZHOU_LINKS  # lazy: only this message needs it
+
+        link = SPLIT_ZHOU_LINKS.get(name)
         raise DatasetError(
             f"{name}: split file {split_file} is missing. Download the CoOp split "
-            f"'{split_file.name}' (linked from CoOp's DATASETS.md) into {split_file.parent}."
+            f"'{split_file.name}'{f' from {link}' if link else ''} (linked from CoOp's DATASETS.md) "
+            f"into {split_file.parent}."
         )
     if not image_dir.is_dir():
         raise DatasetError(f"{name}: image folder {image_dir} is missing; extract the dataset's images there.")

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import FederatedMethod, LogUniform
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -25,6 +25,7 @@ class HalfPrompt(FederatedMethod):
     upload_keys = ("shared_ctx",)  # fnmatch patterns over state_dict keys; the rest stays home
     frozen_image_features = True  # only the text side learns: image features can be cached
     tunable = {"lr": LogUniform.around(0.002)}  # what `fedbench tune` searches: lr in [0.0002, 0.06]
+    ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=2)}  # the values allowed, checked before anything is built
 
     def __init__(
         self,

@@ -133,7 +133,7 @@ def run_datasets(args: argparse.Namespace) -> int:
 def run_download(args: argparse.Namespace) -> int:
     """0 when the dataset loads afterwards; 1 when manual steps remain (printed) or the download failed."""
     from data.catalog import default_data_root
-    from data.download import TORCHVISION, manual_steps, torchvision_download
+    from data.download import TORCHVISION, manual_steps, torchvision_download, torchvision_manual_steps
 
     name = args.name
     root = Path(args.data_root or default_data_root()).expanduser()
@@ -143,23 +143,32 @@ def run_download(args: argparse.Namespace) -> int:
     if status["status"] == "found":
         print(f"{name} is already complete under {root}: {status['train']} train / {status['test']} test images.")
         return 0
+    steps = manual_steps(name, root)
     if name in TORCHVISION:
         try:
             torchvision_download(name, root)
-        except Exception as exc:  # network or archive failures: say what happened, not a trace
-            print(f"download of {name} failed: {exc.__class__.__name__}: {exc}")
+        except Exception as exc:  # network or archive failures: say what happened and what to do instead
+            print(
+                f"download of {name} failed: {exc.__class__.__name__}: {exc} (no network here?); "
+                "nothing was left behind. It can be done by hand."
+            )
+            steps = torchvision_manual_steps(name, root) + steps
+            _print_steps(name, root, steps)
             return 1
-    steps = manual_steps(name, root)
     if steps:
-        print(f"To complete {name} under {root}, do by hand:")
-        for number, step in enumerate(steps, start=1):
-            print(f"  {number}. {step}")
-        print(f"Then check with `fedbench datasets --data-root {root}`.")
+        _print_steps(name, root, steps)
     status = dataset_status(name, root)
     if status["status"] == "found":
         print(f"{name} is ready: {status['train']} train / {status['test']} test images.")
         return 0
     return 1
+
+
+def _print_steps(name: str, root: Path, steps: list[str]) -> None:
+    print(f"To complete {name} under {root}, do by hand:")
+    for number, step in enumerate(steps, start=1):
+        print(f"  {number}. {step}")
+    print(f"Then check with `fedbench datasets --data-root {root}`.")
 
 
 def download_attributes(root: Path, fetch=None) -> int:

@@ -34,6 +34,11 @@ def add_parser(subparsers) -> None:
         metavar="F",
         help="GPUs (a fraction shares one) Ray reserves per ClientApp; set it with --device cuda (default: 0)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run the cell again although its finished run folder exists under --out (else it is skipped)",
+    )
     p.set_defaults(func=run, takes_method_flags=True)
 
 
@@ -53,5 +58,8 @@ def run(args) -> int:
     from benchmark.runs.flower import simulate  # the [flower] extra: a clear error when missing
 
     return run_config(
-        config, tags=("fedbench flower",), engine=simulate(args.parallel, args.client_cpus, args.client_gpus)
+        config,
+        tags=("fedbench flower",),
+        engine=simulate(args.parallel, args.client_cpus, args.client_gpus),
+        force=args.force,
     )

@@ -73,8 +73,9 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
     ]
     for h in hyperparameters(cls):
         lines.append(
-            f"  --{h.name.replace('_', '-')} {h.type.__name__} = {h.default!r}"
+            f"  --{h.name.replace('_', '-')} {h.type_name} = {h.default!r}"
             + (f"  (one of {' | '.join(map(str, h.choices))})" if h.choices else "")
+            + (f"  ({h.range})" if h.range is not None else "")
         )
         if h.help:
             lines.append(f"      {h.help}")

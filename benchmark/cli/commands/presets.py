@@ -7,7 +7,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "presets",
         help="list the presets (tables) `fedbench reproduce` can regenerate",
-        description="One line per preset: its name, number of cells (runs) and title.",
+        description="One line per preset: its name, number of cells (runs, as `reproduce NAME --dry-run` counts "
+        "them) and title.",
     )
     p.set_defaults(func=run)
 
@@ -17,9 +18,8 @@ def run(args) -> int:
 
     for name in available_presets():
         preset = load_preset(name)
-        cells = len(preset.datasets) * len(preset.methods) * len(preset.seeds)
-        for values in preset.grid.values():
-            cells *= len(values)
+        # The runs `reproduce` expands it into (msst targets included), not a product of the keys.
+        cells = len(preset.cells())
         print(f"{name:<20} {cells:>5} cells  {preset.title}")
     print("run one with `fedbench reproduce NAME` (--dry-run first: what is done, what data is missing)")
     return 0

@@ -13,6 +13,12 @@ def add_parser(subparsers) -> None:
         "too (`--method M --method-help` lists them). Precedence: defaults < --config YAML < flags.",
     )
     add_run_arguments(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="run the cell again although its finished run folder exists under --out (without it the run is "
+        "skipped and its table printed, as `fedbench reproduce` skips finished cells)",
+    )
     p.set_defaults(func=run, takes_method_flags=True)
 
 
@@ -23,4 +29,4 @@ def run(args) -> int:
     config = config_from_args(args)
     if answer_without_running(args, config):
         return 0
-    return run_config(config, tags=("fedbench run",))
+    return run_config(config, tags=("fedbench run",), force=args.force)

@@ -148,7 +148,7 @@ def _run_cell(job: CellJob) -> Outcome:
         return Outcome("busy", str(busy))
     except Exception as exc:  # one broken cell must not lose the rest of the sweep
         error = f"{exc.__class__.__name__}: {exc}"
-        record_failure(folder, error)
+        record_failure(folder, error, cell.config.to_dict())
         expected = isinstance(exc, (DivergenceError, UserError))
         return Outcome("failed", error, "" if expected else traceback.format_exc())
 

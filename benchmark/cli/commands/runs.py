@@ -1,0 +1,59 @@
+"""`fedbench runs DIR`: the runs under a folder, one row each: state, the settings that
+differ between them, the final metrics; `--plot` renders them as `reproduce` renders a table."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "runs",
+        help="list and compare the runs under a folder (one row per run)",
+        description="One row per run under DIR (the --out folder of `fedbench run` or `reproduce`): its state "
+        "(finished, resumable: a round checkpoint the same command resumes from, failed: with its error), the "
+        "settings that differ between the runs, and the final metrics. --plot also renders the finished runs as "
+        "`fedbench reproduce` renders a preset: table.md/csv/tex, the paired differences, radar.png and curves.png.",
+    )
+    p.add_argument(
+        "dir", metavar="DIR", nargs="?", default="runs", help="folder holding the run folders (default: runs)"
+    )
+    p.add_argument(
+        "--plot",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="OUT",
+        help="render the table and figures of the finished runs into OUT (default: DIR/compare)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from benchmark.config import ConfigError
+    from benchmark.sweeps.compare import render, scan, table
+
+    root = Path(args.dir)
+    entries = scan(root)
+    if not entries:
+        raise ConfigError(
+            f"no runs under {root}: a run folder holds summary.json (finished), a round checkpoint "
+            ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs"
+        )
+    listing = table(entries)
+    with_pandas_options(lambda: print(listing.to_string(index=False)))
+    counts = {s: sum(e.state == s for e in entries) for s in ("finished", "resumable", "failed")}
+    print(", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    if args.plot is not None:
+        out = Path(args.plot) if args.plot else root / "compare"
+        files = render(entries, out, f"Runs under {root}")
+        for path in files.values():
+            print(f"wrote {path}")
+    return 0
+
+
+def with_pandas_options(show) -> None:
+    import pandas as pd
+
+    with pd.option_context("display.width", 250, "display.max_columns", None, "display.max_colwidth", 80):
+        show()

@@ -1,0 +1,181 @@
+"""`fedbench runs DIR`: the runs under a folder side by side, whatever made them (`fedbench
+run`, `reproduce`, `tune`). One row per run: its state, the settings that differ between
+the runs (read from each run's config.yaml, or from the record a failed or stopped run
+left), and its final metrics. `--plot` renders them as `fedbench reproduce` renders a
+preset (`benchmark.sweeps.sweep.render_cells`): the table, the paired differences and the
+figures. A single `fedbench run` draws its own curves.png with the same code.
+
+What a folder under DIR can be (docs/run-folders.md):
+  finished   NAME/summary.json (the folder appears whole when the run ends);
+  resumable  .NAME.checkpoint.pt: a round checkpoint of a run that was stopped; the same
+             command resumes it;
+  failed     NAME.failed.json: the cell's last run raised (its error is shown).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, parse_yaml
+from benchmark.runs.checkpoints import read_sidecar
+from benchmark.runs.results import read_failure_record, read_summary
+from benchmark.sweeps.plots import round_curves
+from benchmark.sweeps.presets import Cell
+from benchmark.sweeps.sweep import HEADLINE_METHOD, render_cells
+from benchmark.sweeps.tables import _markdown
+
+FAILED_SUFFIX = ".failed.json"
+CHECKPOINT_SUFFIX = ".checkpoint.pt"
+# Settings never shown as a difference: where files went, not what ran.
+NOT_SETTINGS = ("out", "data_root", "attributes", "wandb", "wandb_project", "wandb_group", "device", "num_workers")
+STATES = ("finished", "resumable", "failed")
+
+
+@dataclass
+class RunEntry:
+    """One run under the folder: its name (the run folder's), state and what is known of it."""
+
+    name: str
+    folder: Path  # the run folder (it exists only for a finished run)
+    state: str  # finished | resumable | failed
+    config: dict[str, Any] | None  # the resolved config, None when the run left none
+    metrics: dict[str, float]  # the final metrics (finished runs)
+    note: str = ""  # the error of a failed run, the round a resumable run stopped after
+
+    def settings(self) -> dict[str, Any]:
+        """Run options and method hyperparameters (under their own names), flat."""
+        if self.config is None:
+            return {}
+        flat = {k: v for k, v in self.config.items() if k not in ("method_args", IDENTITY_KEY, *NOT_SETTINGS)}
+        flat.update(self.config.get("method_args") or {})
+        return flat
+
+
+def scan(root: Path) -> list[RunEntry]:
+    """Every run under `root` (not recursive), by name; a finished run wins over the failure
+    record or checkpoint of an earlier attempt."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ConfigError(f"{root} is not a folder; pass the --out folder of your runs (default: runs)")
+    found: dict[str, RunEntry] = {}
+    for path in sorted(root.iterdir()):
+        name = path.name
+        if path.is_dir() and not name.startswith(".") and (path / "summary.json").is_file():
+            summary = read_summary(path)
+            if summary is not None:
+                found[name] = RunEntry(name, path, "finished", _config_of(path), dict(summary["metrics"]))
+        elif name.startswith(".") and name.endswith(CHECKPOINT_SUFFIX):
+            name = name[1 : -len(CHECKPOINT_SUFFIX)]
+            sidecar = read_sidecar(root / name) or {}
+            stopped = f"stopped after round {sidecar['round']}" if "round" in sidecar else "stopped"
+            entry = RunEntry(name, root / name, "resumable", sidecar.get("config"), {}, stopped)
+            found.setdefault(name, entry)
+        elif path.is_file() and name.endswith(FAILED_SUFFIX):
+            name = name[: -len(FAILED_SUFFIX)]
+            record = read_failure_record(root / name) or {}
+            entry = RunEntry(name, root / name, "failed", record.get("config"), {}, str(record.get("error", "")))
+            found.setdefault(name, entry)
+    # A finished run supersedes its failures; a checkpoint means the last attempt can resume.
+    for entry in list(found.values()):
+        if entry.state != "finished" and (root / entry.name / "summary.json").is_file():
+            del found[entry.name]
+    return sorted(found.values(), key=lambda e: e.name)
+
+
+def _config_of(folder: Path) -> dict[str, Any] | None:
+    try:
+        data = parse_yaml((folder / "config.yaml").read_text(), f"{folder / 'config.yaml'}")
+    except (OSError, ConfigError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def differing(entries: list[RunEntry]) -> list[str]:
+    """The settings whose values are not the same in every run (a setting a run lacks, such
+    as another method's hyperparameter, differs), in the order they first appear."""
+    known = [e.settings() for e in entries if e.config is not None]
+    keys = list(dict.fromkeys(k for s in known for k in s))
+    missing = object()
+    return [k for k in keys if len({repr(s.get(k, missing)) for s in known}) > 1]
+
+
+def table(entries: list[RunEntry]) -> pd.DataFrame:
+    """One row per run: name, state, the differing settings, the final metrics, a note."""
+    keys = differing(entries)
+    metrics = list(dict.fromkeys(m for e in entries for m in e.metrics))
+    rows = []
+    for e in entries:
+        settings = e.settings()
+        row = {"run": e.name, "state": e.state}
+        row.update({k: _text(settings[k]) if k in settings else "–" for k in keys})
+        row.update({m: round(float(e.metrics[m]), 2) if m in e.metrics else "–" for m in metrics})
+        row["note"] = e.note
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=["run", "state", *keys, *metrics, "note"])
+    return frame if frame["note"].astype(bool).any() else frame.drop(columns="note")
+
+
+def _text(value: Any) -> str:
+    return str(value) if not isinstance(value, float) else f"{value:g}"
+
+
+def cells(entries: list[RunEntry]) -> list[Cell]:
+    """The finished runs as table cells: one row label per method and setting that differs
+    (seed and dataset are the table's own axes), read from the run folders as they are."""
+    finished = [e for e in entries if e.state == "finished" and e.config is not None]
+    keys = [k for k in differing(finished) if k not in ("seed", "dataset")]
+    out = []
+    for e in finished:
+        settings = e.settings()
+        config = _run_config(e)
+        if config is None:
+            continue
+        shown = ", ".join(f"{k}={_text(settings[k])}" for k in keys if k in settings and k != "method")
+        label = f"{config.method} ({shown})" if shown else config.method
+        out.append(Cell(label, config.dataset, (), config, hyperparameters="as run", folder=e.folder))
+    return out
+
+
+def _run_config(entry: RunEntry) -> RunConfig | None:
+    data = {k: v for k, v in (entry.config or {}).items() if k != IDENTITY_KEY}
+    try:
+        return build_config(data)
+    except ConfigError:  # a folder written by another version of the suite: listed, not plotted
+        return None
+
+
+def render(entries: list[RunEntry], out: Path, title: str) -> dict[str, Path]:
+    """The table, differences and figures of the finished runs (as `fedbench reproduce`
+    renders a preset) plus runs.md / runs.csv (the listing), into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    listing = table(entries)
+    files = {"runs_md": out / "runs.md", "runs_csv": out / "runs.csv"}
+    files["runs_md"].write_text(f"# {title}\n\n{_markdown(listing.set_index('run'))}\n")
+    listing.to_csv(files["runs_csv"], index=False)
+    chosen = cells(entries)
+    if chosen:
+        # The paired differences: the headline method's row minus each other, as for a preset
+        # (or the first row when no run is of the headline method).
+        labels = [c.label for c in chosen]
+        reference = next((c.label for c in chosen if c.config.method == HEADLINE_METHOD), labels[0])
+        rendered = render_cells(chosen, out, title, reference=reference)
+        if rendered is not None:
+            files.update(rendered[2])
+    return files
+
+
+def run_curves(run_dir: Path) -> Path | None:
+    """curves.png of one finished run folder (accuracy by round), beside its metrics.csv."""
+    config = _config_of(run_dir)
+    if config is None:
+        return None
+    entry = RunEntry(run_dir.name, run_dir, "finished", config, {})
+    run_config = _run_config(entry)
+    if run_config is None:
+        return None
+    cell = Cell(run_config.method, run_config.dataset, (), run_config, folder=run_dir)
+    return round_curves([cell], run_dir / "curves.png")
