@@ -11,9 +11,9 @@ Styles (`STYLES`) are sets of effects. The toy CLIP is pretrained on four of the
 noisy, blurred, checkerboard); every dataset is rendered in styles it never saw -- warm
 light, fading, occluding bars, crowds of patterned distractors and their combinations --
 the analogue of a benchmark's photos against web pretraining data. That gap is what
-leaves adaptation room: on `toy` (style "lamplit") zero-shot Base is ~62 % while a linear
-probe on the frozen image features reaches ~77 % and a CoOp prompt ~71 %
-(`python -m data.toy.calibrate`, results/toy/calibration.md).
+leaves adaptation room: on `toy` (style "dusk": warm light on washed-out colours) zero-shot
+Base is ~66 % while a linear probe on the frozen image features reaches ~92 % and a CoOp
+prompt ~87 % (`python -m data.toy.calibrate`, results/toy/calibration.md).
 
 `render(attrs, domain, image_size, seed)` turns a batch of attribute indices into uint8
 images [N, H, W, 3]; the same inputs give the same pixels. An object's geometry and
