@@ -19,6 +19,9 @@ import yaml
 
 from benchmark.errors import UserError
 
+# The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
+# so that `fedbench methods` can tell whether any is installed before it imports the registry.
+ENTRY_POINT_GROUP = "fedbench.methods"
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
 SAMPLING_RULES = (
     "authors",

@@ -30,6 +30,10 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
+        # What the stop left, one line per run, added by the code that knows the run on the
+        # way out (benchmark.runs.runner, benchmark.sweeps.sweep): whether a round checkpoint
+        # was written and from which round the same command resumes. The CLI prints them.
+        self.notes: list[str] = []
         super().__init__(f"stopped by {self.signal_name}")
 
     @property

@@ -29,7 +29,7 @@ from benchmark.federation.simulator import (
 )
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.registry import build_method, get_method
-from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
+from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import check_device, validate_run
@@ -123,8 +123,13 @@ def run_experiment(
         validate_run(config)  # a typo fails before minutes of pretraining
         prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
         prepare_data(config)  # and the split files it reads
-        with cell_lock(Path(config.out) / run_name(config)):
-            return _run_experiment(config, True, progress, tracker, engine)
+        run_dir = Path(config.out) / run_name(config)
+        with cell_lock(run_dir):
+            try:
+                return _run_experiment(config, True, progress, tracker, engine)
+            except RunInterrupted as stop:  # said by the CLI: was a round kept, where does it go on
+                stop.notes.append(resume_note(run_dir, config.checkpoint_every if engine is None else 0))
+                raise
 
 
 PerClient = dict[int, dict[str, float]]

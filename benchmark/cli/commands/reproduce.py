@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from benchmark.cli.args import parse_set, positive_int
+from benchmark.cli.args import add_quiet_argument, parse_set, positive_int
 from benchmark.sweeps.executors import (
     DEFAULT,
     EXECUTORS,
@@ -63,6 +63,7 @@ def add_parser(subparsers) -> None:
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
     add_executor_arguments(scale)  # each executor's own flags (benchmark/sweeps/executors/)
+    add_quiet_argument(p)
     p.set_defaults(func=run)
 
 
