@@ -41,6 +41,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
+    for option, text in WANDB_NAMING.items():
+        p.add_argument(f"--{option.replace('_', '-')}", metavar="TEXT", help=text)
     p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[], help="override run options, e.g. rounds=5")
     p.add_argument(
         "--tuned",
@@ -65,6 +67,15 @@ def add_parser(subparsers) -> None:
     add_executor_arguments(scale)  # each executor's own flags (benchmark/sweeps/executors/)
     add_quiet_argument(p)
     p.set_defaults(func=run)
+
+
+# W&B naming flags of every cell (and of the table's run); the environment variables fill in the rest.
+WANDB_NAMING = {
+    "wandb_project": "W&B project (default: $WANDB_PROJECT, else fedbench)",
+    "wandb_entity": "W&B entity, a user or team (default: $WANDB_ENTITY, else your default entity)",
+    "wandb_group": "W&B group (default: $WANDB_RUN_GROUP, else the table's name)",
+    "wandb_tags": "W&B tags joined by ',', added to the suite's own (default: $WANDB_TAGS)",
+}
 
 
 def make_executor(args):
@@ -109,7 +120,7 @@ def run(args) -> int:
     if getattr(args, "tuned", False):
         preset = preset.with_tuned(load_tuned(results / TUNED_YAML), f"see {results / TUNED_YAML}")
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
-    for key in ("data_root", "device", "wandb"):
+    for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
             overrides[key] = getattr(args, key)
     overrides.update(parse_set(args.set))
