@@ -13,6 +13,11 @@ class UserError(Exception):
     """Bad input the user can fix; the message names the thing, what was expected and how to fix it."""
 
 
+class SetupWarning(UserWarning):
+    """Something in the user's setup that runs but gives wrong or surprising numbers (OpenAI
+    weights in a model without QuickGELU); the CLI prints it as one line, `warning: ...`."""
+
+
 class CellBusy(UserError, RuntimeError):
     """Another process holds the lock of this cell (benchmark.runs.locks); the message names it."""
 

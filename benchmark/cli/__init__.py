@@ -10,6 +10,7 @@ import pkgutil
 import signal
 import sys
 import threading
+import warnings
 
 import benchmark.cli.commands
 from benchmark.cli.args import flag_suggestions, option_strings
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     args.extra = extra
     previous = _stop_on_signals()
     quiet = _quiet_environment(getattr(args, "quiet", False))
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_setup_warnings(shown)
     try:
         return int(args.func(args) or 0)
     except BaseException as exc:
@@ -80,10 +83,25 @@ def main(argv: list[str] | None = None) -> int:
             print("  no run had started its rounds (nothing to resume); the same command starts again", file=sys.stderr)
         return stop.exit_code
     finally:
+        warnings.showwarning = shown
         _restore_environment(quiet)
         for signum, handler in previous.items():
             if handler is not None:
                 signal.signal(signum, handler)
+
+
+def _one_line_setup_warnings(show):
+    """A SetupWarning (benchmark.errors) as `fedbench: warning: ...`, without Python's file and
+    line: it is about the user's command, not the code; other warnings as `show` prints them."""
+    from benchmark.errors import SetupWarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SetupWarning):
+            print(f"fedbench: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return one_line
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from benchmark import flops, shortcuts
-from benchmark.backbone import Backbone, load_backbone
+from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
@@ -202,6 +202,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     protocol = get_protocol(config.protocol)
     protocol.check(config)
     check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
+    check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads

@@ -108,6 +108,7 @@ def run_tags(preset: str, args) -> tuple[str, ...]:
 
 
 def run(args) -> int:
+    from benchmark.backbone import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.identity import prepare_data, prepare_weights
     from benchmark.sweeps.presets import load_preset
@@ -133,6 +134,8 @@ def run(args) -> int:
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
+    for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in plan.todo):
+        check_weights_reachable(backbone, weights)  # offline: say how to pass a file before any cell runs
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
     built += [prepare_data(c.config) for c in plan.todo]
     if any(built):  # the cells are named by their weights' bytes and split files, which exist only now
