@@ -38,6 +38,8 @@ import contextlib
 import functools
 import logging
 import os
+import urllib.parse
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmark import shortcuts
-from benchmark.errors import UserError
+from benchmark.errors import SetupWarning, UserError
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
@@ -470,7 +472,8 @@ def _load_backbone_cached(name: str, pretrained: str | None, device: str) -> Bac
                 with _quiet_random_weights_warning():  # random weights are what was asked for
                     model = open_clip.create_model(name, device=device)
             else:
-                model = open_clip.create_model(name, pretrained=pretrained, device=device)
+                with _quiet_download_logs():  # what went wrong is in our error, said once
+                    model = open_clip.create_model(name, pretrained=pretrained, device=device)
         except Exception as exc:  # open_clip raises many kinds; all mean "could not load"
             raise BackboneError(_load_failure(name, pretrained, checkpoint, exc)) from exc
     return Backbone(model, name, pretrained).to(device)
@@ -485,6 +488,7 @@ def check_backbone(name: str, pretrained: str | Path | None) -> str | None:
     key = None if pretrained in (None, "", "none") else str(pretrained)
     if key is None:
         return None
+    warn_activation_mismatch(name, key)
     if key in PRETRAINED_PROVIDERS:
         cached = PRETRAINED_CACHED.get(key)
         if cached is not None and cached() is None:
@@ -498,6 +502,86 @@ def check_backbone(name: str, pretrained: str | Path | None) -> str | None:
     return (
         f"weights {key!r} of {name!r} are not in the Hugging Face cache: a run downloads them (needs network), "
         "or pass a local checkpoint with --pretrained /path/to/weights.pt"
+    )
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def warn_activation_mismatch(name: str, tag: str) -> None:
+    """Warn, once per process, when an open_clip tag's weights were trained with another
+    activation than model `name` uses: OpenAI's weights (`openai`) need QuickGELU, so
+    `ViT-B-16` with them runs, with every activation slightly wrong and no error."""
+    if (name, tag) in _WARNED or tag not in open_clip.list_pretrained_tags_by_model(name):
+        return
+    tag_quick = bool(open_clip.get_pretrained_cfg(name, tag).get("quick_gelu", False))
+    model_quick = bool((open_clip.get_model_config(name) or {}).get("quick_gelu", False))
+    if tag_quick == model_quick:
+        return
+    _WARNED.add((name, tag))
+    fix = f"{name}-quickgelu" if tag_quick else name.removesuffix("-quickgelu")
+    trained, uses = ("QuickGELU", "GELU") if tag_quick else ("GELU", "QuickGELU")
+    warnings.warn(
+        f"backbone {name!r} with --pretrained {tag}: these weights were trained with {trained}, but {name!r} uses "
+        f"{uses}, so the model runs with every activation slightly wrong and its accuracy is off (no error). "
+        f"Use --backbone {fix} for the weights as trained.",
+        SetupWarning,
+        stacklevel=2,
+    )
+
+
+def check_weights_reachable(name: str, pretrained: str | Path | None) -> None:
+    """Fail now when an open_clip tag's weights are not on this machine and cannot be
+    downloaded: HF_HUB_OFFLINE is set, or the download host does not answer within
+    PROBE_SECONDS. Offline, the download itself retries for minutes, prints the Hugging Face
+    client's warnings and then fails; this says at once how to pass a file instead."""
+    key = None if pretrained in (None, "", "none") else str(pretrained)
+    if key is None or key in PRETRAINED_PROVIDERS or _checkpoint_file(name, key) is not None:
+        return
+    if _hub_cached(name, key):
+        return
+    cfg = open_clip.get_pretrained_cfg(name, key)
+    host = "huggingface.co" if cfg.get("hf_hub") else urllib.parse.urlparse(cfg.get("url", "")).hostname
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    why = "HF_HUB_OFFLINE is set" if offline and cfg.get("hf_hub") else _unreachable(host) if host else None
+    if why:
+        raise BackboneError(_not_on_this_machine(name, key, why))
+
+
+PROBE_SECONDS = 5.0
+
+
+@functools.lru_cache(maxsize=8)
+def _unreachable(host: str) -> str | None:
+    """Why `host` cannot be reached on port 443 (None when it answers), within PROBE_SECONDS:
+    a name lookup without network can take minutes, so it runs in a thread not waited for."""
+    import socket
+    import threading
+
+    outcome: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, 443), timeout=PROBE_SECONDS):
+                outcome.append(None)
+        except OSError as exc:
+            outcome.append(f"{host} cannot be reached: {exc.strerror or exc.__class__.__name__}")
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(PROBE_SECONDS)
+    return outcome[0] if outcome else f"{host} did not answer within {PROBE_SECONDS:g} s"
+
+
+def _not_on_this_machine(name: str, tag: str, why: str) -> str:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    return (
+        f"weights {tag!r} of {name!r} are not on this machine (not in the Hugging Face cache {HF_HUB_CACHE}, "
+        f"nor in {Path.home() / '.cache' / 'clip'}) and cannot be downloaded ({why}). Pass a local open_clip "
+        f"checkpoint file instead: --pretrained /path/to/{name}-{tag}.pt (docs/running.md, 'Weights', makes one from "
+        "the official weights on a machine with network), or copy a Hugging Face cache that holds them to "
+        f"{HF_HUB_CACHE}."
     )
 
 
@@ -535,6 +619,29 @@ class _quiet_random_weights_warning(logging.Filter):
 
     def __exit__(self, *exc):
         logging.getLogger().removeFilter(self)
+
+
+class _DroppedLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to download")
+
+
+@contextlib.contextmanager
+def _quiet_download_logs():
+    """Drops the Hugging Face client's retry warnings and open_clip's lines about a failed
+    download or an activation mismatch while weights load: a failure becomes one BackboneError
+    naming the cause, and the mismatch is `warn_activation_mismatch`'s warning."""
+    hub, dropped = logging.getLogger("huggingface_hub"), _DroppedLines()
+    level = hub.level
+    hub.setLevel(logging.ERROR)
+    logging.getLogger().addFilter(dropped)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="QuickGELU mismatch")
+            yield
+    finally:
+        logging.getLogger().removeFilter(dropped)
+        hub.setLevel(level)
 
 
 def _suite_configs() -> list[str]:

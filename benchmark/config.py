@@ -19,6 +19,9 @@ import yaml
 
 from benchmark.errors import UserError
 
+# The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
+# so that `fedbench methods` can tell whether any is installed before it imports the registry.
+ENTRY_POINT_GROUP = "fedbench.methods"
 PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed")  # Lightning precisions the backbone supports
 SAMPLING_RULES = (
     "authors",
@@ -72,8 +75,11 @@ class RunConfig:
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
     keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written
     wandb: str = "auto"  # auto (online when logged in, else offline) | online | offline | disabled
-    wandb_project: str = "fedbench"  # W&B project
-    wandb_group: str = ""  # W&B group (a table name when run by `fedbench reproduce`)
+    wandb_project: str = ""  # W&B project ('' = $WANDB_PROJECT, else fedbench)
+    wandb_entity: str = ""  # W&B entity, a user or team ('' = $WANDB_ENTITY, else your default entity)
+    wandb_group: str = ""  # W&B group ('' = $WANDB_RUN_GROUP, else PROTOCOL-DATASET; `fedbench reproduce`: the table name)
+    wandb_tags: str = ""  # W&B tags, joined by ',', added to the suite's own ('' = $WANDB_TAGS)
+    wandb_name: str = ""  # W&B run name ('' = $WANDB_NAME, else the run folder's name)
     method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
     # fmt: on
 
@@ -130,7 +136,10 @@ class RunConfig:
             "num_workers",
             "wandb",
             "wandb_project",
+            "wandb_entity",
             "wandb_group",
+            "wandb_tags",
+            "wandb_name",
             "eval_batch_size",
             "checkpoint_every",
             "keep_checkpoints",

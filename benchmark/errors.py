@@ -13,6 +13,11 @@ class UserError(Exception):
     """Bad input the user can fix; the message names the thing, what was expected and how to fix it."""
 
 
+class SetupWarning(UserWarning):
+    """Something in the user's setup that runs but gives wrong or surprising numbers (OpenAI
+    weights in a model without QuickGELU); the CLI prints it as one line, `warning: ...`."""
+
+
 class CellBusy(UserError, RuntimeError):
     """Another process holds the lock of this cell (benchmark.runs.locks); the message names it."""
 
@@ -30,6 +35,10 @@ class RunInterrupted(BaseException):
     def __init__(self, signum: int) -> None:
         self.signum = signum
         self.signal_name = signal.Signals(signum).name
+        # What the stop left, one line per run, added by the code that knows the run on the
+        # way out (benchmark.runs.runner, benchmark.sweeps.sweep): whether a round checkpoint
+        # was written and from which round the same command resumes. The CLI prints them.
+        self.notes: list[str] = []
         super().__init__(f"stopped by {self.signal_name}")
 
     @property

@@ -32,13 +32,13 @@ from lightning import LightningModule
 
 from benchmark.backbone import backbone_shape
 from benchmark.config import (
+    ENTRY_POINT_GROUP,
     RunConfig,
     parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
 )
 from benchmark.errors import UserError
 from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
-ENTRY_POINT_GROUP = "fedbench.methods"
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
 # returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
 HOOKS = (

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from data.base import DatasetError, DatasetSplits
-from data.transforms import ImageTransforms
+if TYPE_CHECKING:  # data.base and data.transforms load torch: `fedbench datasets` reads this module without it
+    from data.base import DatasetSplits
+    from data.transforms import ImageTransforms
 
-Loader = Callable[[Path, ImageTransforms], DatasetSplits]
+Loader = Callable[[Path, "ImageTransforms"], "DatasetSplits"]
 # The dataset folder -> the files a load reads besides the images (see `DatasetInfo.data_files`).
 DataFiles = Callable[[Path], "tuple[Path, ...]"]
 
@@ -93,6 +94,8 @@ def resolve_data_root(data_root: str | None) -> Path:
 
 
 def dataset_info(name: str) -> DatasetInfo:
+    from data.base import DatasetError  # lazy: torch, see the imports above
+
     _import_builtin_loaders()
     if name not in DATASETS:
         raise DatasetError(
@@ -109,6 +112,8 @@ def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> Da
 
 def require_dataset(name: str, root: Path | str) -> Path:
     """The folder of dataset `name` under `root`; a missing one is a DatasetError saying how to get it."""
+    from data.base import DatasetError  # lazy: torch, see the imports above
+
     info = dataset_info(name)
     folder = info.path(Path(root))
     if not info.generated and not folder.is_dir():

@@ -229,16 +229,17 @@ def test_malformed_yaml_is_a_clean_error(fedbench, tmp_path, text):
 
 
 CLI_CASES = [
-    (["run", "--round", "3"], "unrecognized arguments --round 3"),  # no abbreviations
+    (["run", "--round", "3"], "unrecognized arguments --round 3 (--round: did you mean --rounds?)"),  # no abbreviations
     (["run", "--rounds", "three"], "argument --rounds: invalid int value: 'three'"),
     (["run", "--rounds"], "argument --rounds: expected one argument"),
     (["run", "--augment", "perhaps"], "argument --augment: invalid parse_bool value"),
     (["run", "--participation", "nan"], "participation = nan is invalid"),
     (["run", "--lr", "1e999", "--method", "promptfl"], "must be a finite number"),
-    (["run", "--n-ct", "4", "--method", "promptfl"], "unrecognized arguments --n-ct 4"),
+    (["run", "--n-ct", "4", "--method", "promptfl"], "unrecognized arguments --n-ct 4 (--n-ct: did you mean --n-ctx?)"),
     (["run", "--clients", "0"], "clients = 0 is invalid"),
     (["run", "--config", "/no/such.yaml"], "config file /no/such.yaml does not exist"),
-    (["reproduce", "toy", "--seed", "1"], "unrecognized arguments: --seed 1"),  # --seeds, not abbreviated
+    (["reproduce", "toy", "--seed", "1"], "unrecognized arguments: --seed 1 (--seed: did you mean --seeds?)"),
+    (["reproduce", "toy", "--rounds", "1"], "unrecognized arguments: --rounds 1\n"),  # nothing close: no guess
     (["reproduce", "toy", "--set", "rounds"], "--set takes OPTION=VALUE"),
     (["reproduce", "toy", "--set", "rounds=null", "--dry-run"], "rounds = 'null' is invalid"),
     (["reproduce", "no_such_table"], "unknown table 'no_such_table'"),
@@ -352,6 +353,11 @@ def test_run_folders_follow_the_umask_and_damaged_summaries_count_missing(fake_d
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_signals_end_a_run_with_their_exit_code_and_no_run_folder(fake_data_root, tmp_path, signum, code):
+    """Stopped after round 10 of 100, the run keeps its last completed round and says so: the
+    round its checkpoint holds and the round the same command resumes from. Its stderr is a
+    file: the progress bar writes plain lines there, no carriage returns or escape codes."""
+    from benchmark.runs.checkpoints import read_sidecar
+
     out = tmp_path / "runs"
     log = tmp_path / "stderr.txt"
     command = [
@@ -361,21 +367,27 @@ def test_signals_end_a_run_with_their_exit_code_and_no_run_folder(fake_data_root
         "run",
         "--method",
         "promptfl",
-        *tiny_flags(fake_data_root, out, "--rounds", "500"),
+        *tiny_flags(fake_data_root, out, "--rounds", "100"),
     ]
     with open(log, "w") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.time() + 300
-        while time.time() < deadline and "rounds" not in log.read_text():  # training has begun
+        while time.time() < deadline and "10/100 rounds" not in log.read_text():  # a tenth of the rounds done
             time.sleep(0.2)
-        assert "rounds" in log.read_text(), log.read_text()
-        time.sleep(1.0)
+        assert "10/100 rounds" in log.read_text(), log.read_text()
         process.send_signal(signum)
         process.wait(timeout=120)
     text = log.read_text()
     assert process.returncode == code, text
     assert f"stopped by {signal.Signals(signum).name}" in text and "Traceback" not in text
+    assert "\r" not in text and "\x1b" not in text
     assert not out.exists() or not [p for p in out.iterdir() if not p.name.startswith(".")]
+    (sidecar,) = out.glob(".*.checkpoint.json")
+    run_dir = out / sidecar.name[1 : -len(".checkpoint.json")]
+    kept = read_sidecar(run_dir)["round"]
+    assert 10 <= kept < 100
+    assert f"{run_dir.name}: a round checkpoint was written after round {kept}" in text
+    assert f"the same command resumes it from round {kept + 1}" in text
 
 
 # -- W&B without a network ---------------------------------------------------------------

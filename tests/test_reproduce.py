@@ -202,12 +202,29 @@ def test_killed_sweep_resumes_only_missing_cells(tmp_path, fake_data_root):
 
 def test_wandb_dashboard_spec_has_the_panels(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: not logged in, nothing is sent
     spec_path = tmp_path / "dash.json"
-    assert main(["wandb-dashboard", "base2novel", "--spec", str(spec_path)]) == 0
+    # No report was made: not a success, and the reason says what to do.
+    assert main(["wandb-dashboard", "base2novel", "--spec", str(spec_path)]) == 1
     spec = json.loads(spec_path.read_text())
     titles = [p["title"] for p in spec["panels"]]
     assert titles[0] == "HM by method" and spec["panels"][0]["group_by"] == ["job_type"]
     assert "Local / Base / Novel / HM on dtd" in titles and "train loss per round" in titles
-    assert all(p["filters"]["group"] == "base2novel" for p in spec["panels"])
-    assert "wandb login" in capsys.readouterr().out
+    assert all(p["filters"]["group"] == "base2novel" for p in spec["panels"]) and spec["project"] == "fedbench"
+    err = capsys.readouterr().err
+    assert "no report was made: not logged in to W&B: run `wandb login`" in err
+
+
+def test_wandb_dashboard_without_wandb_workspaces_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb_workspaces", None)  # as when the package is not installed
+    monkeypatch.setenv("WANDB_API_KEY", "f" * 40)  # logged in: only the package is missing
+    monkeypatch.setenv("WANDB_PROJECT", "from-env")
+    monkeypatch.setenv("WANDB_RUN_GROUP", "my-group")
+    spec_path = tmp_path / "dash.json"
+    assert main(["wandb-dashboard", "base2novel", "--spec", str(spec_path)]) == 1
+    err = capsys.readouterr().err
+    assert "no report was made: wandb-workspaces is not installed: pip install -c constraints.txt -e '.[wandb]'" in err
+    spec = json.loads(spec_path.read_text())
+    assert spec["project"] == "from-env" and all(p["filters"]["group"] == "my-group" for p in spec["panels"])

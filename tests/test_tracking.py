@@ -181,3 +181,92 @@ def test_reproduce_tags_runs_with_preset_filters_and_overrides(tmp_path, fake_da
     assert "table" in table.tags
     (cell,) = runs.values()
     assert cell.tags == ["preset:tagged", "methods:zeroshot", "set:rounds=2"]
+
+
+def test_wandb_naming_flags_win_over_wandb_environment_variables(tmp_path, fake_data_root):
+    """Flags set what they name; W&B's variables fill in the rest (and are not silently
+    replaced by the suite's defaults, which come last)."""
+    done = fedbench_process(
+        "run",
+        "--method",
+        "zeroshot",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        fake_data_root,
+        "--out",
+        tmp_path / "runs",
+        "--shots",
+        "2",
+        "--rounds",
+        "1",
+        "--clients",
+        "3",
+        "--wandb",
+        "offline",
+        "--wandb-project",
+        "flag-project",
+        "--wandb-tags",
+        "ablation, first-try",
+        env={
+            "WANDB_PROJECT": "env-project",
+            "WANDB_ENTITY": "env-entity",
+            "WANDB_RUN_GROUP": "env-group",
+            "WANDB_NAME": "env-name",
+            "WANDB_TAGS": "env-tag",
+            "WANDB_DIR": str(tmp_path / "wandb_home"),
+        },
+    )
+    assert done.returncode == 0, done.stderr
+    (folder,) = offline_runs(tmp_path / "wandb_home")
+    run = read_offline_run(folder)
+    assert (run.project, run.entity, run.group, run.name) == ("flag-project", "env-entity", "env-group", "env-name")
+    assert run.tags == ["fedbench run", "ablation", "first-try"]  # --wandb-tags replaces $WANDB_TAGS
+    assert not {"wandb_project", "wandb_tags", "wandb_name"} & set(run.config)  # naming, not settings
+
+
+def test_wandb_naming_defaults_and_environment(monkeypatch, tmp_path):
+    from benchmark.config import build_config
+    from benchmark.runs.identity import run_name
+    from benchmark.runs.tracking import run_naming
+
+    for name in ("WANDB_PROJECT", "WANDB_ENTITY", "WANDB_RUN_GROUP", "WANDB_NAME", "WANDB_TAGS"):
+        monkeypatch.delenv(name, raising=False)
+    config = build_config({"method": "zeroshot", "dataset": "toy", "out": str(tmp_path)})
+    assert run_naming(config, tags=("fedbench run",)) == {
+        "project": "fedbench",
+        "entity": None,
+        "group": "base2novel-toy",
+        "name": run_name(config),
+        "tags": ["fedbench run"],
+    }
+    monkeypatch.setenv("WANDB_TAGS", "a,b,,a")
+    monkeypatch.setenv("WANDB_ENTITY", "team")
+    monkeypatch.setenv("WANDB_NAME", "mine")
+    named = run_naming(config, tags=("fedbench run", "a"))
+    assert named["tags"] == ["fedbench run", "a", "b"] and named["entity"] == "team" and named["name"] == "mine"
+    assert run_naming(config, name="table-toy")["name"] == "table-toy"  # a table's run keeps its name
+    flagged = build_config(
+        {"method": "zeroshot", "dataset": "toy", "wandb_entity": "me", "wandb_name": "x", "wandb_tags": "c"}
+    )
+    assert run_naming(flagged)["entity"] == "me" and run_naming(flagged)["name"] == "x"
+    assert run_naming(flagged)["tags"] == ["c"]
+
+
+def test_reproduce_takes_wandb_naming_flags_and_a_group_from_the_environment(tmp_path, monkeypatch):
+    from benchmark.cli import build_parser
+    from benchmark.sweeps.presets import load_preset
+
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    args = build_parser().parse_args(
+        ["reproduce", "toy", "--wandb-project", "p", "--wandb-entity", "e", "--wandb-group", "g", "--wandb-tags", "t"]
+    )
+    assert (args.wandb_project, args.wandb_entity, args.wandb_group, args.wandb_tags) == ("p", "e", "g", "t")
+    assert {c.config.wandb_group for c in load_preset("toy").cells()} == {"toy"}
+    monkeypatch.setenv("WANDB_RUN_GROUP", "my-group")
+    assert {c.config.wandb_group for c in load_preset("toy").cells()} == {"my-group"}
+    assert {c.config.wandb_group for c in load_preset("toy").cells({"wandb_group": "flag"})} == {"flag"}

@@ -193,3 +193,99 @@ def test_method_help_and_describe_show_docs_types_and_choices(fedbench, tmp_path
     done = fedbench("run", "--config", config, "--print-config")
     assert done.returncode == 2
     assert "hyperparameter 'federate' must be one of 'shared', 'all', 'none', got 'everything'" in done.stderr
+
+
+def test_openai_weights_without_quickgelu_are_warned_once(monkeypatch, recwarn):
+    import benchmark.backbone as backbone
+    from benchmark.errors import SetupWarning
+
+    monkeypatch.setattr(backbone, "_WARNED", set())
+    backbone.check_backbone("ViT-B-16", "openai")
+    backbone.check_backbone("ViT-B-16", "openai")  # validate_run runs more than once per command
+    backbone.check_backbone("ViT-B-16-quickgelu", "openai")  # the weights as trained: nothing to say
+    backbone.check_backbone("ViT-B-16", "laion2b_s34b_b88k")  # trained with GELU, as ViT-B-16 runs
+    warned = [w for w in recwarn if issubclass(w.category, SetupWarning)]
+    assert len(warned) == 1
+    text = str(warned[0].message)
+    assert "'ViT-B-16' with --pretrained openai" in text and "trained with QuickGELU" in text
+    assert "Use --backbone ViT-B-16-quickgelu" in text
+
+
+def test_openai_weights_offline_fail_at_once_saying_how_to_pass_a_file(fedbench, empty_cache, tmp_path, monkeypatch):
+    import huggingface_hub.constants as constants
+
+    import benchmark.backbone as backbone
+
+    monkeypatch.setattr(backbone, "_WARNED", set())
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.cache/clip
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty Hugging Face cache
+
+    def never(*args, **kwargs):
+        raise AssertionError("the weights were loaded although they cannot be downloaded")
+
+    monkeypatch.setattr(backbone.open_clip, "create_model", never)
+    out = tmp_path / "runs"
+    done = fedbench(
+        "run", "--method", "zeroshot", "--dataset", "toy", "--backbone", "ViT-B-16", "--pretrained", "openai",
+        "--out", out, "--wandb", "offline",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("fedbench: warning: backbone 'ViT-B-16' with --pretrained openai") == 1
+    assert "weights 'openai' of 'ViT-B-16' are not on this machine" in done.stderr
+    assert "cannot be downloaded (HF_HUB_OFFLINE is set)" in done.stderr
+    assert "--pretrained /path/to/ViT-B-16-openai.pt (docs/running.md, 'Weights'" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists() and nothing_built(empty_cache)
+
+
+def test_an_unreachable_download_host_is_named_within_the_probe_time(monkeypatch):
+    import socket
+    import time
+
+    import benchmark.backbone as backbone
+
+    def refused(address, timeout=None):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    backbone._unreachable.cache_clear()
+    assert backbone._unreachable("hub.example") == "hub.example cannot be reached: Connection refused"
+
+    def hangs(address, timeout=None):  # a name lookup without network can take minutes
+        time.sleep(30)
+
+    monkeypatch.setattr(socket, "create_connection", hangs)
+    monkeypatch.setattr(backbone, "PROBE_SECONDS", 0.2)
+    backbone._unreachable.cache_clear()
+    started = time.monotonic()
+    assert backbone._unreachable("slow.example") == "slow.example did not answer within 0.2 s"
+    assert time.monotonic() - started < 5
+    backbone._unreachable.cache_clear()
+
+
+def test_the_documented_local_checkpoint_recipes_make_a_file_the_suite_loads(tmp_path):
+    """docs/running.md, 'Weights': a state_dict saved with torch.save (through open_clip, or
+    converted from OpenAI's release with open_clip.load_openai_model) loads as --pretrained
+    FILE with the same weights. Run on the tiny CLIP with random weights (no network)."""
+    import open_clip
+    import torch
+
+    from benchmark.backbone import load_backbone
+
+    torch.manual_seed(3)
+    model = open_clip.create_model(TINY)
+    direct = tmp_path / "direct.pt"
+    torch.save(model.state_dict(), direct)  # the first recipe's last line
+    released = tmp_path / "release.pt"  # OpenAI's file holds the same keys (a state dict here, not TorchScript)
+    torch.save(model.state_dict(), released)
+    converted = open_clip.load_openai_model(str(released), precision="fp32", device="cpu")
+    from_release = tmp_path / "from_release.pt"
+    torch.save(converted.state_dict(), from_release)  # the second recipe's last line
+    loaded = load_backbone(TINY, str(direct)).model.state_dict()
+    assert all(torch.equal(loaded[key], value) for key, value in model.state_dict().items())
+    # OpenAI's release holds fp16 matrices, and the conversion rounds them so (from fp32 here):
+    # each weight is the original or its fp16 rounding, and the matrices are rounded.
+    loaded = load_backbone(TINY, str(from_release)).model.state_dict()
+    for key, value in model.state_dict().items():
+        assert torch.equal(loaded[key], value) or torch.equal(loaded[key], value.half().float()), key
+    assert not torch.equal(loaded["text_projection"], model.state_dict()["text_projection"])

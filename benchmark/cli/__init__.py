@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import signal
 import sys
 import threading
+import warnings
 
 import benchmark.cli.commands
+from benchmark.cli.args import flag_suggestions, option_strings
 
 # benchmark.errors (and torch, which it imports) is loaded only when a command ends in an
 # error: `fedbench --help` must stay fast.
@@ -46,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    command = _subparser(parser, args.command)
+    # A misspelt flag lands among the leftovers: the error names the flags it is close to.
+    args.command_flags = option_strings(command)
     if extra and not getattr(args, "takes_method_flags", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        command.error(f"unrecognized arguments: {' '.join(extra)}{flag_suggestions(extra, args.command_flags)}")
     args.extra = extra
     previous = _stop_on_signals()
+    quiet = _quiet_environment(getattr(args, "quiet", False))
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line_setup_warnings(shown)
     try:
         return int(args.func(args) or 0)
     except BaseException as exc:
@@ -65,15 +74,62 @@ def main(argv: list[str] | None = None) -> int:
             raise
         stop = exc if isinstance(exc, RunInterrupted) else RunInterrupted(signal.SIGINT)
         print(
-            f"fedbench {args.command}: {stop}; finished runs are kept, unfinished ones wrote no run folder "
-            "(run the same command again: it resumes from the last round checkpoint, if one was written)",
+            f"fedbench {args.command}: {stop}; finished runs are kept, unfinished ones wrote no run folder",
             file=sys.stderr,
         )
+        for note in stop.notes:  # per unfinished run: its round checkpoint, or none, and where it goes on
+            print(f"  {note}", file=sys.stderr)
+        if not stop.notes:
+            print("  no run had started its rounds (nothing to resume); the same command starts again", file=sys.stderr)
         return stop.exit_code
     finally:
+        warnings.showwarning = shown
+        _restore_environment(quiet)
         for signum, handler in previous.items():
             if handler is not None:
                 signal.signal(signum, handler)
+
+
+def _one_line_setup_warnings(show):
+    """A SetupWarning (benchmark.errors) as `fedbench: warning: ...`, without Python's file and
+    line: it is about the user's command, not the code; other warnings as `show` prints them."""
+    from benchmark.errors import SetupWarning
+
+    def one_line(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, SetupWarning):
+            print(f"fedbench: warning: {message}", file=file or sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return one_line
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand `name` (argparse keeps them in the subparsers action's choices)."""
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
+
+
+def _quiet_environment(quiet: bool) -> dict[str, str | None]:
+    """`--quiet`: no progress output from this process or the workers it starts (they inherit
+    the environment), W&B's console lines included. Returns the variables to restore: `main`
+    may be called again in the same process (tests, `fedbench demo`)."""
+    from benchmark.progress import QUIET_ENV
+
+    if not quiet:
+        return {}
+    changed = {name: os.environ.get(name) for name in (QUIET_ENV, "WANDB_SILENT")}
+    os.environ[QUIET_ENV] = "1"
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return changed
+
+
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def _stop_on_signals() -> dict[int, object]:

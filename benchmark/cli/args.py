@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import functools
 import importlib.util
 from pathlib import Path
@@ -25,9 +26,11 @@ from benchmark.config import (
 from benchmark.sweeps.executors import natural_int, positive_float, positive_int
 
 __all__ = [
+    "add_quiet_argument",
     "add_run_arguments",
     "answer_without_running",
     "config_from_args",
+    "flag_suggestions",
     "method_parser",
     "natural_int",
     "parse_set",
@@ -96,6 +99,36 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def flag_suggestions(tokens: list[str], known: list[str]) -> str:
+    """' (--round: did you mean --rounds?)' for each unknown `--flag` among `tokens` that is
+    close to one of the `known` flags (a flag it begins, or a near spelling); '' when none is."""
+    hints = []
+    for token in tokens:
+        if not token.startswith("--"):
+            continue
+        name = token.split("=", 1)[0]
+        close = [k for k in known if k.startswith(name) and k != name] or difflib.get_close_matches(
+            name, known, n=2, cutoff=0.75
+        )
+        if close:
+            hints.append(f"{name}: did you mean {' or '.join(close[:3])}?")
+    return f" ({'; '.join(hints)})" if hints else ""
+
+
+def option_strings(parser: argparse.ArgumentParser) -> list[str]:
+    """The long flags `parser` takes."""
+    return [s for action in parser._actions for s in action.option_strings if s.startswith("--")]
+
+
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars or progress lines (results, notes and errors still print); without it, a bar "
+        "redirected to a file or pipe prints plain lines instead of redrawing itself",
+    )
+
+
 def method_parser(method: str) -> argparse.ArgumentParser:
     from benchmark.registry import get_method, hyperparameters  # loads the methods (torch): only when used
 
@@ -134,11 +167,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if extra:
         from benchmark.registry import MethodError
 
-        parsed, unknown = method_parser(method).parse_known_args(extra)
+        flags = method_parser(method)
+        parsed, unknown = flags.parse_known_args(extra)
         if unknown:
+            known = option_strings(flags) + list(getattr(args, "command_flags", []))
             raise MethodError(
-                f"unrecognized arguments {' '.join(unknown)} for method {method!r}; its flags are listed by "
-                f"`fedbench run --method {method} --method-help`"
+                f"unrecognized arguments {' '.join(unknown)}{flag_suggestions(unknown, known)} for method "
+                f"{method!r}; its flags are listed by `fedbench run --method {method} --method-help`"
             )
         method_flags = vars(parsed)
     from benchmark.registry import check_method_args, resolve_method_file  # lazy: start-up time (torch)

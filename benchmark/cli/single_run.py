@@ -11,6 +11,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`).
     A cell whose finished run folder exists is not run again (as `fedbench reproduce`
     skips it): its table is printed from the folder; `force` runs it again."""
+    from benchmark.backbone import check_weights_reachable
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
     from benchmark.runs.prechecks import check_device, validate_run
@@ -25,9 +26,11 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     from benchmark.runs.runner import run_experiment
     from benchmark.runs.tracking import Tracker
 
-    for note in validate_run(config):  # before W&B starts or a backbone is built
-        print(f"note: {note}")
+    notes = validate_run(config)  # before W&B starts or a backbone is built
     check_device(config.device)  # this machine runs it
+    check_weights_reachable(config.backbone, config.pretrained)  # offline: say how to pass a file, now
+    for note in notes:
+        print(f"note: {note}")
     check_output_location(Path(config.out))
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
     prepare_data(config)  # and the split files it reads

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import math
 
-from tqdm.auto import tqdm
-
 from benchmark.evaluation.accuracy import Evaluator
+from benchmark.progress import progress_bar
 from data.base import DatasetSplits
 from data.partition import Partition
 
@@ -29,7 +28,10 @@ def evaluate_clients(
 ) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
     """Every client's personalized model under the protocol's metrics, then the summary."""
     per_client: dict[int, dict[str, float]] = {}
-    for client in tqdm(partition.clients, desc="evaluating clients", disable=not progress, leave=False):
+    clients = progress_bar(
+        partition.clients, desc="evaluating clients", unit="clients", enabled=progress, nested=True, leave=False
+    )
+    for client in clients:
         per_client[client.client_id] = evaluate_client(
             evaluator, protocol, dataset, partition, client, client_states[client.client_id]
         )

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Subset
 
 from benchmark import flops
 from benchmark.backbone import Backbone, ImagePrefix
+from benchmark.progress import progress_bar
 from data.base import LabeledImages
 
 # Host memory for image prefixes (all splits together): DTD's 1,692 test images on
@@ -87,12 +88,12 @@ class FeatureCache:
         return ImagePrefix(tokens.to(device), blocks)
 
     def _encode(self, method, split: LabeledImages, indices: list[int]) -> Tensor:
-        from tqdm.auto import tqdm
-
         loader = DataLoader(Subset(split, indices), batch_size=self.batch_size, num_workers=self.num_workers)
         device = method.device
         out = []
-        for images, _ in tqdm(loader, desc=f"features {split.name}", disable=not self.progress, leave=False):
+        for images, _ in progress_bar(
+            loader, desc=f"features {split.name}", unit="batches", enabled=self.progress, nested=True, leave=False
+        ):
             out.append(method.encode_images(images.to(device)).float().cpu())
         return torch.cat(out)
 

@@ -31,6 +31,7 @@ from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
+from benchmark.progress import progress_bar
 from data.base import LabeledImages
 from data.partition import ClientShard
 
@@ -342,8 +343,7 @@ class FederatedSimulator:
             aggregate, bank, first_round = resume.aggregate, resume.bank, resume.next_round
             result.rounds, result.rounds_trained = list(resume.rounds), dict(resume.rounds_trained)
             restore_rng_states(resume.rng)
-        bar = _progress(len(self.schedule), "rounds", self.progress)
-        bar.update(first_round)
+        bar = _progress(len(self.schedule), "rounds", self.progress, first_round)
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
@@ -514,7 +514,5 @@ def all_finite(state: State) -> bool:
     return math.isfinite(total) and all(bool(torch.isfinite(v).all()) for v in wide)
 
 
-def _progress(total: int, unit: str, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit=unit, disable=not enabled, leave=False, dynamic_ncols=True)
+def _progress(total: int, unit: str, enabled: bool, initial: int = 0):
+    return progress_bar(total=total, unit=unit, enabled=enabled, initial=initial, leave=False)

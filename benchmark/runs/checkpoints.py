@@ -74,6 +74,29 @@ def read_sidecar(run_dir: Path) -> dict | None:
     return sidecar if isinstance(sidecar, dict) else None
 
 
+def saved_round(run_dir: Path) -> int | None:
+    """The rounds completed by the cell's round checkpoint on disk; None when it has none."""
+    if not checkpoint_path(run_dir).is_file():
+        return None
+    sidecar = read_sidecar(run_dir)
+    done = sidecar.get("round") if sidecar else None
+    return done if isinstance(done, int) and done > 0 else None
+
+
+def resume_note(run_dir: Path, every: int | None = None) -> str:
+    """Whether the stopped run of `run_dir` left a round checkpoint, and from which round the
+    same command goes on (`every`: its checkpoint_every, to say why there is none)."""
+    run_dir = Path(run_dir)
+    done = saved_round(run_dir)
+    if done is not None:
+        return (
+            f"{run_dir.name}: a round checkpoint was written after round {done} ({checkpoint_path(run_dir)}); "
+            f"the same command resumes it from round {done + 1}"
+        )
+    why = "round checkpoints are off (--checkpoint-every 0)" if every == 0 else "it stopped before a round finished"
+    return f"{run_dir.name}: no round checkpoint was written ({why}); the same command starts it from round 1"
+
+
 def saved_wandb_run_id(run_dir: Path) -> str | None:
     """The W&B run id of the cell's checkpoint, so a resumed run continues that W&B run."""
     try:

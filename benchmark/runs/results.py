@@ -18,6 +18,7 @@ folder named like a run is always complete.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -152,8 +153,11 @@ def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".fedbench-write-test."):
             pass
     except OSError as exc:
+        where = "" if existing == out else f" (the closest folder of {out} that exists)"
         raise ConfigError(
-            f"output folder {out} cannot be written ({existing}: {exc.strerror or exc}): choose a writable --out"
+            f"output folder {out} cannot be {'written' if existing == out else 'created'}: nothing can be written in "
+            f"{existing}{where}: {_why_unwritable(existing, exc)}. Choose a writable --out, e.g. a folder under "
+            "your home or the project"
         ) from None
     needed_bytes = RUN_FOLDER_BYTES if needed_bytes is None else needed_bytes
     free = shutil.disk_usage(existing).free
@@ -162,6 +166,42 @@ def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
             f"output folder {out} has {free / 2**20:.1f} MiB free; a run needs about {needed_bytes / 2**20:.0f} MiB: "
             "free some space or choose another --out"
         )
+
+
+def _why_unwritable(folder: Path, exc: OSError) -> str:
+    """Why creating a file in the existing `folder` failed, in words: the OS's message alone
+    ('No such file or directory' for /proc) names neither the folder nor the cause."""
+    kind = _file_system_type(folder)
+    failed = f"creating a file there fails with {exc.strerror or exc} ({errno.errorcode.get(exc.errno, 'error')})"
+    if kind in VIRTUAL_FILE_SYSTEMS:
+        return f"it lies on a {kind!r} file system, which the kernel makes up, not storage; {failed}"
+    if exc.errno == errno.EROFS:
+        return f"its file system{f' ({kind})' if kind else ''} is mounted read-only; {failed}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"this user (uid {os.getuid()}) has no permission to write there; {failed}"
+    return failed
+
+
+# File systems the kernel fills (not storage): a run folder cannot be made on them.
+VIRTUAL_FILE_SYSTEMS = {"proc", "sysfs", "devpts", "cgroup", "cgroup2", "debugfs", "securityfs", "tracefs", "bpf"}
+
+
+def _file_system_type(folder: Path) -> str | None:
+    """The type of the file system `folder` lies on, from /proc/self/mounts (None elsewhere than Linux)."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    best, kind = "", None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = str(folder) == point or str(folder).startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
 
 
 def _umask() -> int:

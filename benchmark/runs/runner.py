@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from benchmark import flops, shortcuts
-from benchmark.backbone import Backbone, load_backbone
+from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
@@ -29,7 +29,7 @@ from benchmark.federation.simulator import (
 )
 from benchmark.method import FederatedMethod, state_bytes
 from benchmark.registry import build_method, get_method
-from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption
+from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.prechecks import check_device, validate_run
@@ -123,8 +123,13 @@ def run_experiment(
         validate_run(config)  # a typo fails before minutes of pretraining
         prepare_weights(config.pretrained)  # the run's name hashes the weights it loads
         prepare_data(config)  # and the split files it reads
-        with cell_lock(Path(config.out) / run_name(config)):
-            return _run_experiment(config, True, progress, tracker, engine)
+        run_dir = Path(config.out) / run_name(config)
+        with cell_lock(run_dir):
+            try:
+                return _run_experiment(config, True, progress, tracker, engine)
+            except RunInterrupted as stop:  # said by the CLI: was a round kept, where does it go on
+                stop.notes.append(resume_note(run_dir, config.checkpoint_every if engine is None else 0))
+                raise
 
 
 PerClient = dict[int, dict[str, float]]
@@ -197,6 +202,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     protocol = get_protocol(config.protocol)
     protocol.check(config)
     check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
+    check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
     device, precision = resolve_device(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads

@@ -31,7 +31,17 @@ from benchmark.runs.runner import resolve_device
 
 ROUND = "round"
 # Run options that are paths or W&B's own settings: not part of what a run *is*.
-UNLOGGED_FIELDS = ("out", "data_root", "wandb", "wandb_project", "wandb_group")
+UNLOGGED_FIELDS = (
+    "out",
+    "data_root",
+    "wandb",
+    "wandb_project",
+    "wandb_entity",
+    "wandb_group",
+    "wandb_tags",
+    "wandb_name",
+)
+DEFAULT_PROJECT = "fedbench"
 
 
 class Tracker:
@@ -207,12 +217,9 @@ def _start(
         directory.mkdir(parents=True, exist_ok=True)
         resumed = _resumed_run_id(config) if name is None else None
         kwargs = dict(
-            project=config.wandb_project,
-            group=config.wandb_group or f"{config.protocol}-{config.dataset}",
+            **run_naming(config, name, tags),
             job_type=job_type or config.method,
-            name=name or run_name(config),
             config=run_config if run_config is not None else wandb_config(config),
-            tags=list(dict.fromkeys(tags)),
             dir=str(directory),
             reinit="finish_previous",
             settings=wandb.Settings(silent=True, console="off", x_disable_stats=True, init_timeout=init_timeout()),
@@ -239,6 +246,23 @@ def _start(
     except Exception as exc:
         warnings.warn(f"W&B could not start ({exc.__class__.__name__}: {exc}); the run goes on untracked")
         return None
+
+
+def run_naming(config: RunConfig, name: str | None = None, tags=()) -> dict[str, Any]:
+    """Project, entity, group, name and tags of a W&B run. Each is the run option (a flag,
+    the YAML, `--set`), else W&B's environment variable (WANDB_PROJECT, WANDB_ENTITY,
+    WANDB_RUN_GROUP, WANDB_NAME, WANDB_TAGS), else the suite's default. `wandb.init` would
+    ignore the variables once given values, so they are read here. The user's tags join the
+    suite's own (`tags`: the preset, filters, overrides); `name` (a table's run) is kept."""
+    env = os.environ
+    user_tags = config.wandb_tags or env.get("WANDB_TAGS", "")
+    return dict(
+        project=config.wandb_project or env.get("WANDB_PROJECT") or DEFAULT_PROJECT,
+        entity=config.wandb_entity or env.get("WANDB_ENTITY") or None,
+        group=config.wandb_group or env.get("WANDB_RUN_GROUP") or f"{config.protocol}-{config.dataset}",
+        name=name or config.wandb_name or env.get("WANDB_NAME") or run_name(config),
+        tags=list(dict.fromkeys([*tags, *(t.strip() for t in user_tags.split(",") if t.strip())])),
+    )
 
 
 def _resumed_run_id(config: RunConfig) -> str | None:

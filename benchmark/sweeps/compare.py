@@ -31,7 +31,19 @@ from benchmark.sweeps.tables import _markdown
 FAILED_SUFFIX = ".failed.json"
 CHECKPOINT_SUFFIX = ".checkpoint.pt"
 # Settings never shown as a difference: where files went, not what ran.
-NOT_SETTINGS = ("out", "data_root", "attributes", "wandb", "wandb_project", "wandb_group", "device", "num_workers")
+NOT_SETTINGS = (
+    "out",
+    "data_root",
+    "attributes",
+    "wandb",
+    "wandb_project",
+    "wandb_entity",
+    "wandb_group",
+    "wandb_tags",
+    "wandb_name",
+    "device",
+    "num_workers",
+)
 STATES = ("finished", "resumable", "failed")
 
 

@@ -22,30 +22,32 @@ class Panel:
     filters: dict[str, Any] = field(default_factory=dict)
 
 
-def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...]) -> dict[str, Any]:
-    """Panels: the headline metric by method; every metric per dataset; per-round curves."""
+def dashboard_spec(preset: Preset, project: str, metrics: tuple[str, ...], group: str | None = None) -> dict[str, Any]:
+    """Panels: the headline metric by method; every metric per dataset; per-round curves.
+    `group`: the W&B group of the table's runs (default: the table's name, as reproduce groups them)."""
+    group = group or preset.name
     headline = "HM" if "HM" in metrics else metrics[0]
     datasets = [d["name"] for d in preset.datasets]
-    panels = [Panel(f"{headline} by method", "bar", (headline,), ("job_type",), {"group": preset.name})]
+    panels = [Panel(f"{headline} by method", "bar", (headline,), ("job_type",), {"group": group})]
     panels += [
         Panel(
             f"{' / '.join(metrics)} on {dataset}",
             "bar",
             metrics,
             ("job_type",),
-            {"group": preset.name, "config.dataset": dataset},
+            {"group": group, "config.dataset": dataset},
         )
         for dataset in datasets
     ]
     panels += [
-        Panel(f"{headline} per round", "line", (headline,), ("job_type",), {"group": preset.name}),
-        Panel("train loss per round", "line", ("train_loss/mean",), ("job_type",), {"group": preset.name}),
-        Panel("bytes uploaded per round", "line", ("bytes_up",), ("job_type",), {"group": preset.name}),
+        Panel(f"{headline} per round", "line", (headline,), ("job_type",), {"group": group}),
+        Panel("train loss per round", "line", ("train_loss/mean",), ("job_type",), {"group": group}),
+        Panel("bytes uploaded per round", "line", ("bytes_up",), ("job_type",), {"group": group}),
     ]
     return {
         "project": project,
         "title": f"fedbench: {preset.title}",
-        "group": preset.name,
+        "group": group,
         "panels": [asdict(p) for p in panels],
     }
 

@@ -20,6 +20,7 @@ Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,7 +99,13 @@ class Preset:
                                     self.run,
                                     ds.get("run", {}),
                                     dict(grid),
-                                    {"dataset": data, "method": variant.method, "seed": seed, "wandb_group": self.name},
+                                    {
+                                        "dataset": data,
+                                        "method": variant.method,
+                                        "seed": seed,
+                                        # the table's runs together, unless W&B's variable names a group
+                                        "wandb_group": os.environ.get("WANDB_RUN_GROUP") or self.name,
+                                    },
                                     {"target": part} if part else {},
                                     {"method_args": variant.method_args},
                                     {"method_args": tuned.get(variant.label, {})},

@@ -14,6 +14,8 @@ from typing import Any
 from benchmark.errors import RunInterrupted, UserError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.simulator import describe_sampling
+from benchmark.progress import progress_bar
+from benchmark.runs.checkpoints import resume_note, saved_round
 from benchmark.runs.identity import run_name
 from benchmark.runs.prechecks import validate_run
 from benchmark.runs.results import is_complete
@@ -188,20 +190,17 @@ def run_sweep(
     benchmark.sweeps.executors), a failing cell reported while the others go on, then render the
     table -- unless the executor only submitted them. `threads`: each cell's torch threads
     (default: this process's)."""
-    from tqdm.auto import tqdm
-
     executor = executor or LocalExecutor()
     report = SweepReport(skipped=[c for c in plan.todo if not plan.can_run(c)])
     jobs = [CellJob.prepare(c, plan.force, tags, threads) for c in plan.todo if plan.can_run(c)]
     # A bar of the table's cells: those done before count from the start, the ETA follows
     # the cells finished in this call.
-    bar = tqdm(
+    bar = progress_bar(
         total=len(plan.done) + len(jobs),
         initial=len(plan.done),
         desc=f"reproduce {plan.preset.name}",
-        unit="cell",
-        disable=not progress or not jobs,
-        dynamic_ncols=True,
+        unit="cells",
+        enabled=progress and bool(jobs),
     )
 
     def started(job) -> None:
@@ -213,9 +212,9 @@ def run_sweep(
             if outcome.traceback and progress:
                 print(outcome.traceback, file=sys.stderr)
             bar.update()
-    except RunInterrupted:
+    except RunInterrupted as stop:
         bar.close()
-        _report_interrupted(plan, report, jobs)
+        _report_interrupted(plan, report, jobs, stop)
         raise
     bar.close()
     if jobs and not executor.waits:  # submitted, not waited for: the table is rendered by the next call
@@ -225,8 +224,10 @@ def run_sweep(
     return report
 
 
-def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> None:
-    """What a stopped sweep leaves: which cells are finished, which were cut short."""
+def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list, stop: RunInterrupted) -> None:
+    """What a stopped sweep leaves: which cells are finished, which were cut short, and (as
+    `stop.notes`, read from the disk whichever executor ran them) which of those left a
+    round checkpoint to resume from."""
     print(
         f"reproduce {plan.preset.name} stopped; finished in this call: {len(report.ran)}, "
         f"finished before: {len(plan.done)}, failed: {len(report.failed)}, "
@@ -235,6 +236,15 @@ def _report_interrupted(plan: SweepPlan, report: SweepReport, jobs: list) -> Non
     for cell in report.ran:
         print(f"finished {run_name(cell.config)}")
     print("run the same command again to do the rest")
+    recorded = {run_name(c.config) for c in report.ran + report.done_elsewhere} | set(report.failed) | set(report.busy)
+    unfinished = [job.cell for job in jobs if run_name(job.cell.config) not in recorded]
+    kept = [c for c in unfinished if saved_round(Path(c.config.out) / run_name(c.config)) is not None]
+    stop.notes[:] = [resume_note(Path(c.config.out) / run_name(c.config)) for c in kept]
+    if len(unfinished) > len(kept):
+        stop.notes.append(
+            f"{len(unfinished) - len(kept)} other unfinished cell(s) left no round checkpoint; "
+            "the same command starts them from round 1"
+        )
 
 
 def render_tables(

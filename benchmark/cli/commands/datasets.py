@@ -53,10 +53,9 @@ def _downloadable(name: str) -> str:
 
 
 def _dataset_names() -> list[str]:
-    from data.catalog import DATASETS, _import_builtin_loaders
+    from benchmark.cli import listing
 
-    _import_builtin_loaders()
-    return [name for name, info in DATASETS.items() if not info.generated]
+    return [name for name, entry in listing.datasets().items() if not entry["generated"]]
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -69,28 +68,36 @@ def _shorten(text: str, width: int = _MESSAGE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def dataset_status(name: str, root: Path) -> dict:
-    """One row of the table: status found / missing / incomplete / generated, with counts."""
-    from data.base import DatasetError
-    from data.catalog import DATASETS, load_dataset
-    from data.transforms import clip_transforms
-
-    info = DATASETS[name]
+def listed_status(name: str, entry: dict, root: Path) -> dict:
+    """A row of the table from the listing alone (benchmark/cli/listing.py: no torch) for a
+    generated or missing dataset; a dataset whose folder exists is loaded (dataset_status)."""
     row = {
         "dataset": name,
-        "protocol": info.protocol,
+        "protocol": entry["protocol"],
         "status": "",
         "classes": "",
         "train": "",
         "test": "",
         "domains": "",
-        "folder / note": str(info.path(root)),
+        "folder / note": str(Path(root) / entry["folder"]),
     }
-    if info.generated:
+    if entry["generated"]:
         row.update(status="generated", **{"folder / note": "made by code, not read from the data root"})
-        return row
-    if not info.path(root).is_dir():
+    elif not (Path(root) / entry["folder"]).is_dir():
         row["status"] = "missing"
+    return row
+
+
+def dataset_status(name: str, root: Path) -> dict:
+    """One row of the table: status found / missing / incomplete / generated, with counts."""
+    from data.base import DatasetError
+    from data.catalog import DATASETS, _import_builtin_loaders, load_dataset
+    from data.transforms import clip_transforms
+
+    _import_builtin_loaders()
+    info = DATASETS[name]
+    row = listed_status(name, {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}, root)
+    if row["status"]:  # generated or missing: nothing to load
         return row
     try:
         splits = load_dataset(name, root, clip_transforms(224, augment=False))
@@ -115,19 +122,28 @@ def dataset_status(name: str, root: Path) -> dict:
 
 
 def run_datasets(args: argparse.Namespace) -> int:
-    import pandas as pd
+    from benchmark.cli import listing
+    from data.catalog import default_data_root
 
-    from data.catalog import DATASETS, _import_builtin_loaders, default_data_root
-
-    _import_builtin_loaders()
     root = Path(args.data_root or default_data_root()).expanduser()
-    rows = [dataset_status(name, root) for name in DATASETS]
+    rows = []
+    for name, entry in listing.datasets().items():  # without torch until a dataset's folder exists
+        row = listed_status(name, entry, root)
+        rows.append(row if row["status"] else dataset_status(name, root))
     print(f"data root: {root}")
-    print(pd.DataFrame(rows).to_string(index=False))
+    print(text_table(rows))
     missing = [r["dataset"] for r in rows if r["status"] in ("missing", "incomplete")]
     if missing:
         print(f"\n{len(missing)} not usable; `fedbench data download NAME` fetches or explains how to get one.")
     return 0
+
+
+def text_table(rows: list[dict]) -> str:
+    """`rows` as right-aligned columns under their keys (pandas' to_string look, without pandas)."""
+    columns = list(rows[0]) if rows else []
+    cells = [[str(c) for c in columns]] + [[str(row[c]) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join(" ".join(value.rjust(width) for value, width in zip(line, widths)) for line in cells)
 
 
 def run_download(args: argparse.Namespace) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from benchmark.cli.args import positive_int
+from benchmark.cli.args import add_quiet_argument, positive_int
 
 
 def add_parser(subparsers) -> None:
@@ -24,6 +24,7 @@ def add_parser(subparsers) -> None:
         metavar="W",
         help="cells run at a time (default: this machine's usable cores, %(default)s here)",
     )
+    add_quiet_argument(p)
     p.set_defaults(func=run)
 
 
@@ -35,11 +36,11 @@ def usable_cores() -> int:
 
 
 def run(args) -> int:
-    reproduce = reproduce_args(args.wandb, args.workers)
+    reproduce = reproduce_args(args.wandb, args.workers, args.quiet)
     return reproduce.func(reproduce)
 
 
-def reproduce_args(wandb: str, workers: int = 1):
+def reproduce_args(wandb: str, workers: int = 1, quiet: bool = False):
     """`fedbench reproduce toy --methods <every registered method> --workers W --cpus-per-cell 1`
     parsed by fedbench's own parser (no import of the reproduce command), so every option
     reproduce reads has its default; `.func` runs it."""
@@ -49,4 +50,5 @@ def reproduce_args(wandb: str, workers: int = 1):
     methods = [m for m in available_methods() if not m.startswith("test_")]
     return build_parser().parse_args(
         ["reproduce", "toy", "--methods", *methods, "--wandb", wandb, "--workers", str(workers), "--cpus-per-cell", "1"]
+        + (["--quiet"] if quiet else [])
     )

@@ -23,38 +23,41 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark import registry
+    from benchmark.cli import listing
 
     extra = getattr(args, "extra", [])
     if args.describe:
         print(describe(args.describe, args.backbone, method_flags(args.describe, extra)))
         return 0
     if extra:
-        raise registry.MethodError(
+        from benchmark.config import ConfigError
+
+        raise ConfigError(
             f"unrecognized arguments {' '.join(extra)}; method hyperparameter flags go with --describe NAME"
         )
-    for name, cls in registry.available_methods().items():
-        summary = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
-        origin = registry.method_origin(name)
-        suffix = "" if origin == "fedbench" else f"  [{origin}]"
-        print(f"{name:<14} {summary}{suffix}")
-    for plugin, why in registry.PLUGIN_ERRORS.items():
+    # Read without torch when nothing changed since the last listing (benchmark/cli/listing.py).
+    found, errors = listing.methods()
+    for name, entry in found.items():
+        suffix = "" if entry["origin"] == "fedbench" else f"  [{entry['origin']}]"
+        print(f"{name:<14} {entry['summary']}{suffix}")
+    for plugin, why in errors.items():
         print(f"(plugin {plugin} failed to load: {why})")
     return 0
 
 
 def method_flags(name: str, extra: list[str]) -> dict:
     """The method hyperparameters given as flags (`--n-ctx 4`), parsed against method `name`."""
-    from benchmark.cli.args import method_parser
+    from benchmark.cli.args import flag_suggestions, method_parser, option_strings
     from benchmark.registry import MethodError
 
     if not extra:
         return {}
-    parsed, unknown = method_parser(name).parse_known_args(extra)
+    flags = method_parser(name)
+    parsed, unknown = flags.parse_known_args(extra)
     if unknown:
         raise MethodError(
-            f"unrecognized arguments {' '.join(unknown)} for method {name!r}; its flags are listed by "
-            f"`fedbench run --method {name} --method-help`"
+            f"unrecognized arguments {' '.join(unknown)}{flag_suggestions(unknown, option_strings(flags))} for "
+            f"method {name!r}; its flags are listed by `fedbench run --method {name} --method-help`"
         )
     return vars(parsed)
 

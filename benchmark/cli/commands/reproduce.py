@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from benchmark.cli.args import parse_set, positive_int
+from benchmark.cli.args import add_quiet_argument, parse_set, positive_int
 from benchmark.sweeps.executors import (
     DEFAULT,
     EXECUTORS,
@@ -41,6 +41,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
+    for option, text in WANDB_NAMING.items():
+        p.add_argument(f"--{option.replace('_', '-')}", metavar="TEXT", help=text)
     p.add_argument("--set", nargs="+", metavar="OPTION=VALUE", default=[], help="override run options, e.g. rounds=5")
     p.add_argument(
         "--tuned",
@@ -63,7 +65,17 @@ def add_parser(subparsers) -> None:
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
     add_executor_arguments(scale)  # each executor's own flags (benchmark/sweeps/executors/)
+    add_quiet_argument(p)
     p.set_defaults(func=run)
+
+
+# W&B naming flags of every cell (and of the table's run); the environment variables fill in the rest.
+WANDB_NAMING = {
+    "wandb_project": "W&B project (default: $WANDB_PROJECT, else fedbench)",
+    "wandb_entity": "W&B entity, a user or team (default: $WANDB_ENTITY, else your default entity)",
+    "wandb_group": "W&B group (default: $WANDB_RUN_GROUP, else the table's name)",
+    "wandb_tags": "W&B tags joined by ',', added to the suite's own (default: $WANDB_TAGS)",
+}
 
 
 def make_executor(args):
@@ -96,6 +108,7 @@ def run_tags(preset: str, args) -> tuple[str, ...]:
 
 
 def run(args) -> int:
+    from benchmark.backbone import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.identity import prepare_data, prepare_weights
     from benchmark.sweeps.presets import load_preset
@@ -108,7 +121,7 @@ def run(args) -> int:
     if getattr(args, "tuned", False):
         preset = preset.with_tuned(load_tuned(results / TUNED_YAML), f"see {results / TUNED_YAML}")
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
-    for key in ("data_root", "device", "wandb"):
+    for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
             overrides[key] = getattr(args, key)
     overrides.update(parse_set(args.set))
@@ -121,6 +134,8 @@ def run(args) -> int:
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
+    for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in plan.todo):
+        check_weights_reachable(backbone, weights)  # offline: say how to pass a file before any cell runs
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
     built += [prepare_data(c.config) for c in plan.todo]
     if any(built):  # the cells are named by their weights' bytes and split files, which exist only now

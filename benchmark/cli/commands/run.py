@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    from benchmark.cli.args import add_run_arguments
+    from benchmark.cli.args import add_quiet_argument, add_run_arguments
 
     p = subparsers.add_parser(
         "run",
@@ -19,6 +19,7 @@ def add_parser(subparsers) -> None:
         help="run the cell again although its finished run folder exists under --out (without it the run is "
         "skipped and its table printed, as `fedbench reproduce` skips finished cells)",
     )
+    add_quiet_argument(p)
     p.set_defaults(func=run, takes_method_flags=True)
 
 

@@ -8,6 +8,8 @@ DEFAULT_TRIALS = 8
 
 
 def add_parser(subparsers) -> None:
+    from benchmark.cli.args import add_quiet_argument
+
     p = subparsers.add_parser(
         "tune",
         help="tune every method of a table with the same budget on validation data",
@@ -43,6 +45,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--results", help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE)")
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    add_quiet_argument(p)
     p.set_defaults(func=run)
 
 

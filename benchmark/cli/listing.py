@@ -1,0 +1,136 @@
+"""What `fedbench methods` and `fedbench datasets` list, read without importing torch.
+
+The registries stay the one source of what exists: `benchmark.registry` (methods) and
+`data.catalog` (datasets) are filled by importing the modules that register, which loads
+torch and Lightning (seconds). What a listing needs of them (names, summaries, folders) is
+memoized in the cache folder under a fingerprint of the content of every file that can
+register or check something (benchmark/*.py, methods/, data/): the next listing reads the
+memo, and any edit to those files makes it read the registries again. Installed plugins
+(the `fedbench.methods` entry points) and FEDBENCH_PLUGINS files live outside those folders,
+so with any of them the methods are always read from the registry, and a listing in which a
+plugin failed to load is never memoized. A process that has loaded a registry already (a
+test, a notebook, which may have registered more) reads it, not the memo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import benchmark
+
+MEMO_PREFIX = "listing-"
+
+
+def cache_folder() -> Path:
+    # The cache folder of the toy world and the features (data/toy/pretrain.py reads the same variable).
+    return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
+
+
+def source_files() -> list[Path]:
+    """Every file whose content decides what the registries hold: the plugin contract
+    (benchmark/*.py), the built-in methods and the dataset side (found without importing them)."""
+    folders = [Path(benchmark.__file__).parent]
+    files = sorted(folders[0].glob("*.py"))
+    for package in ("methods", "data"):
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            files += sorted(Path(location).rglob("*.py"))
+    return files
+
+
+def fingerprint(files: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path).encode() + b"\0")
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"(unreadable)")
+        digest.update(b"\0")
+    return digest.hexdigest()[:20]
+
+
+def memo_path() -> Path:
+    return cache_folder() / f"{MEMO_PREFIX}{fingerprint(source_files())}.json"
+
+
+def _read_memo(path: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def _write_memo(path: Path, section: str, value: Any) -> None:
+    """Add `section` to the memo at `path`, replacing memos of older sources. A cache folder
+    that cannot be written only costs the next listing its speed."""
+    memo = {**_read_memo(path), section: value}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(memo, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+        for old in path.parent.glob(f"{MEMO_PREFIX}*.json"):
+            if old != path:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def plugins_installed() -> bool:
+    """Whether methods may come from outside the fingerprinted folders."""
+    from importlib.metadata import entry_points
+
+    from benchmark.config import ENTRY_POINT_GROUP
+
+    return bool(os.environ.get("FEDBENCH_PLUGINS", "").strip()) or bool(list(entry_points(group=ENTRY_POINT_GROUP)))
+
+
+def methods() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
+    """name -> {'summary': first line of its docstring, 'origin'} for every registered method,
+    in name order, and the plugins that failed to load (label -> why)."""
+    # Loaded already (a test, a notebook): the live registry, with what was registered in this process.
+    live = "benchmark.registry" in sys.modules
+    path = None if live or plugins_installed() else memo_path()
+    if path is not None and "methods" in (memo := _read_memo(path)):
+        return memo["methods"], {}
+    from benchmark import registry
+
+    found = {
+        name: {"summary": summary(cls.__doc__), "origin": registry.method_origin(name)}
+        for name, cls in registry.available_methods().items()
+    }
+    errors = dict(registry.PLUGIN_ERRORS)
+    if path is not None and not errors:
+        _write_memo(path, "methods", found)
+    return found, errors
+
+
+def summary(doc: str | None) -> str:
+    lines = (doc or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def datasets() -> dict[str, dict[str, Any]]:
+    """name -> {'folder', 'protocol', 'generated'} for every registered dataset, in
+    registration order (the order `fedbench datasets` prints)."""
+    path = None if "data.loaders" in sys.modules else memo_path()
+    if path is not None and "datasets" in (memo := _read_memo(path)):
+        return {name: entry for name, entry in memo["datasets"]}
+    from data.catalog import DATASETS, _import_builtin_loaders
+
+    _import_builtin_loaders()
+    found = {
+        name: {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}
+        for name, info in DATASETS.items()
+    }
+    if path is not None:
+        _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order
+    return found

@@ -1,0 +1,146 @@
+"""Progress output that suits where it goes: tqdm's bar on a terminal, plain lines when the
+bar's stream (stderr) is redirected to a file or a pipe, nothing under `--quiet`.
+
+A tqdm bar redraws itself with carriage returns and escape codes; in a log file (`fedbench
+run ... 2> log`, a Slurm job's output) every redraw stays, so a log fills with them. Redirected,
+a bar prints a line at the start, at each tenth of the way and at the end instead, and one every
+LINE_SECONDS in between; a nested bar (the feature cache, the evaluation of the clients:
+`nested=True`) prints only the timed lines, so short inner loops leave nothing in the log.
+
+`--quiet` (run, reproduce, tune, demo) sets FEDBENCH_QUIET=1 (benchmark.cli.main), which the
+workers of a sweep inherit: no bar and no progress line anywhere; results, notes and errors still print.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Iterable, TextIO
+
+QUIET_ENV = "FEDBENCH_QUIET"
+LINE_SECONDS = 30.0  # a long stretch without a line: one anyway, so a log shows the run is alive
+
+
+def is_quiet() -> bool:
+    return os.environ.get(QUIET_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or replaced streams (pytest's capture) are no terminal
+        return False
+
+
+def progress_bar(
+    iterable: Iterable | None = None,
+    *,
+    total: int | None = None,
+    desc: str = "",
+    unit: str = "it",
+    enabled: bool = True,
+    initial: int = 0,
+    nested: bool = False,
+    leave: bool = True,
+    stream: TextIO | None = None,
+) -> Any:
+    """A tqdm bar on a terminal, `PlainProgress` elsewhere, a silent one when `enabled` is False
+    or under --quiet (`leave`: whether tqdm's bar stays on the terminal once closed). All
+    three take tqdm's `update`, `set_postfix_str`, `set_postfix`, `close` and iterate over
+    `iterable`."""
+    stream = sys.stderr if stream is None else stream
+    if total is None and iterable is not None and hasattr(iterable, "__len__"):
+        total = len(iterable)
+    if not enabled or is_quiet():
+        return PlainProgress(iterable, total, desc, unit, initial, stream, silent=True)
+    if is_terminal(stream):
+        from tqdm.auto import tqdm
+
+        return tqdm(
+            iterable,
+            total=total,
+            desc=desc or None,
+            unit=unit,
+            initial=initial,
+            leave=leave,
+            dynamic_ncols=True,
+            file=stream,
+        )
+    return PlainProgress(iterable, total, desc, unit, initial, stream, nested=nested)
+
+
+class PlainProgress:
+    """A progress bar as plain lines ('features train: 3/10 batches (30%), 12s'): one at the
+    start, one per tenth of the total, one at the end and one every LINE_SECONDS between;
+    nested, only the timed ones."""
+
+    def __init__(
+        self,
+        iterable: Iterable | None,
+        total: int | None,
+        desc: str,
+        unit: str,
+        initial: int,
+        stream: TextIO,
+        nested: bool = False,
+        silent: bool = False,
+    ) -> None:
+        self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
+        self.n = initial
+        self.stream, self.nested, self.silent = stream, nested, silent
+        self.postfix = ""
+        self.started = self.last_line = time.monotonic()
+        self._tenth = self._tenths(self.n)
+        self._closed = False
+        self._printed: int | None = None  # the count of the last line
+        if not silent and not nested:  # where it starts (a resumed run: the rounds already done)
+            self._line(self.started)
+
+    def __iter__(self):
+        for item in self.iterable if self.iterable is not None else ():
+            yield item
+            self.update()
+        self.close()
+
+    def __enter__(self) -> PlainProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _tenths(self, n: int) -> int:
+        return (10 * n) // self.total if self.total else 0
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.silent:
+            return
+        now = time.monotonic()
+        tenth = self._tenths(self.n)
+        if (tenth > self._tenth and not self.nested) or now - self.last_line >= LINE_SECONDS:
+            self._tenth = tenth
+            self._line(now)
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        self.postfix = str(text)
+
+    def set_postfix(self, ordered_dict=None, refresh: bool = True, **kwargs) -> None:
+        items = {**(ordered_dict or {}), **kwargs}
+        self.postfix = ", ".join(f"{k}={v}" for k, v in items.items())
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # Where it ended (the last tenth may have said so already); a bar stopped short says where it stopped.
+        if not self.silent and not self.nested and self.n != self._printed:
+            self._line(time.monotonic())
+
+    def _line(self, now: float) -> None:
+        self.last_line, self._printed = now, self.n
+        count = f"{self.n}/{self.total}" if self.total else str(self.n)
+        share = f" ({100 * self.n // self.total}%)" if self.total else ""
+        label = f"{self.desc}: " if self.desc else ""
+        postfix = f" [{self.postfix}]" if self.postfix else ""
+        print(f"{label}{count} {self.unit}{share}, {now - self.started:.0f}s{postfix}", file=self.stream, flush=True)

@@ -1,0 +1,263 @@
+"""The small frictions of a first hour (issue 27, item 11): progress output in logs and
+--quiet, listings without torch, misspelt flags, what a stopped run left, unwritable --out."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY
+
+from benchmark import progress
+from benchmark.errors import RunInterrupted
+
+
+def tiny_run(data_root: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        "--method",
+        "promptfl",
+        "--dataset",
+        "dtd",
+        "--backbone",
+        TINY,
+        "--pretrained",
+        "none",
+        "--data-root",
+        str(data_root),
+        "--out",
+        str(out),
+        "--shots",
+        "2",
+        "--clients",
+        "3",
+        "--batch-size",
+        "8",
+        "--wandb",
+        "disabled",
+        *extra,
+    ]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+# -- progress output ---------------------------------------------------------------------
+
+
+def test_a_redirected_bar_prints_a_plain_line_per_tenth(monkeypatch):
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    stream = io.StringIO()
+    bar = progress.progress_bar(total=20, desc="demo", unit="rounds", stream=stream)
+    for _ in range(20):
+        bar.update()
+    bar.close()
+    text = stream.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.splitlines()
+    # the start, then rounds 2, 4, ..., 20: one line per tenth, none repeated at close
+    assert [line.split(",")[0] for line in lines] == [
+        "demo: 0/20 rounds (0%)",
+        *(f"demo: {n}/20 rounds ({5 * n}%)" for n in range(2, 21, 2)),
+    ]
+
+
+def test_a_stopped_bar_says_where_and_a_nested_bar_only_when_slow(monkeypatch):
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    stream = io.StringIO()
+    bar = progress.progress_bar(total=100, unit="rounds", initial=30, stream=stream)  # resumed after round 30
+    bar.update(3)
+    bar.close()
+    assert [line.split(" (")[0] for line in stream.getvalue().splitlines()] == ["30/100 rounds", "33/100 rounds"]
+
+    stream = io.StringIO()
+    for _ in progress.progress_bar(range(50), desc="features", unit="batches", nested=True, stream=stream):
+        pass
+    assert stream.getvalue() == ""  # a short inner loop leaves nothing in the log
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.0)  # as if each batch took longer than LINE_SECONDS
+    for _ in progress.progress_bar(range(3), desc="features", unit="batches", nested=True, stream=stream):
+        pass
+    assert [line.split(" (")[0] for line in stream.getvalue().splitlines()] == [
+        "features: 1/3 batches",
+        "features: 2/3 batches",
+        "features: 3/3 batches",
+    ]
+
+
+def test_a_terminal_gets_tqdm_and_quiet_silences_every_bar(monkeypatch):
+    from tqdm.auto import tqdm
+
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    terminal = Terminal()
+    bar = progress.progress_bar(total=3, unit="rounds", stream=terminal)
+    assert isinstance(bar, tqdm)
+    bar.close()
+    monkeypatch.setenv(progress.QUIET_ENV, "1")
+    for stream in (Terminal(), io.StringIO()):
+        bar = progress.progress_bar(total=3, unit="rounds", stream=stream)
+        bar.update(3)
+        bar.close()
+        assert stream.getvalue() == ""
+
+
+def test_run_prints_round_lines_to_a_file_and_none_with_quiet(fedbench, fake_data_root, tmp_path, monkeypatch):
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    done = fedbench(*tiny_run(fake_data_root, tmp_path / "a", "--rounds", "2"))
+    assert done.returncode == 0, done.stderr
+    assert "2/2 rounds (100%)" in done.stderr and "\r" not in done.stderr  # captured: not a terminal
+    done = fedbench(*tiny_run(fake_data_root, tmp_path / "b", "--rounds", "2", "--quiet"))
+    assert done.returncode == 0, done.stderr
+    assert "rounds" not in done.stderr and "| promptfl" in done.stdout  # the table still prints
+    assert progress.QUIET_ENV not in os.environ  # restored for whatever this process runs next
+
+
+def test_quiet_is_a_flag_of_run_reproduce_tune_and_demo():
+    from benchmark.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["run"], ["reproduce", "toy"], ["tune", "toy"], ["demo"]):
+        assert parser.parse_args([*argv, "--quiet"]).quiet is True
+
+
+# -- listings without torch --------------------------------------------------------------
+
+
+def test_methods_and_datasets_list_without_torch_from_the_second_call(tmp_path):
+    """The first listing reads the registries (torch) and memoizes them; the next one imports
+    neither torch nor Lightning and prints the same lines."""
+    from benchmark.registry import available_methods
+
+    env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache"), "FEDBENCH_PLUGINS": ""}
+    empty = tmp_path / "data"
+    first = [
+        subprocess.run(
+            [sys.executable, "-m", "benchmark.cli", *argv], capture_output=True, text=True, env=env, timeout=300
+        )
+        for argv in (["methods"], ["datasets", "--data-root", str(empty)])
+    ]
+    assert all(done.returncode == 0 for done in first), [d.stderr for d in first]
+    listed = [line.split()[0] for line in first[0].stdout.splitlines()]
+    assert listed == sorted(n for n in available_methods() if available_methods()[n].__module__.startswith("methods."))
+    assert len(list((tmp_path / "cache").glob("listing-*.json"))) == 1
+    script = (
+        "import sys\nfrom benchmark.cli import main\n"
+        f"main(['methods'])\nmain(['datasets', '--data-root', {str(empty)!r}])\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'open_clip', 'torchvision', 'pandas') if m in sys.modules))\n"
+    )
+    second = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0, second.stderr
+    *printed, imported = second.stdout.splitlines()
+    assert imported == "[]"
+    assert printed == (first[0].stdout + first[1].stdout).splitlines()
+
+
+def test_an_edited_source_file_changes_the_listing_memo(tmp_path):
+    from benchmark.cli import listing
+
+    method_file = tmp_path / "mine.py"
+    method_file.write_text('"""One method."""\n')
+    before = listing.fingerprint([method_file])
+    method_file.write_text('"""One method, renamed."""\n')
+    assert listing.fingerprint([method_file]) != before
+    files = listing.source_files()
+    root = Path(__file__).resolve().parents[1]
+    for expected in ("methods/promptfl.py", "data/catalog.py", "data/loaders/coop.py", "benchmark/registry.py"):
+        assert root / expected in files
+
+
+def test_a_method_registered_in_this_process_is_listed(fedbench):
+    from benchmark.method import FederatedMethod
+    from benchmark.registry import _METHODS, _ORIGINS, register_method
+
+    @register_method("test_listed_here")
+    class ListedHere(FederatedMethod):
+        """Registered by a test, in this process only."""
+
+    try:
+        done = fedbench("methods")
+        assert "test_listed_here Registered by a test, in this process only." in " ".join(done.stdout.split())
+    finally:
+        del _METHODS["test_listed_here"], _ORIGINS["test_listed_here"]
+
+
+# -- a misspelt flag ---------------------------------------------------------------------
+
+
+def test_a_misspelt_flag_names_the_close_one():
+    from benchmark.cli.args import flag_suggestions
+
+    known = ["--rounds", "--seed", "--local-epochs", "--out"]
+    assert flag_suggestions(["--round", "3"], known) == " (--round: did you mean --rounds?)"
+    assert flag_suggestions(["--local-epoch=2"], known) == " (--local-epoch: did you mean --local-epochs?)"
+    assert flag_suggestions(["--sede", "1", "--zzz"], known) == " (--sede: did you mean --seed?)"
+    assert flag_suggestions(["--zzz", "3"], known) == ""
+
+
+# -- a stopped run -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("every, expected", [("-1", "after round 2"), ("0", "off")])
+def test_a_stopped_run_says_whether_a_round_checkpoint_was_written(
+    fedbench, fake_data_root, tmp_path, monkeypatch, every, expected
+):
+    from benchmark.federation.simulator import FederatedSimulator
+
+    train = FederatedSimulator._train_client
+
+    def stopped_in_round_3(self, cid, round_index):
+        if round_index == 2:
+            raise RunInterrupted(signal.SIGINT)
+        return train(self, cid, round_index)
+
+    monkeypatch.setattr(FederatedSimulator, "_train_client", stopped_in_round_3)
+    argv = tiny_run(fake_data_root, tmp_path / "runs", "--rounds", "4", "--checkpoint-every", every)
+    done = fedbench(*argv)
+    assert done.returncode == 130, done.stderr
+    assert "stopped by SIGINT" in done.stderr
+    if expected == "off":
+        assert "no round checkpoint was written (round checkpoints are off (--checkpoint-every 0))" in done.stderr
+        assert "the same command starts it from round 1" in done.stderr
+        return
+    assert "a round checkpoint was written after round 2" in done.stderr
+    assert "the same command resumes it from round 3" in done.stderr
+    monkeypatch.setattr(FederatedSimulator, "_train_client", train)
+    again = fedbench(*argv)
+    assert again.returncode == 0 and "after round 2 from its round checkpoint" in again.stdout
+
+
+def test_a_run_stopped_before_its_first_round_says_it_starts_over(tmp_path):
+    from benchmark.runs.checkpoints import resume_note
+
+    note = resume_note(tmp_path / "promptfl_dtd_seed1_abc", every=-1)
+    assert note == (
+        "promptfl_dtd_seed1_abc: no round checkpoint was written (it stopped before a round finished); "
+        "the same command starts it from round 1"
+    )
+
+
+# -- an unwritable --out -----------------------------------------------------------------
+
+
+@pytest.mark.skipif(not Path("/proc/self/mounts").is_file(), reason="needs Linux's /proc")
+def test_out_on_proc_names_the_folder_and_why(fedbench, fake_data_root):
+    done = fedbench(*tiny_run(fake_data_root, Path("/proc/x")))
+    assert done.returncode == 2
+    assert "output folder /proc/x cannot be created: nothing can be written in /proc" in done.stderr
+    assert "'proc' file system" in done.stderr and "Choose a writable --out" in done.stderr
+
+
+def test_an_unwritable_folder_gets_its_reason(tmp_path):
+    from benchmark.runs.results import _why_unwritable
+
+    read_only = _why_unwritable(tmp_path, OSError(errno.EROFS, "Read-only file system"))
+    assert "mounted read-only" in read_only and "EROFS" in read_only
+    denied = _why_unwritable(tmp_path, PermissionError(errno.EACCES, "Permission denied"))
+    assert f"this user (uid {os.getuid()}) has no permission to write there" in denied
