@@ -111,3 +111,28 @@ def test_a_grid_gives_one_polygon_per_table_row():
     assert len(drawn) == 6  # 3 labels x 2 grid points, never averaged across the grid
     hm = drawn["HM"]
     assert (hm.xs("shots=16", level="grid") - hm.xs("shots=1", level="grid")).round(6).eq(10).all()
+
+
+def test_a_row_is_labelled_with_the_hyperparameters_its_preset_sets():
+    from benchmark.sweeps.presets import hyperparameter_origin
+
+    assert hyperparameter_origin({}, None) == "paper"
+    assert hyperparameter_origin({}, {"lr": 0.01}) == "tuned"
+    assert hyperparameter_origin({"depth": 3, "lr": 0.01}, None) == "depth=3, lr=0.01"
+    # a tuned value replaces the preset's own; the rest stays named
+    assert hyperparameter_origin({"n_ctx": 4, "lr": 0.5}, {"lr": 0.0135}) == "tuned, n_ctx=4"
+
+
+def test_curves_that_coincide_stay_visible():
+    from benchmark.sweeps.plots import curve_looks
+
+    looks = curve_looks(["zeroshot", "promptfl", "pfedmma"])
+    assert len({look["marker"] for look in looks.values()}) == 3
+    # each later curve is drawn above the earlier ones, thinner and with smaller markers,
+    # so an identical earlier curve shows around it
+    widths = [looks[label]["linewidth"] for label in ("zeroshot", "promptfl", "pfedmma")]
+    sizes = [looks[label]["ms"] for label in ("zeroshot", "promptfl", "pfedmma")]
+    orders = [looks[label]["zorder"] for label in ("zeroshot", "promptfl", "pfedmma")]
+    assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3
+    assert orders == sorted(orders)

@@ -29,7 +29,7 @@ def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)
-    assert demo.run(argparse.Namespace(wandb="disabled", workers=3)) == 0
+    assert demo.run(argparse.Namespace(wandb="disabled", workers=3, quiet=False)) == 0
     args = seen["args"]
     assert (args.table, args.wandb, args.dry_run, args.tuned) == ("toy", "disabled", False, False)
     # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine

@@ -47,9 +47,22 @@ class Cell:
     grid: tuple[tuple[str, Any], ...]
     config: RunConfig
     part: str = ""
-    hyperparameters: str = "paper"  # "tuned" when `fedbench tune`'s values apply to this row
+    hyperparameters: str = "paper"  # `hyperparameter_origin`: paper, tuned, or the values the preset sets
     # An existing run folder read as it is (`fedbench runs`), in place of the one the config names.
     folder: Path | None = None
+
+
+def hyperparameter_origin(set_by_preset: dict[str, Any], tuned: dict[str, Any] | None) -> str:
+    """What a table row's hyperparameters are: "paper" (the method's defaults), "tuned"
+    (`fedbench tune`'s values), and the values the preset sets itself, written out
+    ("depth=3", "tuned, n_ctx=4"), so a row is never called the paper's when it is not."""
+    explicit = [f"{k}={_short(v)}" for k, v in set_by_preset.items() if k not in (tuned or {})]
+    origin = ["tuned"] if tuned else []
+    return ", ".join(origin + explicit) or "paper"
+
+
+def _short(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 @dataclass
@@ -117,7 +130,7 @@ class Preset:
                                     f"preset {self.name}: targets are msst target domains, but dataset "
                                     f"{ds['name']} runs protocol {config.protocol}"
                                 )
-                            origin = "tuned" if variant.label in tuned else "paper"
+                            origin = hyperparameter_origin(variant.method_args, tuned.get(variant.label))
                             cells.append(Cell(variant.label, ds["name"], grid, config, part, origin))
         return cells
 

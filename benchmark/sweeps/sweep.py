@@ -255,7 +255,7 @@ def render_tables(
     what is shown)."""
 
     notes = []
-    if any(c.hyperparameters == "tuned" for c in plan.shown):
+    if any(c.hyperparameters.startswith("tuned") for c in plan.shown):
         notes.append(
             f"Tuned rows use the values chosen by `{plan.preset.tuned_command}`."
             if plan.preset.tuned_command

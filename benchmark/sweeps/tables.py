@@ -494,8 +494,8 @@ def render(
         "Mean ± std over seeds (n = number of seeds; one seed shows no ±); bold = best, † = not "
         "distinguishable from the best, ‡ = unstable (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
         "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
-        "hyperparameters: paper = the method's defaults (and the preset's settings), "
-        "tuned = chosen by `fedbench tune` on validation data.",
+        "hyperparameters: paper = the method's defaults (and the preset's run settings), "
+        "tuned = chosen by `fedbench tune` on validation data, name=value = set by the preset.",
         "",
         *notes,
         *([""] if notes else []),
@@ -537,7 +537,7 @@ def render(
 def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
     """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
     of each column in bold (ties all bold), a failed cell as `failed` (never a number), a
-    column saying paper/tuned when any row is tuned, the caption escaped for LaTeX. With
+    column saying paper/tuned/the preset's values when any row is not the paper's, the caption escaped for LaTeX. With
     `marks` (and the columns of `assess`): bold is `assess`'s best, $^\\dagger$ marks a cell
     not distinguishable from it, $^\\ddagger$ an unstable row's label, a column $n$ (seeds)
     follows the method, and the notes of `block_notes` follow the tabular."""
