@@ -101,6 +101,10 @@ def test_new_method_outside_the_repo_writes_a_package_with_an_entry_point(fedben
     package = tmp_path / "fedbench-my_adapter"
     pyproject = tomllib.loads((package / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["fedbench.methods"] == {"my_adapter": "fedbench_my_adapter.method"}
+    # PyPI's "fedbench" is an unrelated project: the skeleton must never make pip fetch it
+    assert pyproject["project"]["dependencies"] == []
+    assert "pip install -e /path/to/fedbench" in (package / "pyproject.toml").read_text()
+    assert "pip install -e /path/to/fedbench" in done.stdout
     module = package / "fedbench_my_adapter" / "method.py"
     assert '@register_method("my_adapter")' in module.read_text()
     assert f"fedbench run --method {module}:MyAdapter" in done.stdout

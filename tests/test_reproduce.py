@@ -104,14 +104,30 @@ def test_notebook_executes_on_the_results(reproduced):
 
     tmp, _ = reproduced
     notebook = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb", as_version=4)
-    os.environ["FEDBENCH_RESULTS"] = str(tmp / "results")
+    # FEDBENCH_RUNS: list the fixture's runs instead of making two toy runs (keeps this test fast);
+    # the kernel starts in tmp, outside the checkout, so the notebook must find it via FEDBENCH_ROOT.
+    env = {
+        "FEDBENCH_RESULTS": str(tmp / "results"),
+        "FEDBENCH_RUNS": str(tmp / "runs"),
+        "FEDBENCH_ROOT": str(Path(__file__).resolve().parents[1]),
+    }
+    os.environ.update(env)
     try:
-        NotebookClient(notebook, timeout=120, kernel_name="python3").execute()
+        client = NotebookClient(
+            notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp)}}
+        )
+        client.execute()
     finally:
-        del os.environ["FEDBENCH_RESULTS"]
+        for key in env:
+            del os.environ[key]
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert any("promptfl" in json.dumps(o.get("data", {})) for o in outputs)
+    # the single-runs listing: one row per run folder of the fixture (2 methods x 2 seeds)
+    listing = notebook.cells[-1].outputs[-1]["data"]["text/plain"]
+    for run in (tmp / "runs").glob("*_seed*"):
+        assert run.name in listing
+    assert "4 runs: 4 finished" in json.dumps([o.get("text", "") for o in notebook.cells[-1].outputs])
 
 
 def test_a_filtered_reproduce_keeps_every_other_row(reproduced, capsys):

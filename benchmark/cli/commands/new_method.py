@@ -50,7 +50,8 @@ def run(args) -> int:
         module = package / f"fedbench_{name}" / "method.py"
         print(f"wrote the package {package} (entry point {name!r} in the group 'fedbench.methods')")
         print(
-            f"next: edit {module}, then either `pip install -e {package}` and "
+            f"next: edit {module}, then either `pip install -e {package}` (with fedbench installed from its "
+            "checkout, `pip install -e /path/to/fedbench`: the PyPI project named fedbench is another one) and "
             f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
             f"`fedbench run --method {module}:{class_name(name)} ...`"
         )
@@ -70,7 +71,10 @@ build-backend = "setuptools.build_meta"
 name = "fedbench-{name}"
 version = "0.1.0"
 description = "The {name} method for fedbench"
-dependencies = ["fedbench"]
+# fedbench is installed from its checkout, not from PyPI (the PyPI project named
+# "fedbench" is an unrelated one): `pip install -e /path/to/fedbench` first, then
+# `pip install -e .` here. No dependency line, so pip never pulls that other project.
+dependencies = []
 
 [project.entry-points."fedbench.methods"]
 {name} = "fedbench_{name}.method"
