@@ -51,6 +51,8 @@ class OfflineRun:
     config: dict = field(default_factory=dict)
     tags: list = field(default_factory=list)
     name: str = ""
+    group: str = ""
+    job_type: str = ""
     history: list = field(default_factory=list)  # one dict per history row
     summary: dict = field(default_factory=dict)
     metric_definitions: list = field(default_factory=list)  # (name, step_metric) pairs
@@ -66,6 +68,7 @@ def read_offline_run(folder: Path) -> OfflineRun:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run.name = record.run.display_name
+            run.group, run.job_type = record.run.run_group, record.run.job_type
             run.tags = list(record.run.tags)
             for item in record.run.config.update:
                 run.config[item.key] = json.loads(item.value_json)
