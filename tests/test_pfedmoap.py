@@ -242,3 +242,46 @@ def seeded_gate(config) -> torch.Tensor:
 
     method = build_seeded_method(config, load_backbone(config.backbone, None))
     return method.gate.q.weight.detach()
+
+
+def test_every_client_is_scored_as_its_own_training_left_it_even_when_absent_from_the_last_round(
+    data_for_four_clients, tmp_path, monkeypatch
+):
+    """docs/methods.md: pFedMoAP is scored before the broadcast (`evaluate_after_download =
+    False`): every client -- those the last round did not sample too -- is evaluated with
+    the prompt, gate and experts its last local training left, not with a final download."""
+    import benchmark.runs.runner as runner
+    from benchmark.federation.simulator import FederatedSimulator
+
+    trained: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}  # client -> (round, state its training left)
+    real_round = FederatedSimulator.client_round
+
+    def recording_round(self, cid, round_index, state, received):
+        done = real_round(self, cid, round_index, state, received)
+        trained[cid] = (round_index + 1, {k: v.clone() for k, v in done.state.items()})
+        return done
+
+    scored: list[dict[int, dict[str, torch.Tensor]]] = []  # the states each evaluation scores
+    real_evaluate = runner.evaluate_clients
+
+    def recording_evaluate(evaluator, protocol, dataset, partition, client_states, *args, **kwargs):
+        scored.append({cid: {k: v.clone() for k, v in s.items()} for cid, s in client_states.items()})
+        return real_evaluate(evaluator, protocol, dataset, partition, client_states, *args, **kwargs)
+
+    monkeypatch.setattr(FederatedSimulator, "client_round", recording_round)
+    monkeypatch.setattr(runner, "evaluate_clients", recording_evaluate)
+    # The authors' sampling: round 1 trains all 4 clients, rounds 2 and 3 int(0.5 x 4) = 2 each.
+    config = tiny_config(
+        data_for_four_clients, tmp_path, method="pfedmoap", rounds=3, clients=4, participation=0.5, eval_every=3
+    )
+    result = run_experiment(config, write=False, progress=False)
+    last_round = [cid for cid, (round_number, _) in trained.items() if round_number == 3]
+    absent = [cid for cid, (round_number, _) in trained.items() if round_number < 3]
+    assert len(last_round) == 2 and len(absent) == 2 and sorted(trained) == [0, 1, 2, 3]
+    final = scored[-1]  # the last round's evaluation: the reported numbers
+    assert sorted(final) == [0, 1, 2, 3]
+    for cid, (_, state) in trained.items():
+        assert set(final[cid]) == set(state)
+        for key, value in state.items():
+            assert torch.equal(final[cid][key], value), (cid, key)
+    assert result.federation.final_download_bytes == 0  # no client received a download to be scored with

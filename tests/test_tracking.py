@@ -83,6 +83,11 @@ def test_offline_run_holds_resolved_hyperparameters_and_the_real_device(tracked_
     assert run.tags == ["fedbench run"] and run.exit_code == 0
 
 
+def test_a_single_run_is_grouped_by_protocol_and_dataset_and_typed_by_method(tracked_run):
+    _, run, _, _ = tracked_run  # no --wandb-group given
+    assert (run.group, run.job_type) == ("base2novel-dtd", "promptfl")
+
+
 def test_offline_run_has_the_round_axis_and_accuracy_per_round(tracked_run):
     _, run, run_dir, _ = tracked_run
     assert ("round", "") in run.metric_definitions and ("*", "round") in run.metric_definitions
@@ -270,3 +275,26 @@ def test_reproduce_takes_wandb_naming_flags_and_a_group_from_the_environment(tmp
     monkeypatch.setenv("WANDB_RUN_GROUP", "my-group")
     assert {c.config.wandb_group for c in load_preset("toy").cells()} == {"my-group"}
     assert {c.config.wandb_group for c in load_preset("toy").cells({"wandb_group": "flag"})} == {"flag"}
+
+
+def test_reproduce_groups_runs_by_table_and_types_them_by_method_label(tmp_path, fake_data_root):
+    """docs/run-folders.md: one W&B run per cell, grouped by table, job_type = the method's
+    label (a variant's label, not its method's name); the table's own run is job_type table."""
+    preset = tmp_path / "grouped.yaml"
+    preset.write_text(
+        "title: Grouped\nrun: {protocol: base2novel, shots: 2, rounds: 1, local_epochs: 1, clients: 3, batch_size: 8,"
+        f" backbone: {TINY}, pretrained: none, data_root: {fake_data_root}}}\n"
+        "datasets: [dtd]\nmethods: [zeroshot, {label: short_prompt, method: promptfl, method_args: {n_ctx: 4}}]\n"
+        "seeds: [1]\n"
+    )
+    done = fedbench_process(
+        "reproduce", preset, "--out", tmp_path / "runs", "--results", tmp_path / "results", "--wandb", "offline"
+    )
+    assert done.returncode == 0, done.stderr
+    runs = [read_offline_run(f) for f in offline_runs(tmp_path / "runs")]
+    kinds = sorted((run.group, run.job_type, run.config.get("method")) for run in runs)
+    assert kinds == [
+        ("grouped", "short_prompt", "promptfl"),
+        ("grouped", "table", None),
+        ("grouped", "zeroshot", "zeroshot"),
+    ]

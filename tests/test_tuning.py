@@ -252,6 +252,64 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     ).read_text().split("values:")[1]
 
 
+def test_trials_run_round_robin_so_an_interrupted_search_leaves_budgets_at_most_one_apart(
+    tmp_path, fake_data_root, monkeypatch
+):
+    """docs/protocols.md: trials run round-robin over the methods, so an interrupted search
+    leaves budgets that differ by at most one; resuming it serves the methods behind first.
+    A 3-method, 2-trial search interrupted (as by Ctrl-C) in a trial of each method."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    import benchmark.runs.runner as runner
+    from benchmark.cli import main
+
+    methods = ("promptfl", "clip_adapter", "fedpgp")
+    ran, stop_at = [], [None]
+
+    def known_scores(config, *args, **kwargs):  # a run whose validation HM is known, nothing trained
+        ran.append(config.method)
+        if len(ran) == stop_at[0]:
+            raise KeyboardInterrupt
+        hm = 50.0 + config.method_args["lr"]
+        return SimpleNamespace(
+            summary={"eval_split": "val", "metrics": {"Local": hm, "Base": hm, "Novel": hm, "HM": hm}}
+        )
+
+    monkeypatch.setattr(runner, "run_experiment", known_scores)
+    preset = write_preset(tmp_path, fake_data_root, methods=methods)
+
+    def finished(folder: Path) -> dict[str, int]:
+        storage = f"sqlite:///{folder / 'results' / 'tuning.db'}"
+        names = optuna.get_all_study_names(storage)
+        counted = {m: optuna.load_study(study_name=m, storage=storage) for m in methods if m in names}
+        return {
+            m: len([t for t in counted[m].trials if t.state.name == "COMPLETE"]) if m in counted else 0 for m in methods
+        }
+
+    straight = tmp_path / "straight"
+    assert main(tune_args(straight, preset, "--trials", "2")) == 0
+    runs_per_trial = 2  # the tuning seeds 1 and 2
+    assert ran == [m for _ in range(2) for m in methods for _ in range(runs_per_trial)]  # one trial each, in turn
+
+    # Runs 1-2 are promptfl's first trial, 3-4 clip_adapter's, 5-6 fedpgp's, 7-8 promptfl's second, ...
+    for stop, expected in ((3, (1, 0, 0)), (6, (1, 1, 0)), (9, (2, 1, 1)), (11, (2, 2, 1))):
+        folder = tmp_path / f"stopped_at_{stop}"
+        ran.clear()
+        stop_at[0] = stop
+        assert main(tune_args(folder, preset, "--trials", "2")) == 130
+        budgets = finished(folder)
+        assert tuple(budgets.values()) == expected  # every trial before the interrupted one: one apart at most
+        ran.clear()
+        stop_at[0] = None
+        assert main(tune_args(folder, preset, "--trials", "2")) == 0
+        behind = [m for m in methods if budgets[m] == min(budgets.values())]
+        first_trials = ran[::runs_per_trial][: len(behind)]
+        assert first_trials == behind, (stop, budgets, ran)  # the methods behind run first, in table order
+        assert finished(folder) == {m: 2 for m in methods}
+
+
 @pytest.mark.slow
 def test_killed_tuning_process_resumes(tmp_path, fake_data_root):
     """The same with a real SIGKILL of the `fedbench tune` process."""

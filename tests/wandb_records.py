@@ -54,6 +54,7 @@ class OfflineRun:
     project: str = ""
     entity: str = ""
     group: str = ""
+    job_type: str = ""
     history: list = field(default_factory=list)  # one dict per history row
     summary: dict = field(default_factory=dict)
     metric_definitions: list = field(default_factory=list)  # (name, step_metric) pairs
@@ -70,6 +71,7 @@ def read_offline_run(folder: Path) -> OfflineRun:
         if kind == "run":
             run.name = record.run.display_name
             run.project, run.entity, run.group = record.run.project, record.run.entity, record.run.run_group
+            run.job_type = record.run.job_type
             run.tags = list(record.run.tags)
             for item in record.run.config.update:
                 run.config[item.key] = json.loads(item.value_json)
