@@ -123,6 +123,101 @@ def test_ray_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch
     assert run_files(tmp_path) == run_files(local_sweep)  # every loss and accuracy, not only the table
 
 
+DIES_ONCE = """
+import os
+from pathlib import Path
+
+from benchmark.registry import register_method
+from methods.promptfl import PromptFL
+
+MARK = Path({mark!r})
+
+
+@register_method("test_dies_once")
+class DiesOnce(PromptFL):
+    \"\"\"Test-only: PromptFL whose process dies in round 3 the first time (as a lost node), then trains on.\"\"\"
+
+    def training_step(self, batch, batch_idx):
+        if self.client.round == 3 and not MARK.exists():
+            MARK.touch()
+            os._exit(9)
+        return super().training_step(batch, batch_idx)
+"""
+
+
+@pytest.mark.slow
+def test_a_ray_task_whose_worker_dies_is_retried_and_resumes_from_its_round_checkpoint(
+    tmp_path, monkeypatch, capsys, toy_test_checkpoint
+):
+    """docs/scaling-out.md: a task whose worker dies is retried by Ray and resumes from the
+    cell's round checkpoint, to the numbers of a run that never died."""
+    import ray
+
+    mark = tmp_path / "died"
+    plugin = tmp_path / "dies_once.py"
+    plugin.write_text(DIES_ONCE.format(mark=str(mark)))
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 4, checkpoint_every: 1").replace("seeds: [1, 2]", "seeds: [1]")
+    flags = ("--methods", str(plugin), "--cpus-per-cell", "1")
+    reference = tmp_path / "reference"
+    reference.mkdir()
+    mark.touch()  # the reference never dies
+    assert reproduce(reference, write_sweep(reference, sweep), *flags) == 0
+    mark.unlink()
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    retried = tmp_path / "retried"
+    retried.mkdir()
+    ray.init(num_cpus=1, include_dashboard=False)
+    try:
+        assert reproduce(retried, write_sweep(retried, sweep), "--executor", "ray", *flags) == 0
+    finally:
+        ray.shutdown()
+    out = capsys.readouterr().out
+    assert mark.exists(), "the task's worker must have died for this test to mean anything"
+    assert "ran 1 runs, 0 were already done, 0 skipped for missing data, 0 failed" in out, out
+    (run,) = (retried / "runs").glob("test_dies_once_*_seed1_*")
+    assert json.loads((run / "timing.json").read_text())["resumed_after_round"] == 2
+    assert run_files(retried) == run_files(reference)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_ray_sweep_and_cancels_its_tasks(tmp_path, monkeypatch, toy_test_checkpoint):
+    """docs/scaling-out.md: Ctrl-C stops the sweep and cancels its tasks. The Ray instance
+    is this test's, so it outlives the sweep: tasks left running would go on training."""
+    import ray
+
+    sweep = TOY_SWEEP.replace("rounds: 2", "rounds: 8, checkpoint_every: 1")
+    (tmp_path / "slow.py").write_text(SLOW.replace('"test_slow_promptfl"', '"test_slow_promptfl_on_ray"'))
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(num_cpus=2, include_dashboard=False)
+    try:
+        code = reproduce_signalled(
+            tmp_path,
+            write_sweep(tmp_path, sweep),
+            lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,  # both cells are running
+            lambda: os.kill(os.getpid(), signal.SIGINT),
+            "--executor",
+            "ray",
+            "--methods",
+            str(tmp_path / "slow.py"),
+            "--cpus-per-cell",
+            "1",
+        )
+        assert code == 130
+        deadline = time.time() + 60
+        while time.time() < deadline and list(runs.glob(".*.lock")):
+            time.sleep(0.2)
+        assert not list(runs.glob(".*.lock")), "a cancelled task ends its run and releases its cell"
+        kept = {p.name: p.read_bytes() for p in runs.glob(".*.checkpoint*")}
+        assert len([name for name in kept if name.endswith(".checkpoint.json")]) == 2  # for the next run
+        time.sleep(10)  # several rounds' time for a task left running
+        assert {p.name: p.read_bytes() for p in runs.glob(".*.checkpoint*")} == kept
+        assert not list(runs.glob("*_seed*/summary.json")) and not list(runs.glob(".*.lock"))
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.slow
 def test_submitit_executor_renders_the_local_table(local_sweep, tmp_path, monkeypatch, capsys):
     from benchmark.sweeps.executors.slurm import SlurmExecutor

@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,6 +20,8 @@ from benchmark.method import ClientUpdate, FederatedMethod, fedavg, state_bytes
 from benchmark.optim import sgd_with_cosine
 from benchmark.registry import register_method
 from benchmark.runs.runner import run_experiment
+
+ROOT = Path(__file__).resolve().parents[1]  # the checkout whose packages the second run imports
 
 
 @register_method("test_split_prompt")
@@ -151,13 +154,46 @@ def test_base2novel_metrics_use_the_right_images_and_classes(fake_data_root, tin
     assert sorted(novel_idx) == [i for i, y in enumerate(labels) if y >= 6] and novel_cls == tuple(range(6, 12))
 
 
+# The second run of the same-seed test, in a fresh process: nothing this process holds (the
+# frozen-feature cache, RNG states, loaded modules) can make the two runs agree.
+SECOND_RUN = """
+import sys
+
+import torch
+
+from benchmark.config import build_config, load_yaml
+from benchmark.runs.runner import run_experiment
+
+torch.set_num_threads(int(sys.argv[3]))  # the first run's: CPU arithmetic may depend on it
+result = run_experiment(build_config(load_yaml(sys.argv[1])), write=False, progress=False)
+torch.save({"metrics": result.summary["metrics"], "states": result.federation.client_states}, sys.argv[2])
+"""
+
+
 def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", method_args={"lr": 0.05})
     first = run_experiment(config, progress=False)
-    second = run_experiment(config, write=False, progress=False)
-    assert first.summary["metrics"] == second.summary["metrics"]
+    saved = tmp_path / "second.pt"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SECOND_RUN,
+            str(first.run_dir / "config.yaml"),
+            str(saved),
+            str(torch.get_num_threads()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    second = torch.load(saved)
+    assert first.summary["metrics"] == second["metrics"]
+    assert sorted(second["states"]) == sorted(first.federation.client_states) == [0, 1, 2]
     for cid, state in first.federation.client_states.items():
-        assert torch.equal(state["ctx"], second.federation.client_states[cid]["ctx"])
+        assert torch.equal(state["ctx"], second["states"][cid]["ctx"])
     run_dir = first.run_dir
     assert sorted(p.name for p in run_dir.iterdir()) == [
         "config.yaml",

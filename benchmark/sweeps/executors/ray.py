@@ -3,13 +3,65 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator
 
 from benchmark.config import ConfigError
+from benchmark.errors import RunInterrupted
 from benchmark.sweeps.executors import import_extra, register_executor
 
 if TYPE_CHECKING:
     from benchmark.sweeps.executors.cells import CellJob, Outcome, Started
+
+
+def run_cell_on_ray(job: CellJob) -> Outcome:
+    """`run_cell` as a Ray task, stopped by the sweep's ray.cancel as a stopped local worker's
+    cell is: RunInterrupted, so the run keeps its last completed round (with checkpoints on).
+    Ray cancels a running task by simulating SIGINT in its worker (`_thread.interrupt_main`);
+    under the worker's own default handler that interrupt was lost in fedbench's cells (they
+    trained on to their end, Ray 2.55), under a handler installed by the task it arrives."""
+    from benchmark.sweeps.executors.cells import run_cell  # lazy: fedbench --help imports no torch
+
+    def stop(signum, frame):
+        raise RunInterrupted(signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread sets handlers
+        return run_cell(job)
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        return run_cell(job)
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+
+# Ray reruns a task whose worker process or node died (a system failure, not an exception
+# of the cell) this many times; the rerun resumes from the cell's round checkpoint.
+MAX_RETRIES = 3
+WAIT_SECONDS = 0.5  # how long a stop (Ctrl-C, SIGTERM) may wait to be acted on
+
+
+@contextmanager
+def _stops_noted() -> Iterator[list[int]]:
+    """SIGINT / SIGTERM noted, not raised, in the block. ray.wait runs Python's signal
+    handlers inside its C++ loop and takes only a KeyboardInterrupt for a stop: fedbench's
+    RunInterrupted raised there came out as a SystemError (a traceback instead of exit 130 /
+    143), after which ray.cancel stopped only one of the running tasks (seen with Ray 2.55)."""
+    stops: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # handlers live on the main thread
+        yield stops
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum, handler in previous.items():
+        if handler is not None:
+            signal.signal(signum, lambda signum, frame: stops.append(signum))
+    try:
+        yield stops
+    finally:
+        for signum, handler in previous.items():
+            if handler is not None:  # None: set outside Python, cannot be put back (nor was it replaced)
+                signal.signal(signum, handler)
 
 
 @register_executor("ray")
@@ -18,7 +70,8 @@ class RayExecutor:
     instance started here over every CPU and GPU of this machine (one already initialized in
     this process is used as it is). A cell takes one GPU where the cluster has GPUs (unless
     its device is cpu), else `threads` CPUs. A task whose worker dies (a node lost) is retried
-    by Ray and resumes from the cell's round checkpoint."""
+    by Ray (MAX_RETRIES times) and resumes from the cell's round checkpoint. A stop (Ctrl-C,
+    SIGTERM) cancels the tasks still pending or running."""
 
     summary = "each cell a Ray task, with one GPU where the cluster has GPUs, else with as many CPUs as it has threads"
     extra = "ray"
@@ -42,7 +95,7 @@ class RayExecutor:
         return cls(args.ray_address, args.cpus_per_cell)
 
     def run(self, jobs: list[CellJob], started: Started) -> Iterator[tuple[CellJob, Outcome]]:
-        from benchmark.sweeps.executors.cells import lost, run_cell  # lazy: fedbench --help imports no torch
+        from benchmark.sweeps.executors.cells import lost  # lazy: fedbench --help imports no torch
 
         ray = import_extra("ray")
         address = self.address or os.environ.get("RAY_ADDRESS")
@@ -58,14 +111,18 @@ class RayExecutor:
                 raise ConfigError(f"cannot {where}: {exc}") from None
         pending: dict = {}
         try:
-            task = ray.remote(run_cell)
+            task = ray.remote(run_cell_on_ray)
             gpus = ray.cluster_resources().get("GPU", 0)
             node_cpus = max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=0)
             for job in jobs:
                 resources = self.resources(job, gpus, node_cpus)
-                pending[task.options(name=f"fedbench cell {job.name}", **resources).remote(job)] = job
+                options = dict(name=f"fedbench cell {job.name}", max_retries=MAX_RETRIES, **resources)
+                pending[task.options(**options).remote(job)] = job
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                with _stops_noted() as stops:
+                    ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SECONDS)
+                if stops:
+                    raise RunInterrupted(stops[0])
                 for ref in ready:
                     job = pending.pop(ref)
                     try:
