@@ -208,3 +208,95 @@ def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, 
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "'zeroshot' trains nothing" in done.stderr and "fedbench run" in done.stderr
+
+
+TOY_FLAGS = [
+    "--dataset",
+    "toy",
+    "--pretrained",
+    "fedbench-toy-test",
+    "--clients",
+    "4",
+    "--shots",
+    "4",
+    "--rounds",
+    "2",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "8",
+    "--seed",
+    "3",
+    "--wandb",
+    "disabled",
+]
+
+
+@pytest.mark.slow
+def test_flower_under_partial_participation_equals_fedbench_run(fedbench, toy_test_checkpoint, tmp_path):
+    """Half the clients a round (uniform sampling, seed 3: rounds [0, 1] and [0, 2]): client 1
+    is absent from the last round and client 3 never trains. pFedMoAP scores a client as its
+    own training left it (evaluate_after_download = False), so on Flower the absent client is
+    scored on its node with no download and the never-trained one with the final download, as
+    the simulator does: the run folders are equal to the last digit."""
+    import json
+
+    flags = [
+        "--method",
+        "pfedmoap",
+        "--gate-heads",
+        "4",
+        *TOY_FLAGS,
+        "--participation",
+        "0.5",
+        "--client-sampling",
+        "uniform",
+    ]
+    folders = {}
+    for engine, extra in (("run", []), ("flower", ["--parallel", "2"])):
+        done = fedbench(engine, *flags, "--out", tmp_path / engine, *extra)
+        assert done.returncode == 0, done.stderr
+        (folders[engine],) = (tmp_path / engine).glob("pfedmoap_toy_*")
+    metrics = pd.read_csv(folders["run"] / "metrics.csv")
+    trained = metrics[metrics.metric == "rounds_trained"].set_index("client")["value"].to_dict()
+    assert trained == {0: 2, 1: 1, 2: 1, 3: 0}  # the participation this test is about
+    summaries = {e: json.loads((f / "summary.json").read_text()) for e, f in folders.items()}
+    assert summaries["flower"] == summaries["run"]
+    assert (folders["flower"] / "metrics.csv").read_text() == (folders["run"] / "metrics.csv").read_text()
+
+
+def nodes_holding(monkeypatch, partition_ids: list[int]) -> None:
+    """Flower's simulation runtime registers one node per client with partition-id 0..N-1;
+    here its nodes hold `partition_ids` instead, as SuperNodes started with those
+    `--node-config "partition-id=K"` would."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    real = getattr(vce_api._register_nodes, "__wrapped__", vce_api._register_nodes)
+
+    def register(num_nodes, state_factory):
+        nodes = real(len(partition_ids), state_factory)
+        return dict(zip(nodes, partition_ids))
+
+    register.__wrapped__ = real
+    monkeypatch.setattr(vce_api, "_register_nodes", register)
+
+
+@pytest.mark.slow
+def test_the_server_names_partition_ids_held_twice_or_by_no_node(fedbench, toy_test_checkpoint, tmp_path, monkeypatch):
+    """docs/scaling-out.md: the ServerApp waits for one node per client and stops with an error
+    naming the missing or duplicated partition-ids (exit 2, before any round)."""
+    from benchmark.runs import flower
+
+    nodes_holding(monkeypatch, [0, 1, 1, 3])
+    done = fedbench("flower", "--method", "promptfl", *TOY_FLAGS, "--out", tmp_path / "twice")
+    assert done.returncode == 2, done.stderr
+    message = " ".join(done.stderr.split())
+    assert "partition-ids held twice [1], missing [2] (4 nodes connected)" in message
+    assert 'give every SuperNode its own client, --node-config "partition-id=K num-partitions=4"' in message
+    assert not [p for p in (tmp_path / "twice").glob("promptfl_*") if p.is_dir()]  # no run folder
+
+    monkeypatch.setattr(flower, "NODES_TIMEOUT_S", 3)  # not 10 minutes
+    nodes_holding(monkeypatch, [0, 1, 3])  # the SuperNode of client 2 never started
+    done = fedbench("flower", "--method", "promptfl", *TOY_FLAGS, "--out", tmp_path / "missing")
+    assert done.returncode == 2, done.stderr
+    assert "partition-ids held twice [], missing [2] (3 nodes connected within 3 s)" in " ".join(done.stderr.split())

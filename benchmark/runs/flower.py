@@ -341,15 +341,11 @@ class MethodStrategy(Strategy):
 
 
 def connect(grid: Grid, run) -> dict[int, int]:
-    """Wait for one node per client and ask each which client it holds: client id -> node id."""
+    """Wait (up to NODES_TIMEOUT_S) for one node per client and ask each which client it
+    holds: client id -> node id. Clients held by no node or by several are an error naming them."""
     clients = len(run.partition.clients)
     deadline = time.monotonic() + NODES_TIMEOUT_S
-    while len(nodes := list(grid.get_node_ids())) < clients:
-        if time.monotonic() > deadline:
-            raise RuntimeError(
-                f"{len(nodes)} of {clients} Flower nodes connected within {NODES_TIMEOUT_S} s; the run needs one "
-                "SuperNode per client (partition-id 0..N-1)"
-            )
+    while len(nodes := list(grid.get_node_ids())) < clients and time.monotonic() < deadline:
         time.sleep(0.2)
     content = RecordDict({"fedbench": config_record(run.config, 0)})
     asked = [Message(content, dst_node_id=node, message_type=MessageType.QUERY) for node in nodes]
@@ -362,8 +358,11 @@ def connect(grid: Grid, run) -> dict[int, int]:
     wrong = {cid: ids for cid, ids in holders.items() if len(ids) > 1}
     missing = sorted(set(range(clients)) - set(holders))
     if wrong or missing:
-        raise RuntimeError(
-            f"every client needs exactly one node: partition-ids held twice {sorted(wrong)}, missing {missing}"
+        waited = f" within {NODES_TIMEOUT_S} s" if len(nodes) < clients else ""
+        raise ConfigError(
+            f"every client needs exactly one Flower node, partition-id 0..{clients - 1}: partition-ids held twice "
+            f"{sorted(wrong)}, missing {missing} ({len(nodes)} nodes connected{waited}); give every SuperNode its own "
+            f'client, --node-config "partition-id=K num-partitions={clients}", one for each K'
         )
     return {cid: ids[0] for cid, ids in holders.items()}
 
