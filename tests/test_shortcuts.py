@@ -269,7 +269,7 @@ def test_evaluation_shares_the_image_prefix_and_scores_the_same(toy_test_backbon
     base = list(range((len(split.class_names) + 1) // 2))
     indices = [i for i in range(len(split)) if split.labels[i] in base][:60]
     row_bytes = (1 + (toy_test_backbone.image_size // 8) ** 2) * toy_test_backbone.vision.width * 4
-    cache = FeatureCache(progress=False, prefix_bytes=1 << 30 if budget is None else budget * row_bytes)
+    cache = FeatureCache(batch_size=16, progress=False, prefix_bytes=1 << 30 if budget is None else budget * row_bytes)
     blocks_run = []
     hook = toy_test_backbone.blocks("vision")[0].register_forward_pre_hook(lambda _, a: blocks_run.append(len(a[0])))
 
@@ -283,9 +283,16 @@ def test_evaluation_shares_the_image_prefix_and_scores_the_same(toy_test_backbon
         hook.remove()
     assert torch.equal(fast, plain)  # accuracies: the predictions are the same
     images_through_block_1 = sum(blocks_run) - 2 * len(indices)  # minus the plain path's two clients
-    stored = len(indices) if budget is None else budget
+    kept = set(indices[: len(indices) if budget is None else budget])
+    calls = [indices[start : start + 16] for start in range(0, len(indices), 16)]  # the evaluator's batches
+
+    def padded(rows: int) -> int:  # the cache computes in batches of exactly 16 rows
+        return -(-rows // 16) * 16
+
     # Once per image for both clients, plus every image beyond the budget once more per client.
-    assert images_through_block_1 == len(indices) + (len(indices) - stored)
+    first_client = sum(padded(len(call)) for call in calls)
+    second_client = sum(padded(len([i for i in call if i not in kept])) for call in calls)
+    assert images_through_block_1 == first_client + second_client
 
 
 # -- 2c. pFedMoAP's downloaded experts ---------------------------------------------------------

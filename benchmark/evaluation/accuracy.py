@@ -162,13 +162,6 @@ def accuracy(
     return 100.0 * correct / len(indices)
 
 
-def shares_image_work(method: FederatedMethod) -> bool:
-    """Whether `accuracy` with a cache reuses work on the images across calls (frozen
-    features; the frozen image prefix under shortcuts). The order of the calls then decides
-    the batches that work was computed in, which can change a feature's last bits."""
-    return method.frozen_image_features or (shortcuts.active() and method.frozen_image_blocks > 0)
-
-
 def _fingerprint(state: State) -> str:
     digest = hashlib.sha1()
     for key in sorted(state):

@@ -4,6 +4,11 @@ Exact: used only for methods whose `encode_images` depends on the frozen backbon
 (`FederatedMethod.frozen_image_features`) and for splits under a deterministic transform.
 Computed under the caller's autocast (the run's precision), and keyed by it.
 
+Every batch the cache encodes has exactly `batch_size` images (a short last batch is
+padded with copies of its last image): on CPU a row's last bits depend on the batch's
+size, so a feature must not depend on which other rows were asked for with it, or
+before it in the same process.
+
 Image prefixes: for a method whose image tower changes only from block k on
 (`FederatedMethod.frozen_image_blocks` = k), the residual stream after the frozen blocks
 1..k of each test image ([1 + M, W] fp32: ViT-B/16 605 KB per image), kept up to
@@ -30,7 +35,7 @@ PREFIX_CACHE_BYTES = 8 << 30
 
 class FeatureCache:
     def __init__(
-        self, batch_size: int = 256, num_workers: int = 0, progress: bool = True, prefix_bytes: int = PREFIX_CACHE_BYTES
+        self, batch_size: int = 64, num_workers: int = 0, progress: bool = True, prefix_bytes: int = PREFIX_CACHE_BYTES
     ) -> None:
         self.batch_size = batch_size
         self.num_workers = num_workers
@@ -75,7 +80,8 @@ class FeatureCache:
             done = 0
             for images, _ in loader:
                 with flops.charge("features"):  # shared by every client, like the frozen features
-                    states = backbone.image_prefix(images.to(device), blocks).tokens.cpu()
+                    states = backbone.image_prefix(self._padded(images).to(device), blocks).tokens.cpu()
+                states = states[: len(images)]
                 for index, row in zip(todo[done : done + len(states)], states):
                     size = row.numel() * row.element_size()
                     if self._prefix_used + size <= self.prefix_bytes:
@@ -94,8 +100,13 @@ class FeatureCache:
         for images, _ in progress_bar(
             loader, desc=f"features {split.name}", unit="batches", enabled=self.progress, nested=True, leave=False
         ):
-            out.append(method.encode_images(images.to(device)).float().cpu())
+            out.append(method.encode_images(self._padded(images).to(device))[: len(images)].float().cpu())
         return torch.cat(out)
+
+    def _padded(self, images: Tensor) -> Tensor:
+        """`images` filled up to `batch_size` rows with copies of the last one."""
+        short = self.batch_size - len(images)
+        return torch.cat([images, images[-1:].expand(short, *images.shape[1:])]) if short > 0 else images
 
 
 def _autocast_key(device_type: str) -> str:

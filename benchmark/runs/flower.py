@@ -35,8 +35,7 @@ import torch
 from benchmark import shortcuts
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
-from benchmark.evaluation.accuracy import shares_image_work
-from benchmark.evaluation.clients import evaluate_client, evaluate_clients
+from benchmark.evaluation.clients import evaluate_client
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.method import State, state_bytes
 from benchmark.registry import resolve_method_file
@@ -115,14 +114,6 @@ class ClientWorld:
         self.initial = run.method.client_state()  # every client starts here (the run seed)
         self.simulator = run.simulator()
         self.evaluator = run.evaluator()
-        if shares_image_work(run.method):
-            # `fedbench run` computes the frozen image work of evaluation in the order its
-            # first evaluation asks for it: every client, in partition order. Asked for in
-            # another order (this node's client first), batches and so last bits could
-            # differ; scoring the initial state of every client first gives the same batches.
-            clients = {c.client_id: self.initial for c in run.partition.clients}
-            with autocast_context(run.device, run.precision):
-                evaluate_clients(self.evaluator, run.protocol, run.dataset, run.partition, clients, progress=False)
 
 
 _WORLD: dict[str, ClientWorld] = {}  # one run per process at a time, keyed by its config

@@ -206,7 +206,8 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
                 text_warm.append(flops.count_flops(method.encode_classes, names[:classes])[1])
             # Images 0 and 1 are of class 0; scored over class 0 alone (C = 1) or both (C = 2).
             split = _SyntheticImages(f"perf-{next(counter)}", names, 2, size)
-            cache = FeatureCache(progress=False)
+            # Batches of one: a FLOP count per image (a run's cache pads its batches to 64 rows).
+            cache = FeatureCache(batch_size=1, progress=False)
             cold = flops.count_flops(accuracy, method, split, [0, 1], [0], cache)[1]  # fills the cache
             for classes in (1, 2):
                 for b in (1, 2):
