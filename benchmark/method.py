@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmark.backbone import Backbone, BackboneShape, ImagePrefix, full_precision
+from benchmark.hyperparameters import Range  # noqa: F401  (methods import it from here)
 
 if TYPE_CHECKING:
     from data.attributes import ClassAttributes
@@ -83,50 +84,6 @@ class Choice:
 
 
 SearchSpace = LogUniform | Uniform | Choice
-
-
-@dataclass(frozen=True)
-class Range:
-    """The values a numeric hyperparameter may take (`FederatedMethod.ranges`), checked with
-    the other hyperparameters before anything is built: `Range(gt=0)` for a learning rate,
-    `Range(ge=0, lt=1)` for a momentum, `Range(ge=1)` for a width. Bounds left None are open."""
-
-    gt: float | None = None
-    ge: float | None = None
-    lt: float | None = None
-    le: float | None = None
-
-    def contains(self, value: Any) -> bool:
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return False
-        return not (
-            (self.gt is not None and not value > self.gt)
-            or (self.ge is not None and not value >= self.ge)
-            or (self.lt is not None and not value < self.lt)
-            or (self.le is not None and not value <= self.le)
-        )
-
-    def covers(self, space: "SearchSpace") -> bool:
-        """Whether every value a tuning search space can suggest lies in this range."""
-        if isinstance(space, Choice):
-            return all(self.contains(v) for v in space.values)
-        return self.contains(space.low) and self.contains(space.high)
-
-    def check(self) -> str | None:
-        if (self.gt is not None and self.ge is not None) or (self.lt is not None and self.le is not None):
-            return "takes one lower bound (gt or ge) and one upper bound (lt or le)"
-        lows = [b for b in (self.gt, self.ge) if b is not None]
-        highs = [b for b in (self.lt, self.le) if b is not None]
-        if not lows and not highs:
-            return "needs a bound"
-        if lows and highs and not lows[0] < highs[0]:
-            return f"needs its lower bound below its upper bound, got {self}"
-        return None
-
-    def __str__(self) -> str:
-        low = f"> {self.gt:g}" if self.gt is not None else f">= {self.ge:g}" if self.ge is not None else ""
-        high = f"< {self.lt:g}" if self.lt is not None else f"<= {self.le:g}" if self.le is not None else ""
-        return " and ".join(part for part in (low, high) if part)
 
 
 # The ranges of the usual SGD / AdamW hyperparameters, for a method's `ranges`.

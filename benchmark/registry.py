@@ -17,13 +17,11 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
-import math
 import os
 import pkgutil
 import re
 import sys
 import typing
-from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -36,7 +34,13 @@ from benchmark.config import (
     RunConfig,
     parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
 )
-from benchmark.errors import UserError
+from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_value: re-exported)
+    Hyperparameter,
+    MethodError,
+    check_method_args,
+    convert_value,
+    is_method_file,
+)
 from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -72,10 +76,6 @@ _loaded = False
 _current_origin = "fedbench"
 
 
-class MethodError(UserError, ValueError):
-    """An unknown method, a bad hyperparameter or a broken plugin; the message says what to do."""
-
-
 def register_method(name: str) -> Callable[[M], M]:
     """Class decorator: make `cls` available as `--method name`."""
 
@@ -105,6 +105,11 @@ def reserved_flag_names() -> set[str]:
 def available_methods() -> dict[str, type[FederatedMethod]]:
     _load_all()
     return dict(sorted(_METHODS.items()))
+
+
+def builtin_methods() -> dict[str, type[FederatedMethod]]:
+    """The methods of this repository's methods/ package."""
+    return {n: c for n, c in available_methods().items() if c.__module__.split(".")[0] == "methods"}
 
 
 def method_origin(name: str) -> str:
@@ -142,11 +147,6 @@ def resolve_method_file(config: RunConfig) -> RunConfig:
     if not is_method_file(config.method):
         return config
     return dataclasses.replace(config, method=load_method_file(config.method))
-
-
-def is_method_file(spec: str) -> bool:
-    """`path/to/file.py` or `path/to/file.py:Class`: a method loaded from a file, unpackaged."""
-    return isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)
 
 
 _FILES: dict[tuple[str, str], str] = {}  # (resolved path, class) -> registered name
@@ -230,35 +230,6 @@ def get_method(name: str) -> type[FederatedMethod]:
     return methods[name]
 
 
-@dataclass(frozen=True)
-class Hyperparameter:
-    name: str
-    type: type
-    default: Any
-    help: str = ""  # from the "Args:" section of the method's __init__ (or class) docstring
-    choices: tuple = ()  # from a typing.Literal annotation
-    # Words taken besides values of `type`, from `int | Literal["auto"]`: resolved by the
-    # method's `fit_to_backbone` before anything is built.
-    keywords: tuple[str, ...] = ()
-    range: Range | None = None  # from the method's `ranges`
-
-    @property
-    def type_name(self) -> str:
-        return " | ".join([self.type.__name__, *map(repr, self.keywords)])
-
-    def describe(self) -> str:
-        """'TYPE, one of a|b, default X: help' -- the one description --method-help and --describe show."""
-        kind = self.type_name + (f", one of {' | '.join(map(str, self.choices))}" if self.choices else "")
-        bounds = f", {self.range}" if self.range is not None else ""
-        return f"{kind}{bounds}; default {self.default!r}" + (f". {self.help}" if self.help else "")
-
-    def parse(self, text: str) -> Any:
-        """A command-line value: one of `keywords` as it is, else converted to `type`."""
-        if text in self.keywords:
-            return text
-        return parse_bool(text) if self.type is bool else self.type(text)
-
-
 def hyperparameters(cls: type[FederatedMethod], name: str | None = None) -> list[Hyperparameter]:
     """The `__init__` arguments after `backbone`, with their types, defaults, docs and choices."""
     signature = inspect.signature(cls.__init__)
@@ -313,19 +284,6 @@ def argument_docs(cls: type) -> dict[str, str]:
         if docs:
             return docs
     return docs
-
-
-def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
-    """`method_args` validated against method `name` and type-converted (nothing is built)."""
-    known = {h.name: h for h in hyperparameters(get_method(name))}
-    args = dict(method_args or {})
-    unknown = sorted(set(args) - set(known))
-    if unknown:
-        raise MethodError(
-            f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}. "
-            f"Its hyperparameters: {', '.join(known) or 'none'} (see `fedbench methods --describe {name}`)."
-        )
-    return {k: convert_value(known[k], v, name) for k, v in args.items()}
 
 
 def fit_method_args(name: str, method_args: dict[str, Any] | None, shape) -> dict[str, Any]:
@@ -453,52 +411,6 @@ def overridden_hooks(cls: type[FederatedMethod]) -> list[str]:
 
 def _short(keys: list[str], limit: int = 4) -> str:
     return ", ".join(keys[:limit]) + (f", ... (+{len(keys) - limit} more)" if len(keys) > limit else "")
-
-
-def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
-    if isinstance(value, str) and value in h.keywords:
-        return value
-    converted = _convert(h, value, method)
-    if isinstance(converted, float) and not math.isfinite(converted):
-        # `--lr nan` would train a diverged model whose metrics sit at chance.
-        raise MethodError(
-            f"method {method!r}: hyperparameter {h.name!r} must be a finite number, got {value!r} "
-            f"(default {h.default!r})"
-        )
-    if h.choices and converted not in h.choices:
-        raise MethodError(
-            f"method {method!r}: hyperparameter {h.name!r} must be one of {', '.join(map(repr, h.choices))}, "
-            f"got {value!r}"
-        )
-    if h.range is not None and converted is not None and not h.range.contains(converted):
-        raise MethodError(
-            f"method {method!r}: hyperparameter {h.name!r} must be {h.range}, got {value!r} (default {h.default!r}); "
-            f"pass --{h.name.replace('_', '-')} with a value {h.range}"
-        )
-    return converted
-
-
-def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
-    if (value is None and h.default is not None) or (h.type is not bool and isinstance(value, bool)):
-        # YAML `lr: true` is not a number, although Python's bool is an int; `lr: null` is no lr.
-        raise MethodError(
-            f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} "
-            f"(default {h.default!r})"
-        )
-    if value is None or isinstance(value, h.type):
-        return value
-    try:
-        if h.type is bool:
-            return parse_bool(value)
-        if h.type in (int, float, str):
-            if h.type is int and isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return h.type(value)
-    except (TypeError, ValueError):
-        pass
-    raise MethodError(
-        f"method {method!r}: hyperparameter {h.name!r} expects {h.type_name}, got {value!r} (default {h.default!r})"
-    )
 
 
 def _plain_type(hint: Any) -> type:

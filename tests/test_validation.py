@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from conftest import TINY
 
@@ -289,3 +294,28 @@ def test_the_documented_local_checkpoint_recipes_make_a_file_the_suite_loads(tmp
     for key, value in model.state_dict().items():
         assert torch.equal(loaded[key], value) or torch.equal(loaded[key], value.half().float()), key
     assert not torch.equal(loaded["text_projection"], model.state_dict()["text_projection"])
+
+
+def test_a_bad_value_of_a_built_in_method_is_refused_before_torch_loads(tmp_path):
+    """`--lr -1` is refused from methods/hyperparameters.json: torch and lightning, seconds
+    of imports on a loaded machine, are never loaded (in a fresh process, which holds none)."""
+    script = (
+        "import sys\n"
+        "from benchmark.cli import main\n"
+        "code = main(sys.argv[1:])\n"
+        "print('loaded:', sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+        "sys.exit(code)\n"
+    )
+    out = tmp_path / "runs"
+    args = ["run", "--method", "pfedmma", "--dataset", "toy", "--lr", "-1", "--out", str(out), "--wandb", "disabled"]
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 2, done.stderr
+    assert "hyperparameter 'lr' must be > 0, got -1.0" in done.stderr and "pass --lr with a value > 0" in done.stderr
+    assert "loaded: []" in done.stdout and not out.exists() and not (tmp_path / "cache").exists()

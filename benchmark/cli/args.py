@@ -130,10 +130,10 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def method_parser(method: str) -> argparse.ArgumentParser:
-    from benchmark.registry import get_method, hyperparameters  # loads the methods (torch): only when used
+    from benchmark.hyperparameters import method_hyperparameters
 
     parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False, allow_abbrev=False)
-    for h in hyperparameters(get_method(method)):
+    for h in method_hyperparameters(method):
         parser.add_argument(
             "--" + h.name.replace("_", "-"),
             dest=h.name,
@@ -165,7 +165,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     method_flags: dict[str, Any] = {}
     extra = getattr(args, "extra", [])
     if extra:
-        from benchmark.registry import MethodError
+        from benchmark.hyperparameters import MethodError
 
         flags = method_parser(method)
         parsed, unknown = flags.parse_known_args(extra)
@@ -176,10 +176,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 f"{method!r}; its flags are listed by `fedbench run --method {method} --method-help`"
             )
         method_flags = vars(parsed)
-    from benchmark.registry import check_method_args, resolve_method_file  # lazy: start-up time (torch)
+    from benchmark.hyperparameters import check_method_args, is_method_file
 
-    config = resolve_method_file(build_config(yaml_layer, flag_layer, {"method_args": method_flags}))
-    check_method_args(config.method, config.method_args)  # before any model or data is loaded
+    config = build_config(yaml_layer, flag_layer, {"method_args": method_flags})
+    if is_method_file(config.method):
+        from benchmark.registry import resolve_method_file  # imports the file, and torch
+
+        config = resolve_method_file(config)
+    # Before any model or data is loaded, and for a built-in method before torch is.
+    check_method_args(config.method, config.method_args)
     return config
 
 

@@ -1,0 +1,235 @@
+"""What a method's hyperparameters are and which values they take, without torch.
+
+`fedbench run --method M --lr -1` must fail in a second, before lightning and torch load
+(several seconds). The classes say what the hyperparameters are (`benchmark.registry`
+reads their `__init__` signatures, docstrings and `ranges`); for the built-in methods that
+reading is also kept in `methods/hyperparameters.json`, which the command line uses while
+it matches the method sources it was written from (a digest of them is stored beside it).
+`python -m benchmark.hyperparameters` writes it; a test fails when it is out of date.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.config import parse_bool
+from benchmark.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFEST = ROOT / "methods" / "hyperparameters.json"
+# What the hyperparameters of a built-in method are read from: its module, the shared
+# bases in methods/, and FederatedMethod.
+SOURCES = (ROOT / "methods", ROOT / "benchmark" / "method.py", Path(__file__).resolve())
+TYPES = {t.__name__: t for t in (int, float, str, bool)}
+
+
+class MethodError(UserError, ValueError):
+    """An unknown method, a bad hyperparameter or a broken plugin; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric hyperparameter may take (`FederatedMethod.ranges`), checked with
+    the other hyperparameters before anything is built: `Range(gt=0)` for a learning rate,
+    `Range(ge=0, lt=1)` for a momentum, `Range(ge=1)` for a width. Bounds left None are open."""
+
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+
+    def contains(self, value: Any) -> bool:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return False
+        return not (
+            (self.gt is not None and not value > self.gt)
+            or (self.ge is not None and not value >= self.ge)
+            or (self.lt is not None and not value < self.lt)
+            or (self.le is not None and not value <= self.le)
+        )
+
+    def covers(self, space: Any) -> bool:
+        """Whether every value a tuning search space can suggest lies in this range."""
+        if hasattr(space, "values"):  # a Choice
+            return all(self.contains(v) for v in space.values)
+        return self.contains(space.low) and self.contains(space.high)
+
+    def check(self) -> str | None:
+        if (self.gt is not None and self.ge is not None) or (self.lt is not None and self.le is not None):
+            return "takes one lower bound (gt or ge) and one upper bound (lt or le)"
+        lows = [b for b in (self.gt, self.ge) if b is not None]
+        highs = [b for b in (self.lt, self.le) if b is not None]
+        if not lows and not highs:
+            return "needs a bound"
+        if lows and highs and not lows[0] < highs[0]:
+            return f"needs its lower bound below its upper bound, got {self}"
+        return None
+
+    def __str__(self) -> str:
+        low = f"> {self.gt:g}" if self.gt is not None else f">= {self.ge:g}" if self.ge is not None else ""
+        high = f"< {self.lt:g}" if self.lt is not None else f"<= {self.le:g}" if self.le is not None else ""
+        return " and ".join(part for part in (low, high) if part)
+
+
+@dataclass(frozen=True)
+class Hyperparameter:
+    name: str
+    type: type
+    default: Any
+    help: str = ""  # from the "Args:" section of the method's __init__ (or class) docstring
+    choices: tuple = ()  # from a typing.Literal annotation
+    # Words taken besides values of `type`, from `int | Literal["auto"]`: resolved by the
+    # method's `fit_to_backbone` before anything is built.
+    keywords: tuple[str, ...] = ()
+    range: Range | None = None  # from the method's `ranges`
+
+    @property
+    def type_name(self) -> str:
+        return " | ".join([self.type.__name__, *map(repr, self.keywords)])
+
+    def describe(self) -> str:
+        """'TYPE, one of a|b, default X: help' -- the one description --method-help and --describe show."""
+        kind = self.type_name + (f", one of {' | '.join(map(str, self.choices))}" if self.choices else "")
+        bounds = f", {self.range}" if self.range is not None else ""
+        return f"{kind}{bounds}; default {self.default!r}" + (f". {self.help}" if self.help else "")
+
+    def parse(self, text: str) -> Any:
+        """A command-line value: one of `keywords` as it is, else converted to `type`."""
+        if text in self.keywords:
+            return text
+        return parse_bool(text) if self.type is bool else self.type(text)
+
+
+def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
+    if isinstance(value, str) and value in h.keywords:
+        return value
+    converted = _convert(h, value, method)
+    if isinstance(converted, float) and not math.isfinite(converted):
+        # `--lr nan` would train a diverged model whose metrics sit at chance.
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be a finite number, got {value!r} "
+            f"(default {h.default!r})"
+        )
+    if h.choices and converted not in h.choices:
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be one of {', '.join(map(repr, h.choices))}, "
+            f"got {value!r}"
+        )
+    if h.range is not None and converted is not None and not h.range.contains(converted):
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} must be {h.range}, got {value!r} (default {h.default!r}); "
+            f"pass --{h.name.replace('_', '-')} with a value {h.range}"
+        )
+    return converted
+
+
+def _convert(h: Hyperparameter, value: Any, method: str) -> Any:
+    if (value is None and h.default is not None) or (h.type is not bool and isinstance(value, bool)):
+        # YAML `lr: true` is not a number, although Python's bool is an int; `lr: null` is no lr.
+        raise MethodError(
+            f"method {method!r}: hyperparameter {h.name!r} expects {h.type.__name__}, got {value!r} "
+            f"(default {h.default!r})"
+        )
+    if value is None or isinstance(value, h.type):
+        return value
+    try:
+        if h.type is bool:
+            return parse_bool(value)
+        if h.type in (int, float, str):
+            if h.type is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return h.type(value)
+    except (TypeError, ValueError):
+        pass
+    raise MethodError(
+        f"method {method!r}: hyperparameter {h.name!r} expects {h.type_name}, got {value!r} (default {h.default!r})"
+    )
+
+
+def is_method_file(spec: str) -> bool:
+    """`path/to/file.py` or `path/to/file.py:Class`: a method loaded from a file, unpackaged."""
+    return isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)
+
+
+def sources_digest() -> str:
+    """sha256 over the files the built-in methods' hyperparameters are read from."""
+    digest = hashlib.sha256()
+    files = sorted(p for s in SOURCES for p in ([s] if s.is_file() else s.rglob("*.py")))
+    for path in files:
+        digest.update(path.relative_to(ROOT).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def to_record(h: Hyperparameter) -> dict[str, Any]:
+    record = asdict(h)
+    record["type"] = h.type.__name__
+    record["range"] = None if h.range is None else {k: v for k, v in asdict(h.range).items() if v is not None}
+    return record
+
+
+def from_record(record: dict[str, Any]) -> Hyperparameter:
+    bounds = record["range"]
+    return Hyperparameter(
+        record["name"],
+        TYPES[record["type"]],
+        record["default"],
+        record["help"],
+        tuple(record["choices"]),
+        tuple(record["keywords"]),
+        None if bounds is None else Range(**bounds),
+    )
+
+
+def builtin_hyperparameters(method: str) -> list[Hyperparameter] | None:
+    """Method `method`'s hyperparameters from the manifest; None when it is not a built-in
+    method or the manifest does not match the sources (the caller then imports the classes)."""
+    try:
+        manifest = json.loads(MANIFEST.read_text())
+    except (OSError, ValueError):
+        return None
+    if method not in manifest.get("methods", {}) or manifest.get("sources_sha256") != sources_digest():
+        return None
+    return [from_record(r) for r in manifest["methods"][method]]
+
+
+def method_hyperparameters(method: str) -> list[Hyperparameter]:
+    """Method `method`'s hyperparameters: from the manifest for a built-in method, else read
+    from its class (which loads the methods, and torch)."""
+    found = None if is_method_file(method) else builtin_hyperparameters(method)
+    if found is None:
+        from benchmark.registry import get_method, hyperparameters
+
+        found = hyperparameters(get_method(method))
+    return found
+
+
+def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
+    """`method_args` validated against method `name` and type-converted (nothing is built)."""
+    known = {h.name: h for h in method_hyperparameters(name)}
+    args = dict(method_args or {})
+    unknown = sorted(set(args) - set(known))
+    if unknown:
+        raise MethodError(
+            f"method {name!r} has no hyperparameter {', '.join(map(repr, unknown))}. "
+            f"Its hyperparameters: {', '.join(known) or 'none'} (see `fedbench methods --describe {name}`)."
+        )
+    return {k: convert_value(known[k], v, name) for k, v in args.items()}
+
+
+def write_manifest() -> Path:
+    from benchmark.registry import builtin_methods, hyperparameters
+
+    methods = {name: [to_record(h) for h in hyperparameters(cls)] for name, cls in builtin_methods().items()}
+    text = json.dumps({"sources_sha256": sources_digest(), "methods": methods}, indent=1, sort_keys=True)
+    MANIFEST.write_text(text + "\n")
+    return MANIFEST
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_manifest()}")
