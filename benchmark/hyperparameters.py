@@ -5,7 +5,7 @@
 reads their `__init__` signatures, docstrings and `ranges`); for the built-in methods that
 reading is also kept in `methods/hyperparameters.json`, which the command line uses while
 it matches the method sources it was written from (a digest of them is stored beside it).
-`python -m benchmark.hyperparameters` writes it; a test fails when it is out of date.
+`python scripts/write_method_manifest.py` writes it; a test fails when it is out of date.
 """
 
 from __future__ import annotations
@@ -198,20 +198,11 @@ def builtin_hyperparameters(method: str) -> list[Hyperparameter] | None:
     return [from_record(r) for r in manifest["methods"][method]]
 
 
-def method_hyperparameters(method: str) -> list[Hyperparameter]:
-    """Method `method`'s hyperparameters: from the manifest for a built-in method, else read
-    from its class (which loads the methods, and torch)."""
-    found = None if is_method_file(method) else builtin_hyperparameters(method)
-    if found is None:
-        from benchmark.registry import get_method, hyperparameters
-
-        found = hyperparameters(get_method(method))
-    return found
-
-
-def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
-    """`method_args` validated against method `name` and type-converted (nothing is built)."""
-    known = {h.name: h for h in method_hyperparameters(name)}
+def check_values(
+    name: str, hyperparameters: list[Hyperparameter], method_args: dict[str, Any] | None
+) -> dict[str, Any]:
+    """`method_args` validated against method `name`'s `hyperparameters` and type-converted."""
+    known = {h.name: h for h in hyperparameters}
     args = dict(method_args or {})
     unknown = sorted(set(args) - set(known))
     if unknown:
@@ -220,16 +211,3 @@ def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str
             f"Its hyperparameters: {', '.join(known) or 'none'} (see `fedbench methods --describe {name}`)."
         )
     return {k: convert_value(known[k], v, name) for k, v in args.items()}
-
-
-def write_manifest() -> Path:
-    from benchmark.registry import builtin_methods, hyperparameters
-
-    methods = {name: [to_record(h) for h in hyperparameters(cls)] for name, cls in builtin_methods().items()}
-    text = json.dumps({"sources_sha256": sources_digest(), "methods": methods}, indent=1, sort_keys=True)
-    MANIFEST.write_text(text + "\n")
-    return MANIFEST
-
-
-if __name__ == "__main__":
-    print(f"wrote {write_manifest()}")

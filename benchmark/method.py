@@ -177,6 +177,11 @@ class FederatedMethod(L.LightningModule):
         before its first adapted one. May be set per instance in `__init__`.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
+      - `batched_evaluation`: evaluation may score many clients' states in one pass,
+        `torch.func.vmap` over `encode_classes`, `image_features` and `classify` with the
+        states stacked (`benchmark.evaluation.batched`) [True]. Set False when those hooks
+        cannot be vmapped: `.item()` or Python branches on tensor values, in-place writes to
+        the state. A run probes it first and falls back, with a warning, when it fails.
       - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
         "32-true" when the trained state changes the towers by less than bf16's matrix
         products blur them (pFedMMA, LoRA; docs/performance.md, Precision). On CPU, auto is "32-true".
@@ -208,6 +213,7 @@ class FederatedMethod(L.LightningModule):
     image_feature_kind: ClassVar[str] = "clip"
     frozen_image_blocks: int = 0
     evaluate_after_download: ClassVar[bool] = True
+    batched_evaluation: ClassVar[bool] = True
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}

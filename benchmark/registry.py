@@ -37,10 +37,12 @@ from benchmark.config import (
 from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_value: re-exported)
     Hyperparameter,
     MethodError,
-    check_method_args,
+    check_values,
     convert_value,
     is_method_file,
+    to_record,
 )
+from benchmark.hyperparameters import sources_digest as _sources_digest
 from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -61,6 +63,7 @@ CLASS_ATTRIBUTES = (
     "image_feature_kind",
     "frozen_image_blocks",
     "evaluate_after_download",
+    "batched_evaluation",
     "gpu_precision",
     "uses_class_attributes",
     "tunable",
@@ -284,6 +287,18 @@ def argument_docs(cls: type) -> dict[str, str]:
         if docs:
             return docs
     return docs
+
+
+def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str, Any]:
+    """`method_args` validated against method `name` and type-converted (nothing is built)."""
+    return check_values(name, hyperparameters(get_method(name)), method_args)
+
+
+def hyperparameter_manifest() -> dict[str, Any]:
+    """What methods/hyperparameters.json holds: the built-in methods' hyperparameters as
+    their classes say, and the digest of the sources they were read from."""
+    methods = {name: [to_record(h) for h in hyperparameters(cls)] for name, cls in builtin_methods().items()}
+    return {"sources_sha256": _sources_digest(), "methods": methods}
 
 
 def fit_method_args(name: str, method_args: dict[str, Any] | None, shape) -> dict[str, Any]:

@@ -154,6 +154,7 @@ class FedMVP(FederatedMethod):
         "flip_p": Range(ge=0, le=1),
     }
     upload_keys = ("text_proj.*", "promptformer.*", "lora.*")
+    batched_evaluation = False  # whether a client uses its LoRA is a Python branch on its state
     uses_class_attributes = True
 
     def __init__(

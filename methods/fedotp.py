@@ -135,6 +135,7 @@ class FedOTP(FederatedMethod):
         "max_iter": Range(ge=1),
     }
     upload_keys = ("global_ctx",)
+    batched_evaluation = False  # Sinkhorn stops on a tolerance checked with .item(): per client
     frozen_image_features = True
     image_feature_kind = "patches"  # [M, D] per image, not the pooled feature
 

@@ -46,12 +46,18 @@ FEDERATE = {"shared": ("shared.*",), "all": ("*",), "none": ()}
 
 
 class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; the gradient is multiplied by `factor` on the way back."""
+    """Identity forward; the gradient is multiplied by `factor` on the way back. In the
+    setup_context form, which torch.func (vmap: batched evaluation) requires."""
+
+    generate_vmap_rule = True
 
     @staticmethod
-    def forward(ctx, x: Tensor, factor: float) -> Tensor:
-        ctx.factor = factor
+    def forward(x: Tensor, factor: float) -> Tensor:
         return x.view_as(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        ctx.factor = inputs[1]
 
     @staticmethod
     def backward(ctx, grad: Tensor):

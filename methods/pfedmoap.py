@@ -126,6 +126,7 @@ class PFedMoAP(FederatedMethod):
         "gate_lr": Range(gt=0),
     }
     upload_keys = ("ctx",)
+    batched_evaluation = False  # how many downloaded experts are valid is read with int(expert_count)
     frozen_image_features = True
     evaluate_after_download = False
 

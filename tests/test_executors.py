@@ -76,9 +76,14 @@ def local_sweep(tmp_path_factory, toy_test_checkpoint):
     return folder
 
 
-def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys):
+def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys, monkeypatch):
     import torch
 
+    import benchmark.sweeps.executors.local as local
+
+    # As on a machine with two GPUs (the cells' device is auto, which is the CPU here): each
+    # worker is given one of them.
+    monkeypatch.setattr(local, "gpu_count", lambda: 2)
     threads = torch.get_num_threads()  # the reference's, so that every bit can be compared
     # With data-loader workers of their own (which a daemon process could not start):
     assert (
@@ -91,8 +96,42 @@ def test_local_workers_render_the_local_table(local_sweep, tmp_path, capsys):
     assert "ran 4 runs, 0 were already done" in out
     assert (tmp_path / "results" / "table.csv").read_bytes() == (local_sweep / "results" / "table.csv").read_bytes()
     assert run_files(tmp_path) == run_files(local_sweep)  # every loss and accuracy, not only the table
+    given = set()
     for run in (tmp_path / "runs").glob("*_seed*"):
-        assert json.loads((run / "environment.json").read_text())["torch_threads"] == threads
+        environment = json.loads((run / "environment.json").read_text())
+        assert environment["torch_threads"] == threads
+        given.add(environment["cuda_visible_devices"])
+    assert given == {"0", "1"}  # two workers, one GPU each
+
+
+def test_local_workers_spread_over_the_gpus():
+    from benchmark.sweeps.executors.local import least_used_gpu
+
+    taken: list = []
+    for _ in range(6):
+        taken.append(least_used_gpu(4, taken))
+    assert taken == ["0", "1", "2", "3", "0", "1"]
+    assert least_used_gpu(2, ["0", "0", "1"]) == "1" and least_used_gpu(0, []) is None
+
+
+def test_gpus_per_cell_shares_a_gpu_among_ray_tasks(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from benchmark.sweeps.executors.ray import RayExecutor
+
+    def job(device: str) -> SimpleNamespace:  # what `resources` reads of a CellJob
+        return SimpleNamespace(cell=SimpleNamespace(config=SimpleNamespace(device=device)), threads=2)
+
+    assert RayExecutor(gpus_per_cell=0.25).resources(job("auto"), gpus=1, node_cpus=4) == {
+        "num_gpus": 0.25,
+        "num_cpus": 1,
+    }
+    assert RayExecutor().resources(job("auto"), gpus=1, node_cpus=4)["num_gpus"] == 1.0
+    assert RayExecutor(gpus_per_cell=0.25).resources(job("cpu"), gpus=1, node_cpus=4) == {"num_cpus": 2}
+    for bad in ("0", "1.5", "many"):
+        with pytest.raises(SystemExit) as stop:
+            reproduce(tmp_path, write_sweep(tmp_path), "--executor", "ray", "--gpus-per-cell", bad)
+        assert stop.value.code == 2 and "expected a fraction of a GPU in (0, 1]" in capsys.readouterr().err
 
 
 def test_local_workers_divide_this_process_threads_unless_told():
@@ -488,6 +527,7 @@ def test_a_missing_engine_names_its_extra(executor, module, tmp_path, monkeypatc
         (["--executor", "slurm", "--slurm-time", "soon"], "--slurm-time takes minutes"),
         (["--executor", "ray", "--device", "cuda:1"], "device cuda:1 pins every cell to one GPU"),
         (["--executor", "ray", "--workers", "2"], "--workers only apply to --executor local"),
+        (["--gpus-per-cell", "0.5"], "--gpus-per-cell only apply to --executor ray"),
     ],
 )
 def test_flags_that_do_not_fit_the_executor_are_refused(flags, message, tmp_path, capsys):

@@ -129,9 +129,20 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def method_parser(method: str) -> argparse.ArgumentParser:
-    from benchmark.hyperparameters import method_hyperparameters
+def method_hyperparameters(method: str) -> list:
+    """Method `method`'s hyperparameters: for a built-in method from methods/hyperparameters.json
+    while it matches the sources (no torch), else read from its class (which loads torch)."""
+    from benchmark.hyperparameters import builtin_hyperparameters, is_method_file
 
+    found = None if is_method_file(method) else builtin_hyperparameters(method)
+    if found is None:
+        from benchmark.registry import get_method, hyperparameters
+
+        found = hyperparameters(get_method(method))
+    return found
+
+
+def method_parser(method: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False, allow_abbrev=False)
     for h in method_hyperparameters(method):
         parser.add_argument(
@@ -176,7 +187,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 f"{method!r}; its flags are listed by `fedbench run --method {method} --method-help`"
             )
         method_flags = vars(parsed)
-    from benchmark.hyperparameters import check_method_args, is_method_file
+    from benchmark.hyperparameters import check_values, is_method_file
 
     config = build_config(yaml_layer, flag_layer, {"method_args": method_flags})
     if is_method_file(config.method):
@@ -184,7 +195,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
         config = resolve_method_file(config)
     # Before any model or data is loaded, and for a built-in method before torch is.
-    check_method_args(config.method, config.method_args)
+    check_values(config.method, method_hyperparameters(config.method), config.method_args)
     return config
 
 

@@ -10,6 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from benchmark import flops, shortcuts
+from benchmark.evaluation.batched import MAX_CLIENTS_PER_PASS, BatchedScorer, probe, warn_unbatched
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
@@ -39,6 +40,9 @@ class Evaluator:
     clients share one state, pay for Base and Novel once instead of once per client. The
     loaded state's class features are kept per class set, so two metrics over the same
     classes (Local and Base both classify over all base classes) encode them once.
+
+    With `batched`, `score_together` fills the memo for many states at once (one vmapped
+    pass per image batch, `benchmark.evaluation.batched`) where the method allows it.
     """
 
     def __init__(
@@ -48,12 +52,17 @@ class Evaluator:
         cache: FeatureCache | None,
         batch_size: int = 256,
         num_workers: int = 0,
+        batched: bool = False,
     ) -> None:
         self.method = method
         self.test = test
         self.cache = cache
         self.batch_size = batch_size
         self.num_workers = num_workers
+        self.scorer = None
+        if batched and method.batched_evaluation and method.state_dict():  # no state: one model for all
+            self.scorer = BatchedScorer(method, test, cache, batch_size, num_workers)
+        self._probed = False
         self._memo: dict[tuple, float] = {}
         self._classes: dict[tuple, Any] = {}  # (fingerprint, class ids) -> class features, loaded state only
 
@@ -62,6 +71,40 @@ class Evaluator:
         fingerprint = _fingerprint(state)
         self._classes = {k: v for k, v in self._classes.items() if k[0] == fingerprint}
         return lambda indices, class_ids: self._accuracy(fingerprint, indices, class_ids)
+
+    def score_together(self, wanted: Sequence[tuple[State, Sequence[int], Sequence[int]]]) -> None:
+        """Memoize the accuracies (state, test indices, class ids) in `wanted` asks for, the
+        states that share indices and classes in one batched pass (at most
+        `MAX_CLIENTS_PER_PASS` at once). Nothing when batching is off or not possible for
+        this method; the first call probes it (`benchmark.evaluation.batched.probe`)."""
+        if self.scorer is None:
+            return
+        groups: dict[tuple, dict[str, State]] = {}
+        for state, indices, class_ids in wanted:
+            fingerprint = _fingerprint(state)
+            key = (tuple(indices), tuple(class_ids))
+            if (fingerprint, *key) not in self._memo:
+                groups.setdefault(key, {})[fingerprint] = state
+        for (indices, class_ids), states in groups.items():
+            if len(states) < 2 or not indices:
+                continue  # nothing to batch: `load` scores it
+            domain = scored_domain(self.test, indices) if self.method.uses_class_attributes else None
+            self.method.scored_domain = domain
+            try:
+                if not self._probed:
+                    self._probed = True
+                    reason = probe(self.scorer, list(states.values())[:2], indices, class_ids)
+                    if reason is not None:
+                        warn_unbatched(self.method, reason)
+                        self.scorer = None
+                        return
+                fingerprints = list(states)
+                for start in range(0, len(fingerprints), MAX_CLIENTS_PER_PASS):
+                    part = fingerprints[start : start + MAX_CLIENTS_PER_PASS]
+                    scores = self.scorer.accuracies([states[f] for f in part], indices, class_ids)
+                    self._memo.update({(f, indices, class_ids): s for f, s in zip(part, scores)})
+            finally:
+                self.method.scored_domain = None
 
     def _accuracy(self, fingerprint: str, indices: Sequence[int], class_ids: Sequence[int]) -> float:
         key = (fingerprint, tuple(indices), tuple(class_ids))

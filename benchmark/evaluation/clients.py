@@ -27,6 +27,18 @@ def evaluate_clients(
     progress: bool = True,
 ) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
     """Every client's personalized model under the protocol's metrics, then the summary."""
+    if evaluator.scorer is not None:
+        # What each client's metrics will ask for, scored for all clients at once first.
+        wanted = []
+        for client in partition.clients:
+            state = client_states[client.client_id]
+
+            def ask(indices, class_ids, state=state) -> float:
+                wanted.append((state, list(indices), list(class_ids)))
+                return 50.0  # a placeholder: only the questions are kept
+
+            protocol.client_metrics(ask, client, partition, dataset)
+        evaluator.score_together(wanted)
     per_client: dict[int, dict[str, float]] = {}
     clients = progress_bar(
         partition.clients, desc="evaluating clients", unit="clients", enabled=progress, nested=True, leave=False

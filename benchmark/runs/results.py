@@ -86,6 +86,10 @@ def environment(method: str | None = None, device: str | None = None) -> dict[st
         "torch_threads": torch.get_num_threads(),
         # The GPU model: two GPUs of different kinds round differently (tables note a mix).
         **({"device_name": torch.cuda.get_device_name(device)} if device and device.startswith("cuda") else {}),
+        # The GPUs the process was given (a sweep's local workers get one each).
+        **(
+            {"cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"]} if "CUDA_VISIBLE_DEVICES" in os.environ else {}
+        ),
     }
 
 

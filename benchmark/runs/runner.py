@@ -189,7 +189,12 @@ class PreparedRun:
         """One evaluator for every evaluated round: it memoizes by state, so a client whose
         state did not change (or a global method's shared state) is scored once."""
         return Evaluator(
-            self.method, self.dataset.test, _FEATURES, self.config.eval_batch_size, self.config.num_workers
+            self.method,
+            self.dataset.test,
+            _FEATURES,
+            self.config.eval_batch_size,
+            self.config.num_workers,
+            batched=self.config.batched_evaluation,
         )
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from collections import deque
 from typing import TYPE_CHECKING, Iterator
@@ -21,7 +22,9 @@ class LocalExecutor:
     default), or `workers` at a time, each in a worker process (spawned, so that no torch
     thread pool or lock is copied half-held) that runs the cells it is sent one at a time.
     Small models use a core badly through many threads (per-op overhead), so a few cells
-    side by side with a thread each finish sooner than one after another with them all."""
+    side by side with a thread each finish sooner than one after another with them all.
+    On a machine with GPUs each worker sees one of them (CUDA_VISIBLE_DEVICES), the workers
+    spread evenly: `--workers 8` on 4 GPUs runs two cells on each."""
 
     summary = "one cell after another in this process"
     extra = None
@@ -37,7 +40,7 @@ class LocalExecutor:
             type=positive_int,
             metavar="N",
             help="local: run N cells at a time, each in a worker process of this machine (default: 1, one after "
-            "another in this process)",
+            "another in this process); on a GPU machine the workers are spread over its GPUs, one GPU each",
         )
 
     @classmethod
@@ -65,11 +68,12 @@ def _run_in_workers(jobs: list[CellJob], started: Started, count: int) -> Iterat
     context = multiprocessing.get_context("spawn")
     waiting = deque(jobs)
     workers: list[_Worker] = []
+    gpus = gpu_count() if any(job.cell.config.device != "cpu" for job in jobs) else 0
     try:
         while True:
             idle = [w for w in workers if w.job is None]
             while waiting and (idle or len(workers) < count):
-                worker = idle.pop() if idle else _Worker(context)
+                worker = idle.pop() if idle else _Worker(context, least_used_gpu(gpus, [w.gpu for w in workers]))
                 if worker not in workers:
                     workers.append(worker)
                 job = waiting.popleft()
@@ -96,14 +100,29 @@ def _run_in_workers(jobs: list[CellJob], started: Started, count: int) -> Iterat
             worker.close()
 
 
-class _Worker:
-    """A worker process of `LocalExecutor` and the job it is running (None: idle)."""
+def gpu_count() -> int:
+    import torch
 
-    def __init__(self, context) -> None:
+    return torch.cuda.device_count()  # from the driver: no CUDA context in the sweep's process
+
+
+def least_used_gpu(gpus: int, taken: list[str | None]) -> str | None:
+    """The GPU (its index, as CUDA_VISIBLE_DEVICES takes it) the fewest workers see; None without GPUs."""
+    if not gpus:
+        return None
+    return str(min(range(gpus), key=lambda g: (taken.count(str(g)), g)))
+
+
+class _Worker:
+    """A worker process of `LocalExecutor`, the GPU it sees (None: all, or none) and the job
+    it is running (None: idle)."""
+
+    def __init__(self, context, gpu: str | None = None) -> None:
         self.conn, child = context.Pipe()
+        self.gpu = gpu
         # Not a daemon, which could not start a cell's data-loader workers; it still ends with
         # the sweep, even one killed, as its pipe then closes.
-        self.process = context.Process(target=_serve, args=(child,), name="fedbench-cell-worker")
+        self.process = context.Process(target=_serve, args=(child, gpu), name="fedbench-cell-worker")
         self.process.start()
         child.close()
         self.job: CellJob | None = None
@@ -161,8 +180,11 @@ def _stop_cell(signum, frame) -> None:
         raise RunInterrupted(signum)
 
 
-def _serve(conn) -> None:
-    """A worker's loop: run each cell received, send back its outcome, until the pipe closes."""
+def _serve(conn, gpu: str | None = None) -> None:
+    """A worker's loop: run each cell received, send back its outcome, until the pipe closes.
+    `gpu`: the one GPU this worker's cells see (set before anything starts CUDA)."""
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     from benchmark.sweeps.executors.cells import Outcome, run_cell  # lazy: fedbench --help imports no torch
 
     global _cell_running, _stopping

@@ -64,12 +64,28 @@ def _stops_noted() -> Iterator[list[int]]:
                 signal.signal(signum, handler)
 
 
+def gpu_share(text: str) -> float:
+    """--gpus-per-cell: a fraction of one GPU (0 < F <= 1) or a whole number of GPUs, as Ray takes them."""
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= 1 or (value > 1 and value.is_integer())):
+        raise argparse.ArgumentTypeError(
+            f"expected a fraction of a GPU in (0, 1] or a whole number of GPUs, got {text!r}"
+        )
+    return value
+
+
 @register_executor("ray")
 class RayExecutor:
     """Every cell a Ray task, on the cluster at `address` (ray.init(address=...)) or on a Ray
     instance started here over every CPU and GPU of this machine (one already initialized in
-    this process is used as it is). A cell takes one GPU where the cluster has GPUs (unless
-    its device is cpu), else `threads` CPUs. A task whose worker dies (a node lost) is retried
+    this process is used as it is). A cell takes `gpus_per_cell` GPUs where the cluster has
+    GPUs (unless its device is cpu): 1 by default, a fraction such as 0.25 to run four cells
+    on each GPU; else `threads` CPUs. A task whose worker dies (a node lost) is retried
     by Ray (MAX_RETRIES times) and resumes from the cell's round checkpoint. A stop (Ctrl-C,
     SIGTERM) cancels the tasks still pending or running."""
 
@@ -77,9 +93,12 @@ class RayExecutor:
     extra = "ray"
     waits = True
 
-    def __init__(self, address: str | None = None, cpus_per_cell: int | None = None) -> None:
+    def __init__(
+        self, address: str | None = None, cpus_per_cell: int | None = None, gpus_per_cell: float = 1.0
+    ) -> None:
         self.address = address
         self.cpus_per_cell = cpus_per_cell
+        self.gpus_per_cell = gpus_per_cell
 
     @classmethod
     def add_arguments(cls, group) -> None:
@@ -89,10 +108,17 @@ class RayExecutor:
             help="join this Ray cluster (ray.init(address=ADDR), e.g. auto or HOST:6379; default: $RAY_ADDRESS, "
             "else start a local Ray instance over this machine's CPUs and GPUs)",
         )
+        group.add_argument(
+            "--gpus-per-cell",
+            type=gpu_share,
+            metavar="F",
+            help="ray: GPUs each cell reserves where the cluster has GPUs: a fraction shares one, e.g. 0.25 runs "
+            "four cells on each GPU (memory permitting; default: 1)",
+        )
 
     @classmethod
     def from_args(cls, args) -> "RayExecutor":
-        return cls(args.ray_address, args.cpus_per_cell)
+        return cls(args.ray_address, args.cpus_per_cell, args.gpus_per_cell or 1.0)
 
     def run(self, jobs: list[CellJob], started: Started) -> Iterator[tuple[CellJob, Outcome]]:
         from benchmark.sweeps.executors.cells import lost  # lazy: fedbench --help imports no torch
@@ -145,7 +171,7 @@ class RayExecutor:
 
     def resources(self, job: CellJob, gpus: float, node_cpus: float) -> dict[str, float]:
         if gpus and job.cell.config.device != "cpu":
-            return {"num_gpus": 1, "num_cpus": self.cpus_per_cell or 1}
+            return {"num_gpus": self.gpus_per_cell, "num_cpus": self.cpus_per_cell or 1}
         if job.threads > node_cpus:
             raise ConfigError(
                 f"each cell computes with {job.threads} CPU threads but no Ray node has more than {node_cpus:g} CPUs; "

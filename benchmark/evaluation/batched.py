@@ -1,0 +1,244 @@
+"""Every client's model on a test batch in one pass.
+
+In evaluation every client's personalized model scores the same test images over the same
+classes (Base, Novel) or its own (Local). Client by client that is K small passes, whose
+cost on a CPU or a large GPU is per-operation overhead more than arithmetic. Here the
+clients' states are stacked along a leading dimension and `torch.func.vmap` runs the
+method's own `encode_classes`, `image_features` and `classify` once for all of them
+(`functional_call` swaps the stacked state in): the same code, each operation K times wider.
+
+Not bit-identical to scoring client by client (a batched matrix product may sum in
+another order), so it is a run setting in a cell's identity (`RunConfig.batched_evaluation`,
+`--no-batched-evaluation`). A method that cannot be vmapped (data-dependent Python on
+tensor values, in-place writes to its state, tensors kept on `self` in a forward) sets
+`batched_evaluation = False`; one that fails or disagrees in the probe a run does on its
+first evaluation is scored client by client with a warning naming why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+from torch.func import functional_call, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.data import DataLoader, Subset
+
+from benchmark import flops, shortcuts
+from benchmark.federation.features import FeatureCache
+from benchmark.method import FederatedMethod, State
+from data.base import LabeledImages
+
+# States scored in one pass: activations take this many times those of one client's pass.
+MAX_CLIENTS_PER_PASS = 8
+# The probe: batched logits must equal client-by-client ones to this relative tolerance.
+PROBE_RTOL = 1e-5
+
+
+@contextlib.contextmanager
+def _batchable_attention() -> Iterator[None]:
+    """Attention as matrix products and a softmax, which vmap batches: vmap has no rule for
+    CPU's fused attention kernel nor for nn.MultiheadAttention's inference fast path, and
+    runs those one client at a time (a "performance drop" warning)."""
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+class _Calls(nn.Module):
+    """Runs `fn(method, *args)` as its forward, so that `functional_call` can swap the
+    method's state for one client's (a slice of the stacked states under vmap)."""
+
+    def __init__(self, method: FederatedMethod) -> None:
+        super().__init__()
+        self.method = method
+
+    def forward(self, fn: Callable, *args: Any) -> Any:
+        return fn(self.method, *args)
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """Class features of K states: `rebuild(tensors)` is one state's `encode_classes` output
+    from its slices of `tensors` (each stacked along a leading K)."""
+
+    rebuild: Callable[[list], Any]
+    tensors: tuple
+
+
+def _split(obj: Any) -> tuple[list, Callable[[list], Any]]:
+    """The tensors inside `obj` (tensors, tuples, lists, dicts, dataclasses of them) and a
+    function putting other tensors in their places; what is not a tensor is kept as is."""
+    if isinstance(obj, torch.Tensor):
+        return [obj], lambda ts: ts[0]
+    if isinstance(obj, (tuple, list, dict)) or dataclasses.is_dataclass(obj):
+        if isinstance(obj, dict):
+            keys, values = list(obj), list(obj.values())
+        elif isinstance(obj, (tuple, list)):
+            keys, values = None, list(obj)
+        else:
+            keys = [f.name for f in dataclasses.fields(obj)]
+            values = [getattr(obj, k) for k in keys]
+        parts = [_split(v) for v in values]
+        tensors = [t for found, _ in parts for t in found]
+
+        def rebuild(ts: list) -> Any:
+            out, at = [], 0
+            for found, inner in parts:
+                out.append(inner(ts[at : at + len(found)]))
+                at += len(found)
+            if isinstance(obj, dict):
+                return dict(zip(keys, out))
+            if isinstance(obj, (tuple, list)):
+                return type(obj)(out)
+            return dataclasses.replace(obj, **dict(zip(keys, out)))
+
+        return tensors, rebuild
+    return [], lambda ts: obj
+
+
+def stack_states(states: Sequence[State]) -> State:
+    """The clients' states stacked along a new leading dimension, key by key."""
+    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
+
+
+class BatchedScorer:
+    """Scores K client states of `method` at once: `accuracies(states, indices, class_ids)`
+    returns each state's top-1 accuracy (%), as `benchmark.evaluation.accuracy.accuracy`
+    would for each state loaded in turn."""
+
+    def __init__(
+        self,
+        method: FederatedMethod,
+        split: LabeledImages,
+        cache: FeatureCache | None,
+        batch_size: int = 256,
+        num_workers: int = 0,
+    ) -> None:
+        self.method = method
+        self.split = split
+        self.cache = cache
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self._calls = _Calls(method)
+
+    @torch.no_grad()
+    def class_features(self, stacked: State, class_ids: Sequence[int]) -> "_Classes":
+        """Each state's `encode_classes` of classes `class_ids`: its tensors stacked, what is
+        not a tensor (FedCoCoOp's class names) kept once."""
+        names = [self.split.class_names[c] for c in class_ids]
+        self.method.eval()
+        shape: list[Callable] = []
+
+        def one(state: State) -> Any:
+            out = functional_call(self._calls, state, (lambda m: m.encode_classes(names),), strict=False)
+            tensors, rebuild = _split(out)
+            shape[:] = [rebuild]
+            return tuple(tensors) if tensors else torch.zeros(())  # vmap needs a tensor out
+
+        with _batchable_attention():
+            out = vmap(one)({f"method.{k}": v for k, v in stacked.items()})
+        return _Classes(shape[0], out if isinstance(out, tuple) else ())
+
+    @torch.no_grad()
+    def logits(self, stacked: State, inputs: Any, classes: "_Classes") -> torch.Tensor:
+        """[K, B, C]: each state's logits for a batch of inputs (images, cached features or
+        an image prefix), shared by all states."""
+        self.method.eval()
+
+        def one(state: State, tensors: tuple) -> torch.Tensor:
+            own = classes.rebuild(list(tensors))
+            return functional_call(
+                self._calls, state, (lambda m: m.classify(m.image_features(inputs), own),), strict=False
+            )
+
+        with _batchable_attention():
+            return vmap(one)({f"method.{k}": v for k, v in stacked.items()}, classes.tensors)
+
+    @torch.no_grad()
+    def accuracies(self, states: Sequence[State], indices: Sequence[int], class_ids: Sequence[int]) -> list[float]:
+        indices = list(indices)
+        if not indices:
+            return [float("nan")] * len(states)
+        to_local = {c: i for i, c in enumerate(class_ids)}
+        stray = next((i for i in indices if self.split.labels[i] not in to_local), None)
+        if stray is not None:
+            raise ValueError(
+                f"image {stray} of {self.split.name} has label {self.split.labels[stray]}, not among the classes scored"
+            )
+        stacked = stack_states(states)
+        with flops.charge("evaluation"):
+            classes = self.class_features(stacked, class_ids)
+        targets = torch.tensor([to_local[self.split.labels[i]] for i in indices])
+        correct = torch.zeros(len(states), dtype=torch.long)
+        for inputs, start in self.batches(indices):
+            with flops.charge("evaluation"):
+                predicted = self.logits(stacked, inputs, classes).argmax(-1).cpu()
+            correct += (predicted == targets[start : start + predicted.shape[1]]).sum(-1)
+        return [100.0 * c / len(indices) for c in correct.tolist()]
+
+    def batches(self, indices: list[int]):
+        """(inputs, start) over `indices` in batches: frozen features or the frozen image
+        prefix from the cache where the method allows it, else images (as `accuracy` does)."""
+        method, device = self.method, self.method.device
+        prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0
+        if self.cache is not None and method.frozen_image_features:
+            features = self.cache.features(method, self.split, indices)[indices]
+            for start in range(0, len(indices), self.batch_size):
+                yield features[start : start + self.batch_size].to(device), start
+        elif self.cache is not None and prefix_blocks > 0:
+            for start in range(0, len(indices), self.batch_size):
+                batch = indices[start : start + self.batch_size]
+                yield self.cache.image_prefix(method.backbone, self.split, batch, prefix_blocks, device), start
+        else:
+            loader = DataLoader(Subset(self.split, indices), batch_size=self.batch_size, num_workers=self.num_workers)
+            start = 0
+            for images, _ in loader:
+                yield images.to(device), start
+                start += len(images)
+
+
+def probe(
+    scorer: BatchedScorer, states: Sequence[State], indices: Sequence[int], class_ids: Sequence[int]
+) -> str | None:
+    """Why batched scoring cannot stand in for client-by-client scoring of this method
+    (an error, or logits differing beyond PROBE_RTOL on one batch), or None when it can."""
+    method = scorer.method
+    saved = method.client_state()
+    indices = list(indices)[: min(8, scorer.batch_size)]
+    try:
+        stacked = stack_states(states)
+        inputs, _ = next(scorer.batches(indices))
+        with torch.no_grad():
+            batched = scorer.logits(stacked, inputs, scorer.class_features(stacked, class_ids))
+            names = [scorer.split.class_names[c] for c in class_ids]
+            for k, state in enumerate(states):
+                method.load_client_state(state)
+                method.eval()
+                alone = method.classify(method.image_features(inputs), method.encode_classes(names))
+                scale = alone.abs().max().clamp_min(1e-12)
+                if not torch.allclose(batched[k].float(), alone.float(), rtol=PROBE_RTOL, atol=PROBE_RTOL * scale):
+                    difference = ((batched[k].float() - alone.float()).abs().max() / scale).item()
+                    return f"batched logits differ from client-by-client ones by {difference:.1e} (relative)"
+    except Exception as exc:  # vmap refuses what it cannot batch: any error means client by client
+        return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    finally:
+        method.load_client_state(saved)
+    return None
+
+
+def warn_unbatched(method: FederatedMethod, reason: str) -> None:
+    warnings.warn(
+        f"method {method.name!r}: its clients are evaluated one by one, not in one batched pass ({reason}); "
+        "set batched_evaluation = False on the class to skip this check",
+        stacklevel=2,
+    )
