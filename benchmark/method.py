@@ -177,7 +177,8 @@ class FederatedMethod(L.LightningModule):
         before its first adapted one. May be set per instance in `__init__`.
       - `evaluate_after_download`: evaluate each client with the final download applied
         [True]; False evaluates the state its last local training left.
-      - `batched_evaluation`: evaluation may score many clients' states in one pass,
+      - `batched_evaluation`: evaluation may score many clients' states in one pass
+        (when a run asks for it: `--batched-evaluation true`),
         `torch.func.vmap` over `encode_classes`, `image_features` and `classify` with the
         states stacked (`benchmark.evaluation.batched`) [True]. Set False when those hooks
         cannot be vmapped: `.item()` or Python branches on tensor values, in-place writes to

@@ -136,3 +136,13 @@ def test_a_method_vmap_cannot_batch_is_evaluated_one_by_one_with_a_warning(fake_
     assert evaluator.scorer is None
     alone = Evaluator(run.method, run.dataset.test, FeatureCache(progress=False), 16, batched=False)
     assert together == evaluate_clients(alone, run.protocol, run.dataset, run.partition, states, progress=False)[0]
+
+
+def test_flower_refuses_batched_evaluation(fedbench, tmp_path):
+    """A Flower node holds one client: there is nothing to batch, and the flag must not
+    quietly mean nothing (refused before Flower or a model loads)."""
+    done = fedbench(
+        "flower", "--method", "promptfl", "--batched-evaluation", "true", "--out", tmp_path, "--wandb", "disabled"
+    )
+    assert done.returncode == 2 and "a Flower node holds one client" in done.stderr
+    assert not list(tmp_path.iterdir())

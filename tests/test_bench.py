@@ -50,7 +50,8 @@ def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbe
     out = tmp_path / "perf.md"
     done = fedbench("bench", "--quick", "--out", out, "--methods", "promptfl", "pfedmoap")
     report = out.read_text()
-    for section in ("FLOPs of the Table 1 schedule on " + TINY, "By source", "Framework share", "shortcuts on and off"):
+    sections = ("FLOPs of the Table 1 schedule on " + TINY, "By source", "Framework share", "shortcuts on and off")
+    for section in (*sections, "clients batched and one by one"):
         assert section in report
     assert "| promptfl |" in report and "| pfedmoap |" in report
     assert done.returncode == (1 if "NOT met" in report else 0)

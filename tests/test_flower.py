@@ -137,8 +137,7 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
     ]
     for method, args, parallel in (("promptfl", [], "1"), ("pfedmma", ["--first-block", "2", "--lr", "0.1"], "2")):
         folders = {}
-        # A Flower node scores its one client: fedbench flower runs with --no-batched-evaluation.
-        for engine, extra in (("run", ["--no-batched-evaluation"]), ("flower", ["--parallel", parallel])):
+        for engine, extra in (("run", []), ("flower", ["--parallel", parallel])):
             done = fedbench(engine, "--method", method, *args, *toy, "--out", tmp_path / engine, *extra)
             assert done.returncode == 0, done.stderr
             (folders[engine],) = (tmp_path / engine).glob(f"{method}_toy_*")
@@ -254,7 +253,7 @@ def test_flower_under_partial_participation_equals_fedbench_run(fedbench, toy_te
         "uniform",
     ]
     folders = {}
-    for engine, extra in (("run", ["--no-batched-evaluation"]), ("flower", ["--parallel", "2"])):
+    for engine, extra in (("run", []), ("flower", ["--parallel", "2"])):
         done = fedbench(engine, *flags, "--out", tmp_path / engine, *extra)
         assert done.returncode == 0, done.stderr
         (folders[engine],) = (tmp_path / engine).glob("pfedmoap_toy_*")

@@ -9,7 +9,10 @@ method's own `encode_classes`, `image_features` and `classify` once for all of t
 
 Not bit-identical to scoring client by client (a batched matrix product may sum in
 another order), so it is a run setting in a cell's identity (`RunConfig.batched_evaluation`,
-`--no-batched-evaluation`). A method that cannot be vmapped (data-dependent Python on
+`--batched-evaluation true`). Off by default: on a 2-core CPU the wider passes were slower
+than client by client for pFedMMA and PromptFL and faster for LoRA (`fedbench bench`,
+results/perf.md); where per-operation overhead dominates (small batches on a large GPU)
+is where it is meant to pay. A method that cannot be vmapped (data-dependent Python on
 tensor values, in-place writes to its state, tensors kept on `self` in a forward) sets
 `batched_evaluation = False`; one that fails or disagrees in the probe a run does on its
 first evaluation is scored client by client with a warning naming why.

@@ -58,6 +58,8 @@ def run(args) -> int:
     worst, worst_ratio = perf.worst_ratio(reports)
     print("timing runs with the shortcuts on and off ...", flush=True)
     walls = _shortcut_walls(args.quick)
+    print("timing evaluation with the clients batched and one by one ...", flush=True)
+    batched = _batched_evaluation_walls(args.quick)
     load_after = os.getloadavg()
 
     cpu = _cpu_name()
@@ -128,6 +130,22 @@ def run(args) -> int:
         "| run | shortcuts on | plain path | plain / on |",
         "|---|---:|---:|---:|",
         *[f"| {w['name']} | {w['on']:.2f} s | {w['off']:.2f} s | {w['off'] / w['on']:.2f}x |" for w in walls],
+        "",
+        "## Evaluation: clients batched and one by one",
+        "",
+        "A round's evaluation of every client (Local, Base, Novel under base2novel), with each client's state "
+        "moved apart by seeded noise, timed with `--batched-evaluation` on (one vmapped pass for the clients "
+        "that share test images and classes, `benchmark/evaluation/batched.py`) and off, alternated in one "
+        "process after one untimed pass of each (features and image prefixes cached); the median of three. "
+        "Both give the same per-client metrics (checked here). Training is client by client in both.",
+        "",
+        "| evaluation | clients | test images | batched | one by one | one by one / batched |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[
+            f"| {b['name']} | {b['clients']} | {b['images']} | {b['batched']:.2f} s | {b['sequential']:.2f} s | "
+            f"{b['sequential'] / b['batched']:.2f}x |"
+            for b in batched
+        ],
         "",
         "FLOP counting's own cost: a training step counted takes ~3-5x its time on the toy CLIP (Python per "
         "operation); runs count each kind of step once (`benchmark/flops.py`). "
@@ -279,6 +297,73 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
         shares=[m["share"] for m in measured],
         spread=statistics.pstdev([m["share"] for m in measured]),
     )
+
+
+def _batched_evaluation_walls(quick: bool) -> list[dict]:
+    import statistics
+    import time
+
+    import torch
+
+    from benchmark import shortcuts
+    from benchmark.config import build_config
+    from benchmark.evaluation.accuracy import Evaluator
+    from benchmark.evaluation.clients import evaluate_clients
+    from benchmark.runs.runner import _FEATURES, prepare_run
+
+    if quick:
+        base = dict(dataset="toy", backbone="fedbench-tiny-vit", pretrained="none", shots=4, clients=4, seed=1)
+        runs = [("promptfl, tiny CLIP", "promptfl", {})]
+    else:
+        base = dict(dataset="toy", clients=8, seed=1)
+        runs = [
+            ("pfedmma, toy world", "pfedmma", {"first_block": 2}),
+            ("promptfl, toy world", "promptfl", {}),
+            ("lora, toy world", "lora", {}),
+        ]
+    walls = []
+    for name, method, method_args in runs:
+        config = build_config({**base, "method": method, "wandb": "disabled"}, {"method_args": method_args})
+        with shortcuts.use(config.shortcuts):
+            run = prepare_run(config, progress=False, train_features=False)
+            states = {}
+            for client in run.partition.clients:  # personal states, apart from each other
+                generator = torch.Generator().manual_seed(client.client_id)
+                with torch.no_grad():
+                    for parameter in run.method.parameters():
+                        if parameter.requires_grad:
+                            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.01)
+                states[client.client_id] = run.method.client_state()
+
+            def evaluate(batched: bool) -> tuple[float, dict]:
+                evaluator = Evaluator(  # a fresh one: nothing memoized
+                    run.method, run.dataset.test, _FEATURES, config.eval_batch_size, batched=batched
+                )
+                started = time.perf_counter()
+                per_client, _ = evaluate_clients(
+                    evaluator, run.protocol, run.dataset, run.partition, states, progress=False
+                )
+                return time.perf_counter() - started, per_client
+
+            evaluate(True), evaluate(False)  # warm: features, image prefixes, the probe
+            times: dict[bool, list[float]] = {True: [], False: []}
+            for _ in range(3):
+                results = {}
+                for batched in (True, False):
+                    wall, results[batched] = evaluate(batched)
+                    times[batched].append(wall)
+                if results[True] != results[False]:
+                    raise RuntimeError(f"{name}: batched evaluation scored differently from client-by-client")
+        walls.append(
+            dict(
+                name=name,
+                clients=len(states),
+                images=len(run.dataset.test),
+                batched=statistics.median(times[True]),
+                sequential=statistics.median(times[False]),
+            )
+        )
+    return walls
 
 
 def _shortcut_walls(quick: bool) -> list[dict]:

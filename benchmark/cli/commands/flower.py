@@ -9,8 +9,8 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "flower",
         help="run one federated experiment on Flower's simulation runtime (the [flower] extra)",
-        description="Run one experiment like `fedbench run --no-batched-evaluation` (the same flags, the same "
-        "numbers and run folder), "
+        description="Run one experiment like `fedbench run` (the same flags, the same numbers and run folder; "
+        "not --batched-evaluation: a node holds one client), "
         "with the method as a Flower app: one virtual SuperNode per client on Flower's simulation runtime "
         "(a local Ray instance). Each node keeps its client's state and sends only the method's upload_keys; "
         "the server applies the method's aggregate and download. Round checkpoints are not written. "
@@ -44,20 +44,16 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    import dataclasses
-
     from benchmark.cli.args import answer_without_running, config_from_args
     from benchmark.cli.single_run import run_config
     from benchmark.config import ConfigError
 
     config = config_from_args(args)
-    if getattr(args, "batched_evaluation", False):
+    if config.batched_evaluation:  # set by the flag or --config
         raise ConfigError(
             "--batched-evaluation true: a Flower node holds one client, so its evaluation cannot be batched "
-            "across clients; drop the flag (fedbench flower runs with --no-batched-evaluation)"
+            "across clients; drop the flag"
         )
-    # A node scores its own client: the numbers are those of `fedbench run --no-batched-evaluation`.
-    config = dataclasses.replace(config, batched_evaluation=False)
     if answer_without_running(args, config):
         return 0
     if args.parallel < 1 or args.client_cpus < 1 or args.client_gpus < 0:
