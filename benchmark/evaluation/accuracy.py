@@ -7,10 +7,10 @@ import hashlib
 from typing import Any, Callable, Sequence
 
 import torch
-from torch.utils.data import DataLoader, Subset
 
-from benchmark import flops, shortcuts
+from benchmark import flops
 from benchmark.evaluation.batched import MAX_CLIENTS_PER_PASS, BatchedScorer, probe, warn_unbatched
+from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
@@ -169,39 +169,16 @@ def accuracy(
     indices = list(indices)
     if not indices:
         return float("nan")
-    to_local = {c: i for i, c in enumerate(class_ids)}
-    stray = next((i for i in indices if split.labels[i] not in to_local), None)
-    if stray is not None:
-        raise ValueError(f"image {stray} of {split.name} has label {split.labels[stray]}, not among the classes scored")
+    wanted = targets(split, indices, class_ids)
     method.eval()
-    device = method.device
     if classes is None:
         classes = class_features(method, split, class_ids)
-    targets = torch.tensor([to_local[split.labels[i]] for i in indices])
     correct = 0
     kind_of = flops.evaluation_kinds(method, classes)
-
-    def score(inputs, start: int) -> int:
+    for inputs, start in input_batches(method, split, indices, cache, batch_size, num_workers):
         with flops.charge_kind("evaluation", kind_of(inputs)):
             logits = method.classify(method.image_features(inputs), classes)
-        return (logits.argmax(-1).cpu() == targets[start : start + len(inputs)]).sum().item()
-
-    prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0
-    if cache is not None and method.frozen_image_features:
-        features = cache.features(method, split, indices)[indices]
-        for start in range(0, len(indices), batch_size):
-            correct += score(features[start : start + batch_size].to(device), start)
-    elif cache is not None and prefix_blocks > 0:
-        # The frozen first blocks of the image tower: once per test image, for every client.
-        for start in range(0, len(indices), batch_size):
-            batch = indices[start : start + batch_size]
-            correct += score(cache.image_prefix(method.backbone, split, batch, prefix_blocks, device), start)
-    else:
-        loader = DataLoader(Subset(split, indices), batch_size=batch_size, num_workers=num_workers)
-        start = 0
-        for images, _ in loader:
-            correct += score(images.to(device), start)
-            start += len(images)
+        correct += (logits.argmax(-1).cpu() == wanted[start : start + len(inputs)]).sum().item()
     return 100.0 * correct / len(indices)
 
 

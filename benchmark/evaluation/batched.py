@@ -30,9 +30,9 @@ import torch
 from torch import nn
 from torch.func import functional_call, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.data import DataLoader, Subset
 
-from benchmark import flops, shortcuts
+from benchmark import flops
+from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
@@ -172,42 +172,19 @@ class BatchedScorer:
         indices = list(indices)
         if not indices:
             return [float("nan")] * len(states)
-        to_local = {c: i for i, c in enumerate(class_ids)}
-        stray = next((i for i in indices if self.split.labels[i] not in to_local), None)
-        if stray is not None:
-            raise ValueError(
-                f"image {stray} of {self.split.name} has label {self.split.labels[stray]}, not among the classes scored"
-            )
+        wanted = targets(self.split, indices, class_ids)
         stacked = stack_states(states)
         with flops.charge("evaluation"):
             classes = self.class_features(stacked, class_ids)
-        targets = torch.tensor([to_local[self.split.labels[i]] for i in indices])
         correct = torch.zeros(len(states), dtype=torch.long)
         for inputs, start in self.batches(indices):
             with flops.charge("evaluation"):
                 predicted = self.logits(stacked, inputs, classes).argmax(-1).cpu()
-            correct += (predicted == targets[start : start + predicted.shape[1]]).sum(-1)
+            correct += (predicted == wanted[start : start + predicted.shape[1]]).sum(-1)
         return [100.0 * c / len(indices) for c in correct.tolist()]
 
-    def batches(self, indices: list[int]):
-        """(inputs, start) over `indices` in batches: frozen features or the frozen image
-        prefix from the cache where the method allows it, else images (as `accuracy` does)."""
-        method, device = self.method, self.method.device
-        prefix_blocks = method.frozen_image_blocks if shortcuts.active() else 0
-        if self.cache is not None and method.frozen_image_features:
-            features = self.cache.features(method, self.split, indices)[indices]
-            for start in range(0, len(indices), self.batch_size):
-                yield features[start : start + self.batch_size].to(device), start
-        elif self.cache is not None and prefix_blocks > 0:
-            for start in range(0, len(indices), self.batch_size):
-                batch = indices[start : start + self.batch_size]
-                yield self.cache.image_prefix(method.backbone, self.split, batch, prefix_blocks, device), start
-        else:
-            loader = DataLoader(Subset(self.split, indices), batch_size=self.batch_size, num_workers=self.num_workers)
-            start = 0
-            for images, _ in loader:
-                yield images.to(device), start
-                start += len(images)
+    def batches(self, indices: list[int]) -> Iterator[tuple[Any, int]]:
+        return input_batches(self.method, self.split, indices, self.cache, self.batch_size, self.num_workers)
 
 
 def probe(
