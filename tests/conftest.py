@@ -146,3 +146,14 @@ def fedbench(capsys):
         return Done(code, out, err)
 
     return call
+
+
+def run_tiny_cell(fedbench, method: str, data_root: Path, out: Path, *flags) -> dict:
+    """`fedbench run` of `method` on the tiny CLIP and the fake DTD (2 shots, 2 rounds,
+    2 clients) with extra `flags`; its summary.json, after checking it exited 0."""
+    done = fedbench(
+        "run", "--method", method, *flags, "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
+        "--data-root", data_root, "--out", out, "--shots", 2, "--rounds", 2, "--clients", 2, "--wandb", "disabled",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(next(Path(out).rglob("summary.json")).read_text())

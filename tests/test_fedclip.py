@@ -3,13 +3,13 @@ the raw image feature, the cache kind that keeps it raw, and what learns."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_tiny_cell
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
@@ -64,31 +64,7 @@ def test_only_the_adapter_learns(tiny_backbone):
 
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
-    done = fedbench(
-        "run",
-        "--method",
-        "fedclip",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        ref.TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        fake_data_root,
-        "--out",
-        tmp_path,
-        "--shots",
-        2,
-        "--rounds",
-        2,
-        "--clients",
-        2,
-        "--wandb",
-        "disabled",
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    summary = run_tiny_cell(fedbench, "fedclip", fake_data_root, tmp_path)
     dim = load_backbone(ref.TINY, None).embed_dim
     assert summary["bytes_up_total"] == 2 * 2 * 2 * (dim * dim + dim) * 4
     assert summary["train_features_cached"] is True

@@ -3,13 +3,13 @@ written out from CoCoOp's formulas, the context's initialisation and what learns
 
 from __future__ import annotations
 
-import json
 import math
 
 import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_tiny_cell
 
 import methods.fedcocoop as fedcocoop
 from benchmark.backbone import load_backbone
@@ -98,31 +98,7 @@ def test_only_ctx_and_meta_net_learn(tiny_backbone):
 
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
-    done = fedbench(
-        "run",
-        "--method",
-        "fedcocoop",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        ref.TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        fake_data_root,
-        "--out",
-        tmp_path,
-        "--shots",
-        2,
-        "--rounds",
-        2,
-        "--clients",
-        2,
-        "--wandb",
-        "disabled",
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    summary = run_tiny_cell(fedbench, "fedcocoop", fake_data_root, tmp_path)
     params = build_method("fedcocoop", load_backbone(ref.TINY, None)).parameter_counts()["uploaded_params"]
     assert summary["bytes_up_total"] == 2 * 2 * params * 4
     assert summary["train_features_cached"] is True  # the meta-net reads the frozen feature

@@ -3,13 +3,13 @@ from MaPLe's formulas, where the coupled prompts enter each tower, and what lear
 
 from __future__ import annotations
 
-import json
 import math
 
 import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_tiny_cell
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
@@ -127,33 +127,7 @@ def test_depth_beyond_the_towers_is_a_clear_error(tiny_backbone):
 
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
-    done = fedbench(
-        "run",
-        "--method",
-        "fedmaple",
-        "--depth",
-        3,
-        "--dataset",
-        "dtd",
-        "--backbone",
-        ref.TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        fake_data_root,
-        "--out",
-        tmp_path,
-        "--shots",
-        2,
-        "--rounds",
-        2,
-        "--clients",
-        2,
-        "--wandb",
-        "disabled",
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    summary = run_tiny_cell(fedbench, "fedmaple", fake_data_root, tmp_path, "--depth", 3)
     params = build_method("fedmaple", load_backbone(ref.TINY, None), {"depth": 3}).parameter_counts()
     assert summary["bytes_up_total"] == 2 * 2 * params["uploaded_params"] * 4
     assert all(math.isfinite(v) for v in summary["metrics"].values())

@@ -4,13 +4,13 @@ only the translator learns."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_tiny_cell
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
@@ -118,31 +118,7 @@ def test_only_the_translator_learns(tiny_backbone):
 
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
-    done = fedbench(
-        "run",
-        "--method",
-        "fedtpg",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        ref.TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        fake_data_root,
-        "--out",
-        tmp_path,
-        "--shots",
-        2,
-        "--rounds",
-        2,
-        "--clients",
-        2,
-        "--wandb",
-        "disabled",
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    summary = run_tiny_cell(fedbench, "fedtpg", fake_data_root, tmp_path)
     params = build_method("fedtpg", load_backbone(ref.TINY, None)).parameter_counts()["uploaded_params"]
     assert summary["bytes_up_total"] == 2 * 2 * params * 4
     assert all(math.isfinite(v) for v in summary["metrics"].values())

@@ -4,13 +4,13 @@ block, carried on after), and that only the prompts learn."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import clip_reference as ref
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import run_tiny_cell
 
 from benchmark.backbone import load_backbone
 from benchmark.registry import build_method
@@ -95,31 +95,7 @@ def test_depth_beyond_the_tower_is_a_clear_error(tiny_backbone):
 
 
 def test_runs_end_to_end(fedbench, fake_data_root, tmp_path):
-    done = fedbench(
-        "run",
-        "--method",
-        "fedvpt",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        ref.TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        fake_data_root,
-        "--out",
-        tmp_path,
-        "--shots",
-        2,
-        "--rounds",
-        2,
-        "--clients",
-        2,
-        "--wandb",
-        "disabled",
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(next(tmp_path.rglob("summary.json")).read_text())
+    summary = run_tiny_cell(fedbench, "fedvpt", fake_data_root, tmp_path)
     assert summary["bytes_up_total"] == 2 * 2 * (4 * 8 * 64) * 4  # 4 blocks x 8 tokens x width 64, fp32
     assert summary["train_features_cached"] is False  # the prompts change the image features
     assert all(math.isfinite(v) for v in summary["metrics"].values())
