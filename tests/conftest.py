@@ -148,12 +148,19 @@ def fedbench(capsys):
     return call
 
 
+def tiny_run_args(data_root: Path, out: Path, *extra, method: str = "promptfl") -> list[str]:
+    """`fedbench run` arguments for `method` on the tiny CLIP and the fake DTD (2 shots,
+    batch 8, no W&B), then `extra`."""
+    return [
+        "run", "--method", method, "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
+        "--data-root", str(data_root), "--out", str(out), "--shots", "2", "--batch-size", "8",
+        "--wandb", "disabled", *map(str, extra),
+    ]  # fmt: skip
+
+
 def run_tiny_cell(fedbench, method: str, data_root: Path, out: Path, *flags) -> dict:
-    """`fedbench run` of `method` on the tiny CLIP and the fake DTD (2 shots, 2 rounds,
-    2 clients) with extra `flags`; its summary.json, after checking it exited 0."""
-    done = fedbench(
-        "run", "--method", method, *flags, "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
-        "--data-root", data_root, "--out", out, "--shots", 2, "--rounds", 2, "--clients", 2, "--wandb", "disabled",
-    )  # fmt: skip
+    """`tiny_run_args` with 2 rounds and 2 clients run in this process; its summary.json,
+    after checking it exited 0."""
+    done = fedbench(*tiny_run_args(data_root, out, "--rounds", 2, "--clients", 2, *flags, method=method))
     assert done.returncode == 0, done.stderr
     return json.loads(next(Path(out).rglob("summary.json")).read_text())

@@ -14,6 +14,28 @@ import torch
 
 from benchmark.config import ConfigError, build_config
 
+# A small toy federation both engines run: 4 clients, 2 rounds, seed 3.
+TOY_FLAGS = [
+    "--dataset",
+    "toy",
+    "--pretrained",
+    "fedbench-toy-test",
+    "--clients",
+    "4",
+    "--shots",
+    "4",
+    "--rounds",
+    "2",
+    "--local-epochs",
+    "1",
+    "--batch-size",
+    "8",
+    "--seed",
+    "3",
+    "--wandb",
+    "disabled",
+]
+
 
 def toy_config(tmp_path, method: str, **method_args):
     return build_config(
@@ -115,26 +137,7 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
     to the last digit."""
     import json
 
-    toy = [
-        "--dataset",
-        "toy",
-        "--pretrained",
-        "fedbench-toy-test",
-        "--clients",
-        "4",
-        "--shots",
-        "4",
-        "--rounds",
-        "2",
-        "--local-epochs",
-        "1",
-        "--batch-size",
-        "8",
-        "--seed",
-        "3",
-        "--wandb",
-        "disabled",
-    ]
+    toy = TOY_FLAGS
     for method, args, parallel in (("promptfl", [], "1"), ("pfedmma", ["--first-block", "2", "--lr", "0.1"], "2")):
         folders = {}
         for engine, extra in (("run", []), ("flower", ["--parallel", parallel])):
@@ -208,28 +211,6 @@ def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, 
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "'zeroshot' trains nothing" in done.stderr and "fedbench run" in done.stderr
-
-
-TOY_FLAGS = [
-    "--dataset",
-    "toy",
-    "--pretrained",
-    "fedbench-toy-test",
-    "--clients",
-    "4",
-    "--shots",
-    "4",
-    "--rounds",
-    "2",
-    "--local-epochs",
-    "1",
-    "--batch-size",
-    "8",
-    "--seed",
-    "3",
-    "--wandb",
-    "disabled",
-]
 
 
 @pytest.mark.slow

@@ -12,37 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import tiny_run_args
 
 from benchmark import progress
 from benchmark.errors import RunInterrupted
 
 
 def tiny_run(data_root: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "run",
-        "--method",
-        "promptfl",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        str(data_root),
-        "--out",
-        str(out),
-        "--shots",
-        "2",
-        "--clients",
-        "3",
-        "--batch-size",
-        "8",
-        "--wandb",
-        "disabled",
-        *extra,
-    ]
+    return tiny_run_args(data_root, out, "--clients", "3", *extra)
 
 
 class Terminal(io.StringIO):

@@ -8,42 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
-from conftest import TINY
+from conftest import tiny_run_args
 
 from benchmark.cli import main
 
 
 def tiny_run(data_root: Path, out: Path, *extra: str) -> list[str]:
-    return [
-        "run",
-        "--method",
-        "promptfl",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        TINY,
-        "--pretrained",
-        "none",
-        "--data-root",
-        str(data_root),
-        "--out",
-        str(out),
-        "--shots",
-        "2",
-        "--local-epochs",
-        "1",
-        "--clients",
-        "2",
-        "--rounds",
-        "2",
-        "--eval-every",
-        "1",
-        "--batch-size",
-        "8",
-        "--wandb",
-        "disabled",
-        *extra,
-    ]
+    return tiny_run_args(
+        data_root, out, "--local-epochs", "1", "--clients", "2", "--rounds", "2", "--eval-every", "1", *extra
+    )
 
 
 def test_a_finished_cell_is_skipped_and_force_runs_it_again(fake_data_root, tmp_path, capsys):
