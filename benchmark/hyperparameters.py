@@ -22,9 +22,11 @@ from benchmark.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "methods" / "hyperparameters.json"
-# What the hyperparameters of a built-in method are read from: its module, the shared
-# bases in methods/, and FederatedMethod.
-SOURCES = (ROOT / "methods", ROOT / "benchmark" / "method.py", Path(__file__).resolve())
+# What the built-in methods' hyperparameters are read from: their modules in methods/ (the
+# signatures, docstrings and `ranges`) and this module (Range, OPTIMIZER_RANGES). Not
+# FederatedMethod's module: its `__init__` takes only the backbone, and editing its
+# docstrings must not make the file stale.
+SOURCES = (ROOT / "methods", Path(__file__).resolve())
 TYPES = {t.__name__: t for t in (int, float, str, bool)}
 
 
@@ -74,6 +76,14 @@ class Range:
         low = f"> {self.gt:g}" if self.gt is not None else f">= {self.ge:g}" if self.ge is not None else ""
         high = f"< {self.lt:g}" if self.lt is not None else f"<= {self.le:g}" if self.le is not None else ""
         return " and ".join(part for part in (low, high) if part)
+
+
+# The ranges of the usual SGD / AdamW hyperparameters, for a method's `ranges`.
+OPTIMIZER_RANGES: dict[str, Range] = {
+    "lr": Range(gt=0),
+    "momentum": Range(ge=0, lt=1),
+    "weight_decay": Range(ge=0),
+}
 
 
 @dataclass(frozen=True)

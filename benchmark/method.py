@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from benchmark.backbone import Backbone, BackboneShape, ImagePrefix, full_precision
-from benchmark.hyperparameters import Range  # noqa: F401  (methods import it from here)
+from benchmark.hyperparameters import OPTIMIZER_RANGES, Range  # noqa: F401  (methods import them from here)
 
 if TYPE_CHECKING:
     from data.attributes import ClassAttributes
@@ -84,14 +84,6 @@ class Choice:
 
 
 SearchSpace = LogUniform | Uniform | Choice
-
-
-# The ranges of the usual SGD / AdamW hyperparameters, for a method's `ranges`.
-OPTIMIZER_RANGES: dict[str, Range] = {
-    "lr": Range(gt=0),
-    "momentum": Range(ge=0, lt=1),
-    "weight_decay": Range(ge=0),
-}
 
 
 @dataclass(frozen=True)
