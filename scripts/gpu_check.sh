@@ -61,4 +61,18 @@ for name in TABLE1_METHODS:
     print(f"| {name} | {result.summary['precision']} | {1000 * total:.0f} ms | {1000 * model:.0f} ms | "
           f"{1000 * data:.0f} ms | {1000 * rest:.0f} ms ({100 * rest / total:.0f} %) | {rate:.1f} |")
 print("(round 2 of 2 timed; model steps include the first step of each kind, which is FLOP-counted and slower)")
+
+# Evaluation of 8 clients on ViT-B/16 with batched evaluation (--batched-evaluation true) and
+# without, alternated; under --precision auto (bf16 for most methods: a prediction may flip).
+from benchmark.cli.commands.bench import time_batched_evaluation
+
+base = dict(dataset="dtd", data_root=str(root), backbone="ViT-B-16", pretrained="none", shots=16, clients=8,
+            device="cuda", precision="auto", seed=1)
+walls = time_batched_evaluation(base, [("pfedmma", "pfedmma", {}), ("promptfl", "promptfl", {}), ("lora", "lora", {})])
+print()
+print("| evaluation of 8 clients | test images | batched | one by one | one by one / batched | largest metric difference |")
+print("|---|---:|---:|---:|---:|---:|")
+for w in walls:
+    print(f"| {w['name']} | {w['images']} | {w['batched']:.2f} s | {w['sequential']:.2f} s | "
+          f"{w['sequential'] / w['batched']:.2f}x | {w['apart']:.2f} |")
 PY
