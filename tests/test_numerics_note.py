@@ -53,3 +53,22 @@ def test_the_context_is_read_from_environment_summary_and_config(tmp_path):
     del summary["device"], summary["precision"]
     (run_dir(older) / "summary.json").write_text(json.dumps(summary))
     assert numerics_context(run_dir(older)) == ("? torch threads", "auto", "auto")  # config.yaml's settings
+
+
+def test_cpu_runs_on_other_kernels_are_noted(tmp_path):
+    """AVX2 and AVX-512 kernels sum floats in their own orders: PromptFL's toy run gave
+    other digits with ATEN_CPU_CAPABILITY=avx2 (docs/toy-world.md)."""
+    cells = [finished_run(tmp_path, "promptfl", s, 1, cpu_capability="AVX512") for s in (1, 2)]
+    cells.append(finished_run(tmp_path, "promptfl", 3, 1, cpu_capability="AVX2"))
+    assert numerics_context(run_dir(cells[0])) == ("1 torch threads", "cpu (AVX512)", "32-true")
+    note = numerics_note(cells)
+    assert note is not None and "2 ran under 1 torch threads, cpu (AVX512), 32-true" in note
+    assert "1 torch threads, cpu (AVX2), 32-true: promptfl on dtd, seed 3" in note
+
+
+def test_a_run_records_the_cpu_kernels_torch_chose():
+    import torch
+
+    from benchmark.runs.results import environment
+
+    assert environment()["cpu_capability"] == torch.backends.cpu.get_cpu_capability()

@@ -84,6 +84,9 @@ def environment(method: str | None = None, device: str | None = None) -> dict[st
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "torch_threads": torch.get_num_threads(),
+        # The CPU kernels torch picked (AVX512, AVX2, ...): they sum floats in their own order,
+        # so over a training run they move digits (docs/toy-world.md, What a table depends on).
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         # The GPU model: two GPUs of different kinds round differently (tables note a mix).
         **({"device_name": torch.cuda.get_device_name(device)} if device and device.startswith("cuda") else {}),
         # The GPUs the process was given (a sweep's local workers get one each).

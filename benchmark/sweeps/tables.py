@@ -92,9 +92,11 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
 def numerics_context(folder: Path) -> tuple[str, str, str]:
     """(torch threads, device kind, precision) a finished run computed under: the three
     things besides the code that move its last bits (FedMVP's and FedTPG's results differ
-    between thread counts). Read from environment.json (threads, the GPU's name) and
-    summary.json (the device and precision actually used), falling back to config.yaml's
-    settings; "?" where a folder does not say."""
+    between thread counts). The device kind of a CPU run names the kernels torch chose
+    (`cpu (AVX512)`): AVX2 kernels gave PromptFL's toy run other digits. Read from
+    environment.json (threads, the GPU's name, the CPU's kernels) and summary.json (the
+    device and precision actually used), falling back to config.yaml's settings; "?" where
+    a folder does not say."""
     folder = Path(folder)
 
     def read(name: str, parse) -> dict:
@@ -108,6 +110,8 @@ def numerics_context(folder: Path) -> tuple[str, str, str]:
     threads = environment.get("torch_threads")
     device = str(summary.get("device") or config.get("device") or "?")
     kind = str(environment.get("device_name") or device.split(":")[0])
+    if kind == "cpu" and environment.get("cpu_capability"):
+        kind = f"cpu ({environment['cpu_capability']})"
     precision = str(summary.get("precision") or config.get("precision") or "?")
     return (f"{threads} torch threads" if threads is not None else "? torch threads", kind, precision)
 
