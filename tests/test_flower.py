@@ -155,35 +155,8 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
 @pytest.mark.slow
 def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(fedbench, toy_test_checkpoint, tmp_path):
     """The node's DivergenceError reaches the command as `fedbench run` reports it (exit 1)."""
-    done = fedbench(
-        "flower",
-        "--method",
-        "pfedmma",
-        "--first-block",
-        "2",
-        "--lr",
-        "1e9",
-        "--dataset",
-        "toy",
-        "--pretrained",
-        "fedbench-toy-test",
-        "--clients",
-        "4",
-        "--shots",
-        "4",
-        "--rounds",
-        "1",
-        "--local-epochs",
-        "1",
-        "--batch-size",
-        "8",
-        "--seed",
-        "3",
-        "--wandb",
-        "disabled",
-        "--out",
-        tmp_path / "runs",
-    )
+    flags = ["--first-block", "2", "--lr", "1e9", *TOY_FLAGS, "--rounds", "1"]  # the last --rounds wins
+    done = fedbench("flower", "--method", "pfedmma", *flags, "--out", tmp_path / "runs")
     assert done.returncode == 1
     assert re.search(
         r"fedbench flower: error: method 'pfedmma' diverged at round 1, client \d, step \d+ with lr "
@@ -194,21 +167,7 @@ def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(fedbench, toy_
 
 
 def test_a_method_that_trains_nothing_is_refused_before_flower_starts(fedbench, toy_test_checkpoint, tmp_path):
-    done = fedbench(
-        "flower",
-        "--method",
-        "zeroshot",
-        "--dataset",
-        "toy",
-        "--pretrained",
-        "fedbench-toy-test",
-        "--clients",
-        "4",
-        "--wandb",
-        "disabled",
-        "--out",
-        tmp_path / "runs",
-    )
+    done = fedbench("flower", "--method", "zeroshot", *TOY_FLAGS, "--out", tmp_path / "runs")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "'zeroshot' trains nothing" in done.stderr and "fedbench run" in done.stderr
 
