@@ -25,10 +25,13 @@ def finished_run(tmp_path, label: str, seed: int, threads: int | None, device="c
     return cell
 
 
-def test_one_context_gives_no_note(tmp_path):
-    cells = [finished_run(tmp_path, "promptfl", s, 1) for s in (1, 2)]
-    cells.append(finished_run(tmp_path, "fedtpg", 1, 1))
-    assert numerics_note(cells) is None
+def test_one_context_is_named_once(tmp_path):
+    cells = [finished_run(tmp_path, "promptfl", s, 1, cpu_capability="AVX512") for s in (1, 2)]
+    cells.append(finished_run(tmp_path, "fedtpg", 1, 1, cpu_capability="AVX512"))
+    note = numerics_note(cells)
+    assert note.startswith("Numerics: every run computed under 1 torch threads, cpu (AVX512), 32-true.")
+    assert "promptfl" not in note  # no run is singled out
+    assert numerics_note([Cell("fedmvp", "dtd", (), tiny_config(tmp_path, tmp_path, method="fedmvp"))]) is None
 
 
 def test_mixed_thread_counts_devices_and_precisions_are_noted_with_their_runs(tmp_path):

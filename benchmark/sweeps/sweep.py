@@ -294,8 +294,8 @@ def render_cells(
     comparison = paper_comparison(stats, numbers if numbers is not None else _empty(), list(preset_methods))
     headline = get_protocol(cells[0].config.protocol).headline
     diffs = differences(long, reference, headline)
-    mixed = numerics_note(cells)  # cells computed with other thread counts, devices or precisions
-    files = render(stats, comparison, out, title, diffs, [*notes, *([mixed] if mixed else [])])
+    numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
+    files = render(stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else [])])
     colours = method_colours([c.label for c in cells])  # the same colour for a method in every figure
     figures = (
         ("radar", radar(stats, out / "radar.png", colours)),

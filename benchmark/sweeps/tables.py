@@ -124,16 +124,22 @@ def cell_name(cell: Cell) -> str:
 
 
 def numerics_note(cells: Sequence[Cell]) -> str | None:
-    """A note for a table whose finished runs come from more than one numerics context
-    (`numerics_context`): each context with the runs computed under it, the most common one
-    by count only. None when they all share one."""
+    """The table's numerics context (`numerics_context`): the one its finished runs share,
+    or, when they come from several, each with the runs computed under it (the most common
+    one by count only). None when no run finished."""
     by_context: dict[tuple[str, str, str], list[str]] = {}
     for cell in cells:
         folder = run_dir(cell)
         if is_complete(folder):
             by_context.setdefault(numerics_context(folder), []).append(cell_name(cell))
-    if len(by_context) < 2:
+    if not by_context:
         return None
+    if len(by_context) == 1:
+        (context,) = by_context
+        return (
+            f"Numerics: every run computed under {', '.join(context)}. Another thread count, device, precision "
+            "or set of CPU kernels can move the digits (docs/toy-world.md, What a table depends on)."
+        )
     ranked = sorted(by_context.items(), key=lambda item: (-len(item[1]), item[0]))
     (common, common_runs), others = ranked[0], ranked[1:]
     listed = "; ".join(f"{', '.join(context)}: {', '.join(runs)}" for context, runs in others)
