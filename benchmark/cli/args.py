@@ -142,9 +142,10 @@ def method_hyperparameters(method: str) -> list:
     return found
 
 
-def method_parser(method: str) -> argparse.ArgumentParser:
+def method_parser(method: str, hyperparameters: list | None = None) -> argparse.ArgumentParser:
+    """`method`'s flags: of `hyperparameters` when the caller has them already."""
     parser = argparse.ArgumentParser(prog=f"fedbench run --method {method}", add_help=False, allow_abbrev=False)
-    for h in method_hyperparameters(method):
+    for h in method_hyperparameters(method) if hyperparameters is None else hyperparameters:
         parser.add_argument(
             "--" + h.name.replace("_", "-"),
             dest=h.name,
@@ -175,10 +176,12 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     method = flag_layer.get("method", yaml_layer.get("method", RunConfig.method))
     method_flags: dict[str, Any] = {}
     extra = getattr(args, "extra", [])
+    known_hyperparameters = None  # read once: the manifest (digesting methods/) or the classes
     if extra:
         from benchmark.hyperparameters import MethodError
 
-        flags = method_parser(method)
+        known_hyperparameters = method_hyperparameters(method)
+        flags = method_parser(method, known_hyperparameters)
         parsed, unknown = flags.parse_known_args(extra)
         if unknown:
             known = option_strings(flags) + list(getattr(args, "command_flags", []))
@@ -195,7 +198,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
         config = resolve_method_file(config)
     # Before any model or data is loaded, and for a built-in method before torch is.
-    check_values(config.method, method_hyperparameters(config.method), config.method_args)
+    # A method file keeps its class when resolved to its registered name: the same hyperparameters.
+    if known_hyperparameters is None:
+        known_hyperparameters = method_hyperparameters(config.method)
+    check_values(config.method, known_hyperparameters, config.method_args)
     return config
 
 

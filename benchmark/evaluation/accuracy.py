@@ -80,8 +80,11 @@ class Evaluator:
         if self.scorer is None:
             return
         groups: dict[tuple, dict[str, State]] = {}
+        fingerprints: dict[int, str] = {}  # a client's state is in `wanted` once per metric
         for state, indices, class_ids in wanted:
-            fingerprint = _fingerprint(state)
+            if id(state) not in fingerprints:
+                fingerprints[id(state)] = _fingerprint(state)
+            fingerprint = fingerprints[id(state)]
             key = (tuple(indices), tuple(class_ids))
             if (fingerprint, *key) not in self._memo:
                 groups.setdefault(key, {})[fingerprint] = state
@@ -98,9 +101,9 @@ class Evaluator:
                         warn_unbatched(self.method, reason)
                         self.scorer = None
                         return
-                fingerprints = list(states)
-                for start in range(0, len(fingerprints), MAX_CLIENTS_PER_PASS):
-                    part = fingerprints[start : start + MAX_CLIENTS_PER_PASS]
+                distinct = list(states)
+                for start in range(0, len(distinct), MAX_CLIENTS_PER_PASS):
+                    part = distinct[start : start + MAX_CLIENTS_PER_PASS]
                     scores = self.scorer.accuracies([states[f] for f in part], indices, class_ids)
                     self._memo.update({(f, indices, class_ids): s for f, s in zip(part, scores)})
             finally:

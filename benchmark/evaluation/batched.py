@@ -114,6 +114,11 @@ def stack_states(states: Sequence[State]) -> State:
     return {k: torch.stack([s[k] for s in states]) for k in states[0]}
 
 
+def _as_calls_state(stacked: State) -> State:
+    """`stacked` named as `_Calls` holds the method's state (under `method.`)."""
+    return {f"method.{k}": v for k, v in stacked.items()}
+
+
 class BatchedScorer:
     """Scores K client states of `method` at once: `accuracies(states, indices, class_ids)`
     returns each state's top-1 accuracy (%), as `benchmark.evaluation.accuracy.accuracy`
@@ -140,17 +145,17 @@ class BatchedScorer:
         not a tensor (FedCoCoOp's class names) kept once."""
         names = [self.split.class_names[c] for c in class_ids]
         self.method.eval()
-        shape: list[Callable] = []
+        rebuilds: list[Callable] = []  # set while vmap traces `one`
 
         def one(state: State) -> Any:
             out = functional_call(self._calls, state, (lambda m: m.encode_classes(names),), strict=False)
             tensors, rebuild = _split(out)
-            shape[:] = [rebuild]
+            rebuilds[:] = [rebuild]
             return tuple(tensors) if tensors else torch.zeros(())  # vmap needs a tensor out
 
         with _batchable_attention():
-            out = vmap(one)({f"method.{k}": v for k, v in stacked.items()})
-        return _Classes(shape[0], out if isinstance(out, tuple) else ())
+            out = vmap(one)(_as_calls_state(stacked))
+        return _Classes(rebuilds[0], out if isinstance(out, tuple) else ())
 
     @torch.no_grad()
     def logits(self, stacked: State, inputs: Any, classes: "_Classes") -> torch.Tensor:
@@ -165,7 +170,7 @@ class BatchedScorer:
             )
 
         with _batchable_attention():
-            return vmap(one)({f"method.{k}": v for k, v in stacked.items()}, classes.tensors)
+            return vmap(one)(_as_calls_state(stacked), classes.tensors)
 
     @torch.no_grad()
     def accuracies(self, states: Sequence[State], indices: Sequence[int], class_ids: Sequence[int]) -> list[float]:
@@ -204,7 +209,7 @@ def probe(
             for k, state in enumerate(states):
                 method.load_client_state(state)
                 method.eval()
-                alone = method.classify(method.image_features(inputs), method.encode_classes(names))
+                alone = method.logits(inputs, names)
                 scale = alone.abs().max().clamp_min(1e-12)
                 if not torch.allclose(batched[k].float(), alone.float(), rtol=PROBE_RTOL, atol=PROBE_RTOL * scale):
                     difference = ((batched[k].float() - alone.float()).abs().max() / scale).item()
