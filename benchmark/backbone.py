@@ -201,23 +201,43 @@ class Backbone(nn.Module):
         token embeddings (learned context); `tokens` still marks where each prompt ends
         (the EOT token has the highest id). `embeddings` may stop after `text_length(tokens)`
         positions (the rest is never read)."""
-        model = self.model
-        wrappers = block_wrappers or {}
         length = self.text_length(tokens)
-        mask = None if model.attn_mask is None else model.attn_mask[:length, :length]
-        # Fixed tokens through unwrapped blocks: that prefix depends on the tokens alone.
-        start = min(wrappers, default=self.text.blocks) if embeddings is None and shortcuts.active() else 0
-        if start > 0:
-            x = self._text_prefix(tokens[:, :length], start, mask)
+        if embeddings is None:
+            start = self.text_start(block_wrappers)
+            x = self.frozen_text(tokens, start, length)
         else:
-            x = self.token_embedding(tokens) if embeddings is None else embeddings
-            if x.shape[1] < length:
-                raise ValueError(f"text embeddings of {x.shape[1]} positions; the prompts need {length}")
-            x = x[:, :length].float() + model.positional_embedding[:length].float()
-        x = _run_blocks(model.transformer, x, mask, wrappers, "text", start)
-        x = model.ln_final(x)
-        x = x[torch.arange(x.shape[0], device=x.device), tokens.argmax(dim=-1)]
-        return project(x, model.text_projection)
+            start = 0
+            if embeddings.shape[1] < length:
+                raise ValueError(f"text embeddings of {embeddings.shape[1]} positions; the prompts need {length}")
+            x = embeddings[:, :length].float() + self.model.positional_embedding[:length].float()
+        return self.encode_text_stream(x, tokens.argmax(dim=-1), block_wrappers, start)
+
+    def text_start(self, block_wrappers: BlockWrappers | None) -> int:
+        """The first text block that runs per call for fixed tokens: under the shortcuts the
+        blocks before the first wrapped one are frozen and their output is cached."""
+        return min(block_wrappers or {}, default=self.text.blocks) if shortcuts.active() else 0
+
+    def frozen_text(self, tokens: Tensor, start: int, length: int) -> Tensor:
+        """The residual stream [C, length, W] entering text block `start` (0-based) for fixed
+        `tokens`, cut to `length` positions (at least `text_length(tokens)`): frozen, so it can
+        be computed outside the trainable part (and under `torch.func.vmap`, before it)."""
+        if start > 0:
+            mask = None if self.model.attn_mask is None else self.model.attn_mask[:length, :length]
+            return self._text_prefix(tokens[:, :length], start, mask)
+        return self.token_embedding(tokens[:, :length]).float() + self.model.positional_embedding[:length].float()
+
+    def encode_text_stream(
+        self, x: Tensor, eot: Tensor, block_wrappers: BlockWrappers | None, start: int = 0
+    ) -> Tensor:
+        """Text features [C, D] from the residual stream `x` [C, L, W] entering block `start`,
+        read at each prompt's end-of-text position `eot` [C]. No data-dependent Python: it
+        runs under `torch.func.vmap` (clients trained in one pass)."""
+        length = x.shape[-2]
+        mask = None if self.model.attn_mask is None else self.model.attn_mask[:length, :length]
+        x = _run_blocks(self.model.transformer, x, mask, block_wrappers, "text", start)
+        x = self.model.ln_final(x)
+        x = x.gather(1, eot[:, None, None].expand(-1, 1, x.shape[-1])).squeeze(1)
+        return project(x, self.model.text_projection)
 
     def text_length(self, tokens: Tensor) -> int:
         """How many positions of `tokens` the text tower runs: up to the longest prompt's

@@ -175,6 +175,17 @@ class FederatedMethod(L.LightningModule):
         states stacked (`benchmark.evaluation.batched`) [True]. Set False when those hooks
         cannot be vmapped: `.item()` or Python branches on tensor values, in-place writes to
         the state. A run probes it first and falls back, with a warning, when it fails.
+      - `batched_training`: a round's clients may train in one pass (when a run asks for
+        it: `--batched-training true`; `benchmark.federation.batched_training`) [False].
+        Set True only with the default `training_step` and no other Lightning hook, an SGD
+        optimizer, no randomness in the forward (dropout), and `encode_classes` split in
+        two: `class_inputs(class_lists)` -> a tuple of tensors stacked over the lists, made
+        from frozen parts alone (tokens, a cached text prefix, frozen text features), and
+        `encode_class_inputs(inputs)` -> one list's class features from its slice of them,
+        without data-dependent Python (it runs under `torch.func.vmap`); `encode_classes`
+        then is `encode_class_inputs(first(class_inputs([names])))`, the one path both
+        ways take. A run probes one step against the sequential one and falls back, with
+        a warning, when it fails.
       - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
         "32-true" when the trained state changes the towers by less than bf16's matrix
         products blur them (pFedMMA, LoRA; docs/performance.md, Precision). On CPU, auto is "32-true".
@@ -207,6 +218,7 @@ class FederatedMethod(L.LightningModule):
     frozen_image_blocks: int = 0
     evaluate_after_download: ClassVar[bool] = True
     batched_evaluation: ClassVar[bool] = True
+    batched_training: ClassVar[bool] = False
     gpu_precision: ClassVar[str] = "bf16-mixed"
     uses_class_attributes: ClassVar[bool] = False
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}
@@ -269,6 +281,17 @@ class FederatedMethod(L.LightningModule):
         """Not a hook: `classify(image_features(images), encode_classes(class_names))`, the one
         path training and every metric take. Override the three parts instead."""
         return self.classify(self.image_features(images), self.encode_classes(class_names))
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, ...]:
+        """Only for `batched_training`: what `encode_class_inputs` needs of each class list,
+        from frozen parts alone, each tensor stacked along a leading dimension (one row per
+        list; lists of different lengths raise ValueError). Default: not split."""
+        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
+
+    def encode_class_inputs(self, inputs: tuple[Tensor, ...]) -> Any:
+        """Only for `batched_training`: one class list's `encode_classes` output from its row
+        of `class_inputs`. Default: not split."""
+        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
 
     def image_features(self, inputs: "Tensor | ImagePrefix") -> Tensor:
         """`encode_images` of a batch of images [B, 3, H, W] or of their frozen image prefix
@@ -369,6 +392,11 @@ class FederatedMethod(L.LightningModule):
         arguments and the method's hyperparameters, never the module's current parameter
         values, which belong to whichever client was loaded last. Default: the aggregate."""
         return dict(aggregate)
+
+
+def first(inputs: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+    """The first row of each of `class_inputs`' tensors: a lone class list's inputs."""
+    return tuple(t[0] for t in inputs)
 
 
 def fedavg(updates: Sequence[ClientUpdate]) -> State:

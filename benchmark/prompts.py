@@ -66,24 +66,41 @@ class ContextPrompts:
             self._layouts[key] = PromptLayout(tokens, embedded[:, :1], embedded[:, 1 + self.n_ctx :])
         return self._layouts[key]
 
+    def layouts(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
+        """(tokens, prefix, suffix) of each class list's layout stacked along a leading
+        dimension, cut to the positions the text tower runs (up to the longest prompt of all
+        lists, `text_length`): frozen inputs of `encode_layout`."""
+        layouts = [self.layout(names) for names in class_lists]
+        length = max(self.backbone.text_length(layout.tokens) for layout in layouts)
+        keep = length - 1 - self.n_ctx
+        return (
+            torch.stack([layout.tokens[:, :length] for layout in layouts]),
+            torch.stack([layout.prefix for layout in layouts]),
+            torch.stack([layout.suffix[:, :keep] for layout in layouts]),
+        )
+
     def encode(self, ctx: Tensor, class_names: Sequence[str], block_wrappers: BlockWrappers | None = None) -> Tensor:
         """Text features for context `ctx`: [n_ctx, W] shared by all classes or [C, n_ctx, W]
         per class give [C, D]; [B, C, n_ctx, W] (one context per image, CoCoOp) gives [B, C, D]."""
-        layout = self.layout(class_names)
-        num_classes = len(class_names)
+        return self.encode_layout(ctx, *(t[0] for t in self.layouts([class_names])), block_wrappers)
+
+    def encode_layout(
+        self, ctx: Tensor, tokens: Tensor, prefix: Tensor, suffix: Tensor, block_wrappers: BlockWrappers | None = None
+    ) -> Tensor:
+        """`encode` from one class list's row of `layouts`; no data-dependent Python (it runs
+        under `torch.func.vmap` when clients train in one pass)."""
+        num_classes = tokens.shape[0]
         if ctx.dim() == 2:
             ctx = ctx.unsqueeze(0).expand(num_classes, -1, -1)
         per_image = ctx.dim() == 4
         rows = ctx.shape[0] if per_image else 1
         ctx = ctx.reshape(rows * num_classes, *ctx.shape[-2:])
-        tokens = layout.tokens.to(ctx.device)
-        # Only the positions the text tower runs (up to the longest prompt, `text_length`).
-        keep = self.backbone.text_length(tokens) - 1 - self.n_ctx
-        prefix, suffix = layout.prefix.to(ctx.device), layout.suffix[:, :keep].to(ctx.device)
+        tokens, prefix, suffix = tokens.to(ctx.device), prefix.to(ctx.device), suffix.to(ctx.device)
         if per_image:
             prefix, suffix, tokens = (t.repeat(rows, *([1] * (t.dim() - 1))) for t in (prefix, suffix, tokens))
         embeddings = torch.cat([prefix, ctx.to(prefix.dtype), suffix], dim=1)
-        features = self.backbone.encode_text(tokens, embeddings, block_wrappers)
+        x = embeddings.float() + self.backbone.model.positional_embedding[: embeddings.shape[1]].float()
+        features = self.backbone.encode_text_stream(x, tokens.argmax(dim=-1), block_wrappers)
         return features.reshape(rows, num_classes, -1) if per_image else features
 
 

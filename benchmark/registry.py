@@ -64,6 +64,7 @@ CLASS_ATTRIBUTES = (
     "frozen_image_blocks",
     "evaluate_after_download",
     "batched_evaluation",
+    "batched_training",
     "gpu_precision",
     "uses_class_attributes",
     "tunable",

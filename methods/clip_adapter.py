@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
 from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
@@ -49,6 +50,7 @@ class CLIPAdapter(FederatedMethod):
     ranges = {**OPTIMIZER_RANGES, "reduction": Range(ge=1), "ratio": Range(ge=0, le=1)}
     upload_keys = ("adapter.*",)
     frozen_image_features = True
+    batched_training = True
 
     def __init__(
         self,
@@ -82,7 +84,13 @@ class CLIPAdapter(FederatedMethod):
         self._text = FixedClassTexts(backbone, template)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return self._text(class_names, self.device)
+        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
+        return (torch.stack([self._text(names, self.device) for names in class_lists]),)
+
+    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
+        return inputs[0]  # the text is frozen: the features themselves
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         blended = F.normalize(residual_blend(image_features, self.adapter, self.hparams.ratio), dim=-1)

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BackboneShape, BlockWrappers
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
 from benchmark.registry import register_method
 
 TEMPLATE = "a photo of a {}."
@@ -107,6 +107,7 @@ class PFedMMA(FederatedMethod):
     lr_schedule = "SGD at a constant lr (a fresh optimizer every client-round)"
     upload_keys = FEDERATE["shared"]  # the paper; an instance built with `federate` overrides it
     frozen_image_features = False  # the image tower runs through this client's adapters
+    batched_training = True
     gpu_precision = "32-true"  # alpha * y at init is as small as bf16's matmul noise (docs/performance.md, Precision)
     ranges = {
         **OPTIMIZER_RANGES,
@@ -198,11 +199,29 @@ class PFedMMA(FederatedMethod):
         return F.normalize(self.backbone.encode_image(images, self.block_wrappers("vision")), dim=-1)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
+        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
+        """The text tower's frozen part for each list: the residual stream entering the first
+        block that runs per call (cached) and each prompt's end, cut to one common length."""
+        tokens = [self._prompt_tokens(names) for names in class_lists]
+        length = max(self.backbone.text_length(t) for t in tokens)
+        start = self.backbone.text_start(self.block_wrappers("text"))
+        streams = [self.backbone.frozen_text(t, start, length) for t in tokens]
+        return torch.stack(streams), torch.stack([t.argmax(dim=-1) for t in tokens])
+
+    def encode_class_inputs(self, inputs: tuple[Tensor, Tensor]) -> Tensor:
+        x, eot = inputs
+        wrappers = self.block_wrappers("text")
+        return F.normalize(
+            self.backbone.encode_text_stream(x, eot, wrappers, self.backbone.text_start(wrappers)), dim=-1
+        )
+
+    def _prompt_tokens(self, class_names: Sequence[str]) -> Tensor:
         key = tuple(class_names)
         if key not in self._tokens:  # the frozen tokenizer only; the text tower runs every call
             self._tokens[key] = self.backbone.tokenize([TEMPLATE.format(c) for c in class_names])
-        tokens = self._tokens[key].to(self.device)
-        return F.normalize(self.backbone.encode_text(tokens, block_wrappers=self.block_wrappers("text")), dim=-1)
+        return self._tokens[key].to(self.device)
 
     def configure_optimizers(self):
         hp = self.hparams  # constant learning rate (the paper's recipe): no scheduler

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -40,6 +40,7 @@ class PromptFL(FederatedMethod):
     }
     upload_keys = ("ctx",)
     frozen_image_features = True
+    batched_training = True
 
     def __init__(
         self,
@@ -69,7 +70,13 @@ class PromptFL(FederatedMethod):
         self.ctx = nn.Parameter(torch.randn(n_ctx, backbone.text.width) * init_std)
 
     def encode_classes(self, class_names):
-        return F.normalize(self.prompts.encode(self.ctx, class_names), dim=-1)
+        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+
+    def class_inputs(self, class_lists):
+        return self.prompts.layouts(class_lists)
+
+    def encode_class_inputs(self, inputs):
+        return F.normalize(self.prompts.encode_layout(self.ctx, *inputs), dim=-1)
 
     def configure_optimizers(self):
         hp = self.hparams

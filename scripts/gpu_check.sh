@@ -75,4 +75,19 @@ print("|---|---:|---:|---:|---:|---:|")
 for w in walls:
     print(f"| {w['name']} | {w['images']} | {w['batched']:.2f} s | {w['sequential']:.2f} s | "
           f"{w['sequential'] / w['batched']:.2f}x | {w['apart']:.2f} |")
+
+# Training of 8 clients on ViT-B/16, 2 rounds, with a round's clients in one pass
+# (--batched-training true) and one by one, alternated (LoRA trains one by one in both: dropout).
+from benchmark.cli.commands.bench import time_batched_training
+
+base = {**base, "rounds": 2, "batch_size": 32}
+trained = time_batched_training(
+    base, [("pfedmma", "pfedmma", {}), ("promptfl", "promptfl", {}), ("lora", "lora", {})], repeats=1
+)
+print()
+print("| training of 8 clients, 2 rounds | batched | one by one | one by one / batched | largest metric difference |")
+print("|---|---:|---:|---:|---:|")
+for t in trained:
+    ratio = f"{t['sequential'] / t['batched']:.2f}x" if t["together"] else f"one by one in both ({t['reason']})"
+    print(f"| {t['name']} | {t['batched']:.2f} s | {t['sequential']:.2f} s | {ratio} | {t['apart']:.2f} |")
 PY

@@ -20,7 +20,6 @@ first evaluation is scored client by client with a warning naming why.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import warnings
 from dataclasses import dataclass
@@ -29,11 +28,11 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmark import flops
 from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
+from benchmark.federation.stacked import batchable_attention, stack_states
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
 
@@ -41,20 +40,6 @@ from data.base import LabeledImages
 MAX_CLIENTS_PER_PASS = 8
 # The probe: batched logits must equal client-by-client ones to this relative tolerance.
 PROBE_RTOL = 1e-5
-
-
-@contextlib.contextmanager
-def _batchable_attention() -> Iterator[None]:
-    """Attention as matrix products and a softmax, which vmap batches: vmap has no rule for
-    CPU's fused attention kernel nor for nn.MultiheadAttention's inference fast path, and
-    runs those one client at a time (a "performance drop" warning)."""
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with sdpa_kernel(SDPBackend.MATH):
-            yield
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
 class _Calls(nn.Module):
@@ -109,11 +94,6 @@ def _split(obj: Any) -> tuple[list, Callable[[list], Any]]:
     return [], lambda ts: obj
 
 
-def stack_states(states: Sequence[State]) -> State:
-    """The clients' states stacked along a new leading dimension, key by key."""
-    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
-
-
 def _as_calls_state(stacked: State) -> State:
     """`stacked` named as `_Calls` holds the method's state (under `method.`)."""
     return {f"method.{k}": v for k, v in stacked.items()}
@@ -153,7 +133,7 @@ class BatchedScorer:
             rebuilds[:] = [rebuild]
             return tuple(tensors) if tensors else torch.zeros(())  # vmap needs a tensor out
 
-        with _batchable_attention():
+        with batchable_attention():
             out = vmap(one)(_as_calls_state(stacked))
         return _Classes(rebuilds[0], out if isinstance(out, tuple) else ())
 
@@ -169,7 +149,7 @@ class BatchedScorer:
                 self._calls, state, (lambda m: m.classify(m.image_features(inputs), own),), strict=False
             )
 
-        with _batchable_attention():
+        with batchable_attention():
             return vmap(one)(_as_calls_state(stacked), classes.tensors)
 
     @torch.no_grad()

@@ -91,11 +91,15 @@ class ClientFabric(L.Fabric):
     def epoch_mean(self, name: str) -> float:
         if name not in self._sums:
             return float("nan")
-        total, count = self._sums[name]
-        # Lightning's float32 (or float64) tensor / int64 tensor, without a tensor operation
-        # (IEEE division is correctly rounded, so numpy's float32 division gives its bits).
-        value = total.item()
-        return float(np.float32(value) / np.float32(count)) if total.dtype == torch.float32 else value / count
+        return epoch_mean(*self._sums[name])
+
+
+def epoch_mean(total: torch.Tensor, count: int) -> float:
+    """Lightning's on_epoch mean, `total` (sum of value x batch size) / `count` (images):
+    its float32 (or float64) tensor / int64 tensor, without a tensor operation (IEEE
+    division is correctly rounded, so numpy's float32 division gives its bits)."""
+    value = total.item()
+    return float(np.float32(value) / np.float32(count)) if total.dtype == torch.float32 else value / count
 
 
 class NonFiniteLoss(ArithmeticError):
@@ -133,12 +137,16 @@ class ClientLoop:
         # An evaluation between rounds leaves the module in eval mode, which would switch off
         # dropout and training-only branches (LoRA's dropout, FedMVP's LoRA path).
         module.train()
-        if module.fabric is not self._proxy:  # attached until `release`: not per client-round (~50 us)
-            module.fabric = self._proxy
+        self.attach(module)
         try:
             return self._fit(module, batches, epochs, flops.TrainSteps(class_names))
         finally:
             module._fabric_optimizers = []
+
+    def attach(self, module: L.LightningModule) -> None:
+        """`module.trainer` is this loop's Fabric until `release` (not per client-round: ~50 us)."""
+        if module.fabric is not self._proxy:
+            module.fabric = self._proxy
 
     def release(self, module: L.LightningModule) -> None:
         """Detach `module` from this loop's Fabric once it is done training."""
@@ -150,7 +158,7 @@ class ClientLoop:
         start = time.perf_counter()
         configured = module.configure_optimizers()
         optimizer_seconds = time.perf_counter() - start
-        optimizers, schedulers = self._optimizers(module, configured)
+        optimizers, schedulers = self.read_optimizers(module, configured)
         # The lr the client-round starts at (a scheduler built with the optimizer has set it).
         start_lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None
         automatic = module.automatic_optimization
@@ -193,9 +201,9 @@ class ClientLoop:
                             else:
                                 output = _manual_output(module, self._training_step(module, batch, batch_idx))
                         seconds += time.perf_counter() - start
-                    self._step_schedulers(module, schedulers, "step", batch_idx)
+                    step_schedulers(module, schedulers, "step", batch_idx)
                     if skip or batch_idx == num_batches - 1:
-                        self._step_schedulers(module, schedulers, "epoch", epoch)
+                        step_schedulers(module, schedulers, "epoch", epoch)
                     if skip:
                         break
                     loss = output.get("loss")
@@ -204,16 +212,16 @@ class ClientLoop:
                         losses.append((loss, fabric.global_step, lr))
                     module.on_train_batch_end(output, batch, batch_idx)
             except Exception as failure:
-                self._check_losses(losses, failure)
+                self.check_losses(losses, failure)
                 raise
-            self._check_losses(losses)
+            self.check_losses(losses)
             module.on_train_epoch_end()
         module.on_train_end()
         module.on_fit_end()
         return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds, start_lr)
 
     @staticmethod
-    def _check_losses(losses, failure: Exception | None = None) -> None:
+    def check_losses(losses, failure: Exception | None = None) -> None:
         for loss, step, lr in losses:
             finite = math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
             if not finite:
@@ -242,7 +250,7 @@ class ClientLoop:
         # graph is freed here, inside the step, as in a loop that drops its loss.
         return {} if loss is None else {"loss": loss.detach().clone(), **extra}
 
-    def _optimizers(self, module, configured):
+    def read_optimizers(self, module, configured):
         """What `configure_optimizers` returned, read as Lightning reads it."""
         common = read_common_form(configured, module.automatic_optimization)
         if common is not None:
@@ -271,15 +279,15 @@ class ClientLoop:
     def _count_step(self, optimizer, args, kwargs) -> None:
         self.fabric.global_step += 1
 
-    @staticmethod
-    def _step_schedulers(module, schedulers, interval: str, index: int) -> None:
-        """Lightning's rule: under automatic optimization, a scheduler of `interval` steps
-        when its (0-based batch-in-epoch or epoch) `index` + 1 is a multiple of its frequency."""
-        if not module.automatic_optimization:
-            return
-        for config in schedulers:
-            if config.interval == interval and (index + 1) % config.frequency == 0:
-                config.scheduler.step()
+
+def step_schedulers(module, schedulers, interval: str, index: int) -> None:
+    """Lightning's rule: under automatic optimization, a scheduler of `interval` steps
+    when its (0-based batch-in-epoch or epoch) `index` + 1 is a multiple of its frequency."""
+    if not module.automatic_optimization:
+        return
+    for config in schedulers:
+        if config.interval == interval and (index + 1) % config.frequency == 0:
+            config.scheduler.step()
 
 
 def _automatic_loss(module, output) -> tuple[torch.Tensor | None, dict]:

@@ -29,6 +29,13 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
 from benchmark.errors import DivergenceError
+from benchmark.federation.batched_training import (
+    BatchedTraining,
+    BatchingRefused,
+    ClientDiverged,
+    probe,
+    warn_sequential,
+)
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
@@ -269,6 +276,7 @@ class TrainerSettings:
     batch_size: int = 32
     local_epochs: int = 1
     aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
+    batched_training: bool = False  # a round's clients in one pass where the method allows (batched_training.py)
 
 
 class FederatedSimulator:
@@ -322,6 +330,13 @@ class FederatedSimulator:
         self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
         self.on_evaluate = on_evaluate
         self._loop = ClientLoop(settings.accelerator, settings.precision)
+        self._together: BatchedTraining | None = None
+        self._probed = False
+        if settings.batched_training and method.trains:
+            try:
+                self._together = BatchedTraining(method, self._loop)
+            except BatchingRefused as refused:
+                warn_sequential(method, str(refused))
 
     def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
         """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
@@ -351,15 +366,16 @@ class FederatedSimulator:
                 t_round = time.perf_counter()
                 updates: list[ClientUpdate] = []
                 log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
+                received: dict[int, State | None] = {}
                 for cid in sampled:
-                    received = None
-                    if round_index > 0:
-                        received = method.download(cid, aggregate, bank)
-                        log.bytes_down += state_bytes(received)
-                    account = flops.current()
-                    before = account.totals.get("train", 0) if account else 0
-                    trained = self.client_round(cid, round_index, states[cid], received)
-                    log.train_flops += (account.totals.get("train", 0) - before) if account else 0
+                    received[cid] = method.download(cid, aggregate, bank) if round_index > 0 else None
+                    log.bytes_down += 0 if received[cid] is None else state_bytes(received[cid])
+                account = flops.current()
+                before = account.totals.get("train", 0) if account else 0
+                trained_clients = self.train_round(sampled, round_index, states, received)
+                log.train_flops += (account.totals.get("train", 0) - before) if account else 0
+                for cid in sampled:
+                    trained = trained_clients[cid]
                     states[cid] = trained.state
                     log.train_loss[cid] = trained.loss
                     if trained.lr is not None:
@@ -400,6 +416,54 @@ class FederatedSimulator:
         bar.close()
         result.client_states, result.final_download_bytes = self._evaluation_states(states, aggregate, bank, result)
         return result
+
+    def train_round(
+        self, sampled: Sequence[int], round_index: int, states: dict[int, State], received: dict[int, State | None]
+    ) -> dict[int, "ClientRound"]:
+        """The local training of round `round_index`'s clients: in one batched pass where the
+        run asks for it and the method allows it (`batched_training.py`), else one by one."""
+        if self._together is not None and len(sampled) > 1:
+            together = self._train_together(sampled, round_index, states, received)
+            if together is not None:
+                return together
+        return {cid: self.client_round(cid, round_index, states[cid], received[cid]) for cid in sampled}
+
+    def _train_together(self, sampled, round_index, states, received) -> dict[int, "ClientRound"] | None:
+        """`train_round` in one pass; None (and client by client from here on, with a warning)
+        when the first round's probe or the method's optimizer rules it out."""
+        method = self.method
+        starts = [states[cid] if received[cid] is None else {**states[cid], **received[cid]} for cid in sampled]
+        clients = []
+        for cid in sampled:  # seeded in the client loop's order: each client's batches are its own
+            batches, context = self.client_data(cid, round_index)
+            clients.append((cid, batches, context))
+        reason = None if self._probed else probe(self._together, starts, clients)
+        self._probed = True
+        if reason is None:
+            try:
+                trained = self._together.train_together(starts, clients, self.settings.local_epochs)
+            except BatchingRefused as refused:
+                reason = str(refused)
+            except ClientDiverged as bad:
+                failure = bad.failure
+                raise self._divergence(str(failure), round_index, bad.cid, failure.step, failure.lr) from bad
+        if reason is not None:
+            warn_sequential(method, reason)
+            self._together = None
+            return None
+        out = {}
+        for (cid, _, _), (state, training) in zip(clients, trained):
+            self._check_finite(state, f"the state of client {cid} after its local training", round_index, cid)
+            out[cid] = ClientRound(
+                state,
+                method.upload_of(state),
+                training.loss,
+                training.model_seconds,
+                training.data_seconds,
+                training.optimizer_seconds,
+                training.lr,
+            )
+        return out
 
     def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> "ClientRound":
         """One client's part of a round, wherever it runs (this simulator, or a Flower

@@ -241,7 +241,13 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     settings = TrainerSettings(
-        accelerator, precision, config.num_workers, config.batch_size, config.local_epochs, config.aggregation
+        accelerator,
+        precision,
+        config.num_workers,
+        config.batch_size,
+        config.local_epochs,
+        config.aggregation,
+        config.batched_training,
     )
     attributes = None
     if method.uses_class_attributes:

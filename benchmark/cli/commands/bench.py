@@ -60,6 +60,9 @@ def run(args) -> int:
     walls = _shortcut_walls(args.quick)
     print("timing evaluation with the clients batched and one by one ...", flush=True)
     batched = _batched_evaluation_walls(args.quick)
+    peak = matmul_gflops(MATMUL_SIZE)
+    print("timing training with a round's clients batched and one by one ...", flush=True)
+    trained = _batched_training_walls(args.quick)
     for b in batched:
         if b["apart"]:  # fp32 on a CPU: batching may move last bits, never a prediction here
             raise RuntimeError(f"{b['name']}: batched evaluation scored a client {b['apart']} points apart")
@@ -142,12 +145,35 @@ def run(args) -> int:
         "process after one untimed pass of each (features and image prefixes cached); the median of three. "
         "Both give the same per-client metrics (checked here). Training is client by client in both.",
         "",
-        "| evaluation | clients | test images | batched | one by one | one by one / batched |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| evaluation | clients | test images | batched | one by one | one by one / batched | GFLOP | "
+        "one by one, GFLOP/s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *[
             f"| {b['name']} | {b['clients']} | {b['images']} | {b['batched']:.2f} s | {b['sequential']:.2f} s | "
-            f"{b['sequential'] / b['batched']:.2f}x |"
+            f"{b['sequential'] / b['batched']:.2f}x | {b['flops'] / 1e9:.1f} | {b['flops'] / 1e9 / b['sequential']:.1f} |"
             for b in batched
+        ],
+        "",
+        f"A {MATMUL_SIZE}x{MATMUL_SIZE} fp32 matrix product ran at {peak:.1f} GFLOP/s in this process: batching "
+        "removes per-operation overhead, never arithmetic, so where one by one already runs near that rate "
+        "(evaluation scores batches of 256 images) no batching can speed it up by more than the ratio of the two.",
+        "",
+        "## Training: a round's clients batched and one by one",
+        "",
+        "The rounds of a run (local training, state swaps, aggregation; not its evaluation) with "
+        "`--batched-training` on (one vmapped pass per step for a round's clients, "
+        "`benchmark/federation/batched_training.py`) and off, alternated in one process after one untimed run "
+        "of each; the median of three. 'apart': the largest difference of a client's final metric between the "
+        "two, in points (0: the same predictions).",
+        "",
+        "| training | rounds | batched | one by one | one by one / batched | optimizer steps (batched / one by one) "
+        "| apart |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *[
+            f"| {t['name']} | {t['rounds']} | {t['batched']:.2f} s | {t['sequential']:.2f} s | "
+            + (f"{t['sequential'] / t['batched']:.2f}x" if t["together"] else f"one by one in both: {t['reason']}")
+            + f" | {t['steps'][True]} / {t['steps'][False]} | {t['apart']:.2f} |"
+            for t in trained
         ],
         "",
         "FLOP counting's own cost: a training step counted takes ~3-5x its time on the toy CLIP (Python per "
@@ -324,7 +350,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
 
     import torch
 
-    from benchmark import shortcuts
+    from benchmark import flops, shortcuts
     from benchmark.config import build_config
     from benchmark.evaluation.accuracy import Evaluator
     from benchmark.evaluation.clients import evaluate_clients
@@ -358,6 +384,8 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
                 return time.perf_counter() - started, per_client
 
             evaluate(True), evaluate(False)  # warm: features, image prefixes, the probe
+            with flops.ledger(sample_steps=False) as counted:  # untimed: counting costs time
+                evaluate(False)
             times: dict[bool, list[float]] = {True: [], False: []}
             for _ in range(3):
                 results = {}
@@ -377,6 +405,98 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
                 batched=statistics.median(times[True]),
                 sequential=statistics.median(times[False]),
                 apart=apart,
+                flops=counted.summary().get("evaluation", 0),
+            )
+        )
+    return walls
+
+
+MATMUL_SIZE = 1024
+
+
+def matmul_gflops(size: int = MATMUL_SIZE, repeats: int = 5) -> float:
+    """What this process's torch does on one large fp32 matrix product, in GFLOP/s: a bound
+    on any pass of the same arithmetic, however it is batched (the best of `repeats`)."""
+    import time
+
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e9
+
+
+def _batched_training_walls(quick: bool) -> list[dict]:
+    if quick:
+        base = dict(
+            dataset="toy", backbone="fedbench-tiny-vit", pretrained="none", shots=4, clients=4, rounds=2, seed=1
+        )
+        return time_batched_training(base, [("promptfl, tiny CLIP", "promptfl", {})], repeats=1)
+    base = dict(dataset="toy", clients=8, batch_size=8, rounds=3, seed=1)
+    runs = [
+        ("pfedmma, toy world", "pfedmma", {"first_block": 2}),
+        ("promptfl, toy world", "promptfl", {}),
+        ("lora, toy world", "lora", {}),
+    ]
+    return time_batched_training(base, runs)
+
+
+def time_batched_training(base: dict, runs: list[tuple[str, str, dict]], repeats: int = 3) -> list[dict]:
+    """For each (label, method, method_args) in `runs` on the run settings `base`: the
+    rounds' wall time (local training, state swaps, aggregation; not the evaluation) with
+    batched training on and off, alternated, the median of `repeats` after one untimed run
+    of each; whether the clients did train together, and how far apart the two runs'
+    metrics ended (also scripts/gpu_check.sh's)."""
+    import dataclasses
+    import statistics
+    import warnings
+
+    from benchmark.config import build_config
+    from benchmark.runs.runner import run_experiment
+
+    walls = []
+    for name, method, method_args in runs:
+        config = build_config(
+            {**base, "method": method, "wandb": "disabled", "checkpoint_every": 0}, {"method_args": method_args}
+        )
+
+        def train(batched: bool):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                result = run_experiment(
+                    dataclasses.replace(config, batched_training=batched), write=False, progress=False
+                )
+            fallback = [str(w.message) for w in caught if "train one by one" in str(w.message)]
+            return sum(log.total_seconds for log in result.federation.rounds), result, fallback
+
+        train(True), train(False)  # warm: features, caches, the probe
+        times: dict[bool, list[float]] = {True: [], False: []}
+        results, fallback = {}, []
+        for _ in range(repeats):
+            for batched in (True, False):
+                wall, results[batched], caught = train(batched)
+                times[batched].append(wall)
+                fallback = fallback or caught
+        apart = max(  # the largest difference of a client's metric, in points
+            abs(value - results[False].per_client[cid][metric])
+            for cid, metrics in results[True].per_client.items()
+            for metric, value in metrics.items()
+        )
+        steps = {b: results[b].timing.get("flops", {}).get("train_steps") for b in (True, False)}
+        walls.append(
+            dict(
+                name=name,
+                rounds=len(results[True].federation.rounds),
+                batched=statistics.median(times[True]),
+                sequential=statistics.median(times[False]),
+                together=not fallback,
+                reason=fallback[0].split("(", 1)[-1].rstrip(")") if fallback else "",
+                apart=apart,
+                steps=steps,
             )
         )
     return walls

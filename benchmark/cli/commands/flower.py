@@ -54,6 +54,11 @@ def run(args) -> int:
             "--batched-evaluation true: a Flower node holds one client, so its evaluation cannot be batched "
             "across clients; drop the flag"
         )
+    if config.batched_training:
+        raise ConfigError(
+            "--batched-training true: a Flower node holds one client, so its training cannot be batched "
+            "across clients; drop the flag"
+        )
     if answer_without_running(args, config):
         return 0
     if args.parallel < 1 or args.client_cpus < 1 or args.client_gpus < 0:

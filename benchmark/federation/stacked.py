@@ -1,0 +1,31 @@
+"""Many clients' states as one: stacked along a leading dimension, for `torch.func.vmap`
+over a method's hooks (evaluation and training of a round's clients in one pass)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from benchmark.method import State
+
+
+@contextlib.contextmanager
+def batchable_attention() -> Iterator[None]:
+    """Attention as matrix products and a softmax, which vmap batches: vmap has no rule for
+    CPU's fused attention kernel nor for nn.MultiheadAttention's inference fast path, and
+    runs those one client at a time (a "performance drop" warning)."""
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with sdpa_kernel(SDPBackend.MATH):
+            yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+def stack_states(states: Sequence[State]) -> State:
+    """The clients' states stacked along a new leading dimension, key by key."""
+    return {k: torch.stack([s[k] for s in states]) for k in states[0]}
