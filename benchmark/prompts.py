@@ -136,3 +136,8 @@ class FixedClassTexts:
             text = self.backbone.zero_shot_text_features(class_names, self.template)
             self._features[key] = torch.nn.functional.normalize(text, dim=-1)
         return self._features[key]
+
+    def stacked(self, class_lists: Sequence[Sequence[str]], device: torch.device) -> tuple[Tensor]:
+        """`class_inputs` of a method whose class features are these: the features of each
+        list stacked (its `encode_class_inputs` returns its row as it is)."""
+        return (torch.stack([self(names, device) for names in class_lists]),)

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
 from benchmark.registry import register_method
@@ -84,10 +83,10 @@ class CLIPAdapter(FederatedMethod):
         self._text = FixedClassTexts(backbone, template)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+        return self._text(class_names, self.device)
 
     def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
-        return (torch.stack([self._text(names, self.device) for names in class_lists]),)
+        return self._text.stacked(class_lists, self.device)
 
     def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
         return inputs[0]  # the text is frozen: the features themselves

@@ -38,6 +38,7 @@ class FedCLIP(FederatedMethod):
     lr_schedule = PER_CLIENT_COSINE
     ranges = OPTIMIZER_RANGES
     upload_keys = ("adapter.*",)
+    batched_training = True
     frozen_image_features = True  # the adapter runs in `classify`, on cached features
     image_feature_kind = "clip-unnormalized"
 
@@ -62,6 +63,12 @@ class FedCLIP(FederatedMethod):
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
         return self._text(class_names, self.device)
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
+        return self._text.stacked(class_lists, self.device)
+
+    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
+        return inputs[0]  # the text is frozen: the features themselves
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         with full_precision(image_features.device.type):  # the head and the logits in fp32

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts, deep_prompt
 from benchmark.registry import register_method
@@ -46,6 +46,7 @@ class FedMaPLe(FederatedMethod):
     lr_schedule = PER_CLIENT_COSINE
     ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "depth": Range(ge=1), "init_std": Range(ge=0)}
     upload_keys = ("*",)
+    batched_training = True
     frozen_image_features = False  # the coupled prompts change the image tower's output
 
     @classmethod
@@ -100,7 +101,13 @@ class FedMaPLe(FederatedMethod):
         return F.normalize(features, dim=-1)
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return F.normalize(self.prompts.encode(self.ctx, class_names, self.text_block_wrappers()), dim=-1)
+        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor, Tensor]:
+        return self.prompts.layouts(class_lists)
+
+    def encode_class_inputs(self, inputs: tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        return F.normalize(self.prompts.encode_layout(self.ctx, *inputs, self.text_block_wrappers()), dim=-1)
 
     def configure_optimizers(self):
         hp = self.hparams

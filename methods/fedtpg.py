@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
-from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
@@ -86,6 +86,7 @@ class FedTPG(FederatedMethod):
         "init_std": Range(ge=0),
     }
     upload_keys = ("translator.*",)
+    batched_training = True
     frozen_image_features = True  # only the text side learns
 
     def __init__(
@@ -120,8 +121,16 @@ class FedTPG(FederatedMethod):
         return self._names[key]
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        prompt = self.translator(self.class_name_embeddings(class_names))
-        return F.normalize(self.prompts.encode(prompt, class_names), dim=-1)
+        return self.encode_class_inputs(first(self.class_inputs([class_names])))
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, ...]:
+        """The frozen name embeddings and the prompt layout of each list, stacked."""
+        names = torch.stack([self.class_name_embeddings(class_names) for class_names in class_lists])
+        return (names, *self.prompts.layouts(class_lists))
+
+    def encode_class_inputs(self, inputs: tuple[Tensor, ...]) -> Tensor:
+        names, *layout = inputs
+        return F.normalize(self.prompts.encode_layout(self.translator(names), *layout), dim=-1)
 
     def configure_optimizers(self):
         hp = self.hparams

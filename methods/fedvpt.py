@@ -41,6 +41,7 @@ class FedVPT(FederatedMethod):
     lr_schedule = PER_CLIENT_COSINE
     ranges = {**OPTIMIZER_RANGES, "n_ctx": Range(ge=1), "depth": Range(ge=0), "init_std": Range(ge=0)}
     upload_keys = ("prompts",)
+    batched_training = True
     frozen_image_features = False  # the prompts change the image tower's output
 
     @classmethod
@@ -87,6 +88,12 @@ class FedVPT(FederatedMethod):
 
     def encode_classes(self, class_names: Sequence[str]) -> Tensor:
         return self._text(class_names, self.device)
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
+        return self._text.stacked(class_lists, self.device)
+
+    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
+        return inputs[0]  # the text is frozen: the features themselves
 
     def configure_optimizers(self):
         hp = self.hparams

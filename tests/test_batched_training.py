@@ -13,9 +13,11 @@ from conftest import method_config, tiny_config, trained_built_in_methods
 
 from benchmark.federation.batched_training import BatchedTraining, _sgd, probe, why_not
 from benchmark.federation.client_loop import ClientLoop
+from benchmark.federation.simulator import FederatedSimulator
 from benchmark.registry import builtin_methods, register_method
 from benchmark.runs.identity import run_name
 from benchmark.runs.runner import prepare_run, run_experiment
+from data.partition import ClientShard
 from methods.promptfl import PromptFL
 
 TOGETHER = sorted(n for n, c in builtin_methods().items() if c.batched_training)
@@ -27,7 +29,7 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def test_which_built_in_methods_train_together_and_why_the_others_do_not(fake_data_root, tmp_path):
-    assert TOGETHER == ["clip_adapter", "pfedmma", "promptfl"]
+    assert TOGETHER == ["clip_adapter", "fedclip", "fedmaple", "fedtpg", "fedvpt", "pfedmma", "promptfl"]
     for name in trained_built_in_methods():
         method = prepare_run(method_config(name, fake_data_root, tmp_path), progress=False, train_features=False).method
         reason = why_not(method)
@@ -156,3 +158,46 @@ def test_flower_refuses_batched_training(fedbench, tmp_path):
     )
     assert done.returncode == 2 and "a Flower node holds one client" in done.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_clients_with_class_lists_of_different_lengths_train_in_separate_passes(fake_data_root, tmp_path, monkeypatch):
+    """Clients 0 and 2 hold classes 0-2, client 1 classes 3-4: two passes a step (stacked
+    class inputs need one length), each client ending where it ends one by one."""
+    run = prepare_run(method_config("promptfl", fake_data_root, tmp_path, clients=3), progress=False)
+    labels = run.dataset.train.labels
+    pool = sorted(i for shard in run.partition.clients for i in shard.train_indices)
+    by_class = {c: [i for i in pool if labels[i] == c] for c in range(5)}
+    shards = [
+        ClientShard(0, tuple(i for c in (0, 1, 2) for i in by_class[c][:2]), (0, 1, 2)),
+        ClientShard(1, tuple(i for c in (3, 4) for i in by_class[c]), (3, 4)),
+        ClientShard(2, tuple(i for c in (0, 1, 2) for i in by_class[c][2:]), (0, 1, 2)),
+    ]
+    passes = []
+    train = BatchedTraining._train
+
+    def recorded(self, starts, clients, epochs):
+        passes.append([cid for cid, _, _ in clients])
+        return train(self, starts, clients, epochs)
+
+    monkeypatch.setattr(BatchedTraining, "_train", recorded)
+    initial, finals = run.method.client_state(), {}
+    for batched in (True, False):
+        run.method.load_client_state(initial)
+        settings = dataclasses.replace(run.settings, batched_training=batched, batch_size=3)
+        simulator = FederatedSimulator(
+            run.method,
+            run.train_inputs,
+            labels,
+            run.dataset.class_names,
+            shards,
+            [[0, 1, 2]] * 2,
+            1,
+            settings,
+            progress=False,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no fallback to one by one
+            finals[batched] = simulator.run().client_states
+    assert passes == [[0, 2], [1]] * 2  # two rounds of two passes
+    for cid, state in finals[False].items():
+        assert all(close(finals[True][cid][k], v) for k, v in state.items()), cid
