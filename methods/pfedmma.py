@@ -45,27 +45,11 @@ TOWERS = ("text", "vision")
 FEDERATE = {"shared": ("shared.*",), "all": ("*",), "none": ()}
 
 
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; the gradient is multiplied by `factor` on the way back. In the
-    setup_context form, which torch.func (vmap: batched evaluation) requires."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(x: Tensor, factor: float) -> Tensor:
-        return x.view_as(x)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        ctx.factor = inputs[1]
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return grad * ctx.factor, None
-
-
 def scale_grad(x: Tensor, factor: float) -> Tensor:
-    return _ScaleGrad.apply(x, factor)
+    """Identity forward (bit for bit: x + 0); the gradient is multiplied by `factor` on the
+    way back. Plain operations rather than an autograd.Function: under `torch.func.vmap`
+    (clients trained together) a Function costs ~0.8 ms a call to derive its batching rule."""
+    return x.detach() + (x - x.detach()) * factor
 
 
 def _linear(fan_in: int, fan_out: int) -> nn.Linear:
