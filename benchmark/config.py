@@ -72,7 +72,7 @@ class RunConfig:
     precision: str = "auto"  # auto (on a GPU the method's choice, its gpu_precision: `fedbench methods --describe M`; 32-true on CPU) | 32-true | bf16-mixed | 16-mixed
     shortcuts: bool = True  # exact compute shortcuts: the text tower stops at the longest prompt, frozen prefixes are computed once (docs/performance.md); false (--no-shortcuts) runs the plain path, equal up to float rounding
     batched_evaluation: bool = False  # score a round's clients in one vmapped pass where the method allows (its batched_evaluation), equal up to float rounding; off by default: on this suite's CPU it was slower for pFedMMA and PromptFL, faster for LoRA (results/perf.md)
-    batched_training: bool = False  # train a round's clients in one vmapped pass where the method allows (its batched_training), equal up to float rounding; off by default (results/perf.md has the times)
+    batched_training: bool = False  # train a round's clients in one vmapped pass where the method allows (its batched_training), equal up to float rounding; off by default: on the toy demo it moved PromptFL's row by float rounding (docs/toy-world.md), and the shipped tables are the client-by-client path's
     num_workers: int = 0  # data-loader workers
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
     keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written

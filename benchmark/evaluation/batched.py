@@ -32,7 +32,7 @@ from torch.func import functional_call, vmap
 from benchmark import flops
 from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
-from benchmark.federation.stacked import batchable_attention, stack_states
+from benchmark.federation.stacked import batchable_attention, failure_line, relative_difference, stack_states
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
 
@@ -190,12 +190,11 @@ def probe(
                 method.load_client_state(state)
                 method.eval()
                 alone = method.logits(inputs, names)
-                scale = alone.abs().max().clamp_min(1e-12)
-                if not torch.allclose(batched[k].float(), alone.float(), rtol=PROBE_RTOL, atol=PROBE_RTOL * scale):
-                    difference = ((batched[k].float() - alone.float()).abs().max() / scale).item()
+                difference = relative_difference(batched[k], alone, PROBE_RTOL)
+                if difference is not None:
                     return f"batched logits differ from client-by-client ones by {difference:.1e} (relative)"
     except Exception as exc:  # vmap refuses what it cannot batch: any error means client by client
-        return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return failure_line(exc)
     finally:
         method.load_client_state(saved)
     return None

@@ -49,7 +49,7 @@ from benchmark.federation.client_loop import (
     epoch_mean,
     step_schedulers,
 )
-from benchmark.federation.stacked import batchable_attention, stack_states
+from benchmark.federation.stacked import batchable_attention, failure_line, relative_difference, stack_states
 from benchmark.method import ClientContext, FederatedMethod, State
 
 # One batched step's losses must equal the client loop's to this relative tolerance, and its
@@ -370,16 +370,13 @@ def probe(
             for what, b, a, rtol in pairs:
                 if (a is None) != (b is None):
                     return f"{what} of client {clients[k][0]} is missing on one side"
-                if a is None:
-                    continue
-                scale = a.abs().max().clamp_min(1e-12).item()
-                if not torch.allclose(b.float(), a.float(), rtol=rtol, atol=rtol * scale):
-                    difference = (b.float() - a.float()).abs().max().item() / scale
+                difference = None if a is None else relative_difference(b, a, rtol)
+                if difference is not None:
                     return f"{what} of client {clients[k][0]} differs from the client loop's by {difference:.1e} (relative)"
     except BatchingRefused as refused:
         return str(refused)
     except Exception as exc:  # vmap refuses what it cannot batch (random ops, .item()): step client by client
-        return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return failure_line(exc)
     finally:
         method.load_client_state(saved)
     return None

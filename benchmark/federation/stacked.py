@@ -7,6 +7,7 @@ import contextlib
 from typing import Iterator, Sequence
 
 import torch
+from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from benchmark.method import State
@@ -29,3 +30,19 @@ def batchable_attention() -> Iterator[None]:
 def stack_states(states: Sequence[State]) -> State:
     """The clients' states stacked along a new leading dimension, key by key."""
     return {k: torch.stack([s[k] for s in states]) for k in states[0]}
+
+
+def relative_difference(got: Tensor, want: Tensor, rtol: float) -> float | None:
+    """None when `got` equals `want` to `rtol` of `want`'s largest entry (and elementwise);
+    else their largest difference relative to that entry: what a batching probe reports."""
+    got, want = got.detach().float(), want.detach().float()
+    scale = want.abs().max().clamp_min(1e-12).item()
+    if torch.allclose(got, want, rtol=rtol, atol=rtol * scale):
+        return None
+    return (got - want).abs().max().item() / scale
+
+
+def failure_line(exc: Exception) -> str:
+    """An exception as a probe reports it: its class and the first line of its message
+    (vmap refuses what it cannot batch with an error)."""
+    return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
