@@ -201,3 +201,19 @@ def test_clients_with_class_lists_of_different_lengths_train_in_separate_passes(
     assert passes == [[0, 2], [1]] * 2  # two rounds of two passes
     for cid, state in finals[False].items():
         assert all(close(finals[True][cid][k], v) for k, v in state.items()), cid
+
+
+def test_a_diverging_client_stops_a_batched_run_as_it_stops_one_by_one(fake_data_root, tmp_path):
+    """A NaN loss in a batched round is reported as the client loop reports it: the same
+    round, client, step and lr."""
+    from benchmark.errors import DivergenceError
+
+    config = method_config("pfedmma", fake_data_root, tmp_path, method_args={"first_block": 2, "lr": 1e9})
+    messages = []
+    for batched in (True, False):
+        with pytest.raises(
+            DivergenceError, match=r"method 'pfedmma' diverged at round \d, client \d, step \d+ with lr 1e\+09"
+        ) as raised:
+            run_experiment(dataclasses.replace(config, batched_training=batched), write=False, progress=False)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
