@@ -188,43 +188,12 @@ class BatchedTraining:
                 c.batches.sampler.set_epoch(epoch)
                 c.loss_sum, c.loss_count, c.losses = None, 0, []
                 iterators.append(iter(c.batches))
-            for batch_idx in range(max(len(c.batches) for c in members)):
-                active = [k for k, c in enumerate(members) if batch_idx < len(c.batches)]
-                batches = []
-                for k in active:
-                    start = time.perf_counter()
-                    batch = next(iterators[k])
-                    members[k].data_seconds += time.perf_counter() - start
-                    batches.append(_to_device(batch, device))
-                start = time.perf_counter()
-                # The FLOP ledger keys a step by its class lists and its images.
-                with counter.step(method, (torch.cat([b[1] for b in batches]),), first=epoch == 0 and batch_idx == 0):
-                    losses = self._losses(stacked, active, batches, classes)
-                    for p in params.values():
-                        p.grad = None
-                    torch.stack(losses).sum().backward()
-                    with torch.no_grad():
-                        rows = torch.tensor(active, device=device)
-                        for name, (group, settings) in groups.items():
-                            lrs = [members[k].lr(group) for k in active]
-                            _sgd(params[name], momentum, name, rows, lrs, settings)
-                seconds = time.perf_counter() - start
-                for k, batch, loss in zip(active, batches, losses):
-                    c = members[k]
-                    c.model_seconds += seconds / len(active)
-                    c.steps += 1
-                    value, size = loss.detach(), len(batch[-1])
-                    c.loss_sum = (torch.tensor(0.0, device=device) if c.loss_sum is None else c.loss_sum) + value * size
-                    c.loss_count += size
-                    step_schedulers(method, c.schedulers, "step", batch_idx)
-                    if batch_idx == len(c.batches) - 1:
-                        step_schedulers(method, c.schedulers, "epoch", epoch)
-                    c.losses.append((value, c.steps, c.lr(0)))
-            for c in members:
-                try:
-                    ClientLoop.check_losses(c.losses)
-                except NonFiniteLoss as bad:
-                    raise ClientDiverged(c.cid, bad) from bad
+            try:
+                self._epoch(epoch, members, iterators, stacked, params, momentum, groups, classes, counter)
+            except Exception as failure:  # NaN parameters can make a later step raise: name the cause
+                _check_losses(members, failure)
+                raise
+            _check_losses(members)
         results = []
         for k, c in enumerate(members):
             state = {name: tensor[k].detach().clone() for name, tensor in stacked.items()}
@@ -233,6 +202,42 @@ class BatchedTraining:
                 (state, ClientRoundTraining(loss, c.model_seconds, c.data_seconds, c.optimizer_seconds, c.start_lr))
             )
         return results
+
+    def _epoch(self, epoch, members, iterators, stacked, params, momentum, groups, classes, counter) -> None:
+        """One local epoch of every member, step by step; a member past its last batch sits out."""
+        method, device = self.method, self.loop.fabric.device
+        for batch_idx in range(max(len(c.batches) for c in members)):
+            active = [k for k, c in enumerate(members) if batch_idx < len(c.batches)]
+            batches = []
+            for k in active:
+                start = time.perf_counter()
+                batch = next(iterators[k])
+                members[k].data_seconds += time.perf_counter() - start
+                batches.append(_to_device(batch, device))
+            start = time.perf_counter()
+            # The FLOP ledger keys a step by its class lists and its images.
+            with counter.step(method, (torch.cat([b[1] for b in batches]),), first=epoch == 0 and batch_idx == 0):
+                losses = self._losses(stacked, active, batches, classes)
+                for p in params.values():
+                    p.grad = None
+                torch.stack(losses).sum().backward()
+                with torch.no_grad():
+                    rows = torch.tensor(active, device=device)
+                    for name, (group, settings) in groups.items():
+                        lrs = [members[k].lr(group) for k in active]
+                        _sgd(params[name], momentum, name, rows, lrs, settings)
+            seconds = time.perf_counter() - start
+            for k, batch, loss in zip(active, batches, losses):
+                c = members[k]
+                c.model_seconds += seconds / len(active)
+                c.steps += 1
+                value, size = loss.detach(), len(batch[-1])
+                c.loss_sum = (torch.tensor(0.0, device=device) if c.loss_sum is None else c.loss_sum) + value * size
+                c.loss_count += size
+                step_schedulers(method, c.schedulers, "step", batch_idx)
+                if batch_idx == len(c.batches) - 1:
+                    step_schedulers(method, c.schedulers, "epoch", epoch)
+                c.losses.append((value, c.steps, c.lr(0)))
 
     def _client(self, cid: int, batches, context: ClientContext, epochs: int) -> _Client:
         """The client's optimizer and schedulers, built as the client loop builds them."""
@@ -284,6 +289,16 @@ class BatchedTraining:
 
     def _one_loss(self, state: State, inputs: Tensor, labels: Tensor, classes: tuple) -> Tensor:
         return functional_call(self._loss, state, (inputs, labels, classes), strict=False)
+
+
+def _check_losses(members: list[_Client], failure: Exception | None = None) -> None:
+    """The client loop's end-of-epoch check, for each member in turn: the first whose loss
+    was NaN or infinite raises `ClientDiverged`."""
+    for c in members:
+        try:
+            ClientLoop.check_losses(c.losses, failure)
+        except NonFiniteLoss as bad:
+            raise ClientDiverged(c.cid, bad) from bad
 
 
 def _param_groups(method: FederatedMethod, members: list[_Client]) -> dict[str, tuple[int, dict]]:
