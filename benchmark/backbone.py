@@ -209,7 +209,7 @@ class Backbone(nn.Module):
             start = 0
             if embeddings.shape[1] < length:
                 raise ValueError(f"text embeddings of {embeddings.shape[1]} positions; the prompts need {length}")
-            x = embeddings[:, :length].float() + self.model.positional_embedding[:length].float()
+            x = self.embedded_text(embeddings[:, :length])
         return self.encode_text_stream(x, tokens.argmax(dim=-1), block_wrappers, start)
 
     def text_start(self, block_wrappers: BlockWrappers | None) -> int:
@@ -224,7 +224,12 @@ class Backbone(nn.Module):
         if start > 0:
             mask = None if self.model.attn_mask is None else self.model.attn_mask[:length, :length]
             return self._text_prefix(tokens[:, :length], start, mask)
-        return self.token_embedding(tokens[:, :length]).float() + self.model.positional_embedding[:length].float()
+        return self.embedded_text(self.token_embedding(tokens[:, :length]))
+
+    def embedded_text(self, embeddings: Tensor) -> Tensor:
+        """The text tower's input: token (or learned) embeddings [C, L, W] plus the first L
+        positional embeddings, in fp32 under any precision."""
+        return embeddings.float() + self.model.positional_embedding[: embeddings.shape[-2]].float()
 
     def encode_text_stream(
         self, x: Tensor, eot: Tensor, block_wrappers: BlockWrappers | None, start: int = 0
@@ -255,7 +260,7 @@ class Backbone(nn.Module):
             # Frozen and parameter-free upstream: no graph is needed; a normal tensor even
             # when first asked for under inference mode, so training can reuse it.
             with torch.inference_mode(False), torch.no_grad():
-                x = self.token_embedding(tokens).float() + self.model.positional_embedding[: tokens.shape[1]].float()
+                x = self.embedded_text(self.token_embedding(tokens))
                 x = _run_blocks(self.model.transformer, x, mask, None, "text", 0, stop=blocks)
             cached = self._text_prefixes.put(key, x)
         return cached

@@ -99,7 +99,7 @@ class ContextPrompts:
         if per_image:
             prefix, suffix, tokens = (t.repeat(rows, *([1] * (t.dim() - 1))) for t in (prefix, suffix, tokens))
         embeddings = torch.cat([prefix, ctx.to(prefix.dtype), suffix], dim=1)
-        x = embeddings.float() + self.backbone.model.positional_embedding[: embeddings.shape[1]].float()
+        x = self.backbone.embedded_text(embeddings)
         features = self.backbone.encode_text_stream(x, tokens.argmax(dim=-1), block_wrappers)
         return features.reshape(rows, num_classes, -1) if per_image else features
 

@@ -451,19 +451,10 @@ class FederatedSimulator:
             warn_sequential(method, reason)
             self._together = None
             return None
-        out = {}
-        for (cid, _, _), (state, training) in zip(clients, trained):
-            self._check_finite(state, f"the state of client {cid} after its local training", round_index, cid)
-            out[cid] = ClientRound(
-                state,
-                method.upload_of(state),
-                training.loss,
-                training.model_seconds,
-                training.data_seconds,
-                training.optimizer_seconds,
-                training.lr,
-            )
-        return out
+        return {
+            cid: self._client_round(cid, round_index, state, training)
+            for (cid, _, _), (state, training) in zip(clients, trained)
+        }
 
     def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> "ClientRound":
         """One client's part of a round, wherever it runs (this simulator, or a Flower
@@ -473,11 +464,14 @@ class FederatedSimulator:
         method = self.method
         method.load_client_state(state if received is None else {**state, **received})  # the download wins
         training = self._train_client(cid, round_index)
-        trained = method.client_state()
+        return self._client_round(cid, round_index, method.client_state(), training)
+
+    def _client_round(self, cid: int, round_index: int, trained: State, training: ClientRoundTraining) -> "ClientRound":
+        """What client `cid`'s local training left, checked finite, with its upload."""
         self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
             trained,
-            method.upload_of(trained),
+            self.method.upload_of(trained),
             training.loss,
             training.model_seconds,
             training.data_seconds,
