@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from data.toy import world
 
 
@@ -27,10 +29,15 @@ def test_calibration_table_structure_and_range(tmp_path, toy_test_checkpoint):
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| toy")}
     assert set(rows) == {"toy", "toy_patterns"}
     for line in rows.values():
-        values = _numbers(line)
-        assert len(values) == 7  # ZS Base, ZS Novel, probe, CoOp Base, CoOp Novel and two differences
-        assert all(0.0 <= v <= 100.0 for v in values[:5])
-        assert values[5] == round(values[3] - values[0], 1) or abs(values[5] - (values[3] - values[0])) < 0.11
+        cells = [c.strip() for c in line.split("|")[1:-1]]
+        assert cells[1].startswith(world.toy_specs()[cells[0]].domains[0])
+        values = _numbers(" | ".join(cells[2:9]))
+        # ZS Base, ZS Novel, probe, CoOp Base +- std, CoOp Novel +- std and two differences
+        assert len(values) == 9
+        assert all(0.0 <= v <= 100.0 for v in values[:7])
+        assert abs(values[7] - (values[3] - values[0])) < 0.11
+        assert cells[9] == "all" or cells[9].startswith(("0 of 5", "1 of 5", "2 of 5", "3 of 5", "4 of 5"))
+    assert "Targets (real CLIP's base-to-novel regime)" in text
     styles = world.toy_specs()["toy_domains"].domains
     style_rows = [line for line in text.splitlines() if line.startswith("| ") and line.split("|")[1].strip() in styles]
     assert [line.split("|")[1].strip() for line in style_rows] == list(styles)
@@ -40,3 +47,40 @@ def test_calibration_table_structure_and_range(tmp_path, toy_test_checkpoint):
 
     again = main(args)
     assert again == text  # seeded, 1 thread: the same table
+
+
+def _row(**values):
+    row = {"zs_base": 66.0, "zs_novel": 64.0, "probe_base": 85.0, "coop_base": 78.0, "coop_base_std": 1.0}
+    row.update(coop_novel=55.0, coop_novel_std=2.0)
+    row.update(values)
+    return row
+
+
+def test_the_targets_of_a_constructed_row():
+    """Each target on a row built to meet it, and at the edge that breaks it (CoOp's seed std
+    counts against the gain and the loss)."""
+    from data.toy.calibrate import TARGETS, targets_met
+
+    names = [t.name for t in TARGETS]
+    assert targets_met(_row()) == names
+    assert "zs" not in targets_met(_row(zs_base=59.9)) and "zs" not in targets_met(_row(zs_base=75.1))
+    assert "novel" not in targets_met(_row(zs_novel=57.9)) and "novel" in targets_met(_row(zs_novel=58.0))
+    assert "probe" not in targets_met(_row(probe_base=80.9)) and "probe" in targets_met(_row(probe_base=81.0))
+    # CoOp Base 78 +- 1 is a gain of 12 - 1 = 11 >= 8; at std 4.5 it is 7.5: not beyond its std
+    assert "base gain" not in targets_met(_row(coop_base_std=4.5))
+    assert "base gain" not in targets_met(_row(coop_base=73.0, coop_base_std=0.0))
+    # CoOp Novel 55 + 2 = 57 <= 64 - 4; a Novel gain, or a loss inside its std, breaks it
+    assert "novel loss" not in targets_met(_row(coop_novel=66.0))
+    assert "novel loss" not in targets_met(_row(coop_novel=58.0, coop_novel_std=2.5))
+    assert targets_met(_row(zs_base=50.0, probe_base=60.0)) == ["base gain", "novel loss"]
+
+
+def test_a_style_search_renders_candidate_effects(tmp_path, toy_test_checkpoint):
+    from data.toy.calibrate import main
+
+    text = main(["--test", "--steps", "2", "--datasets", "toy", "--styles", "twilight", "glow+fade", "--random-size"])
+    assert text.startswith("# Toy world calibration: a style search")
+    styles = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| toy")]
+    assert styles == ["twilight", "glow+fade"]  # --random-size: no close-ups
+    with pytest.raises(SystemExit, match="unknown toy domain 'glow\\+sepia'"):
+        main(["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+sepia"])

@@ -61,6 +61,7 @@ def test_class_names_are_attribute_names():
     assert "red striped object" in world.toy_specs()["toy"].class_names
     assert "red circle" in world.toy_specs()["toy_shapes"].class_names
     assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
+    assert "cyan concentric object" in world.toy_specs()["toy"].class_names
     assert world.object_name(colour=0, pattern=1, synonyms={"colour", "pattern"}) == "crimson banded object"
 
 
@@ -92,31 +93,40 @@ def test_datasets_are_rendered_in_styles_pretraining_never_saw():
     assert not any(f'"{d}"' in identity for d in set(world.DOMAINS) - set(world.PRETRAIN_DOMAINS))
 
 
-def test_novel_classes_are_held_out_of_pretraining_and_follow_base():
-    specs = world.toy_specs()
-    for name, holdout, keys in (
-        ("toy", world.colour_pattern_holdout(), ("colour", "pattern")),
-        ("toy_shapes", world.colour_shape_holdout(), ("colour", "shape")),
-        ("toy_patterns", world.pattern_shape_holdout(), ("pattern", "shape")),
-    ):
-        spec = specs[name]
+def _base2novel_specs():
+    return {n: s for n, s in world.toy_specs().items() if s.protocol == "base2novel"}
+
+
+def test_base_and_novel_classes_share_no_attribute_word():
+    """A real dataset's novel classes have names of their own: no word that names a base class
+    of a base-to-novel toy dataset names a novel one, so a context learned on base names
+    cannot lean on shared words."""
+    specs = _base2novel_specs()
+    assert {"toy", "toy_shapes", "toy_patterns"} <= set(specs)
+    for name, spec in specs.items():
         n_base = math.ceil(len(spec.classes) / 2)
-        assert spec.novel_from == n_base and n_base >= 10 and len(spec.classes) - n_base >= 10
-        combos = [tuple(c.attr(k) for k in keys) for c in spec.classes]
-        assert all(c not in holdout for c in combos[:n_base])
-        assert all(c in holdout for c in combos[n_base:])
-        # every attribute value still occurs in both halves
-        for i, k in enumerate(keys):
-            assert {c[i] for c in combos[:n_base]} == {c[i] for c in combos[n_base:]}
+        assert spec.novel_from == n_base and n_base >= 16 and len(spec.classes) - n_base >= 16, name
+        base, novel = spec.classes[:n_base], spec.classes[n_base:]
+        assert world.class_words(base) and world.class_words(novel)
+        assert not world.class_words(base) & world.class_words(novel), name
+    assert world.class_words([world.ToyClass("red striped object", ())]) == {"red", "striped"}
+
+
+def test_every_toy_class_is_seen_in_pretraining_as_often_as_any_other():
+    """Pretraining draws every attribute combination (no class is held out): the toy CLIP
+    knows novel classes as well as base ones, as web pretraining knows a benchmark's novel
+    classes. Each class's defining combination occurs at its uniform rate."""
     from data.toy.pretrain import pretrain_attrs
 
-    a = pretrain_attrs(2000, torch.Generator().manual_seed(0))
-    seen_cs = set(zip(a.colour.tolist(), a.shape.tolist()))
-    seen_ps = set(zip(a.pattern.tolist(), a.shape.tolist()))
-    seen_cp = set(zip(a.colour.tolist(), a.pattern.tolist()))
-    assert not seen_cs & world.colour_shape_holdout()
-    assert not seen_ps & world.pattern_shape_holdout()
-    assert not seen_cp & world.colour_pattern_holdout()
+    n = 32000
+    a = pretrain_attrs(n, torch.Generator().manual_seed(0))
+    for name, spec in world.toy_specs().items():
+        for cls in spec.classes:
+            hit = torch.ones(n, dtype=torch.bool)
+            for attribute, index in cls.fixed:
+                hit &= a.get(attribute) == index
+            expected = n / math.prod(len(world.VOCAB[attribute]) for attribute, _ in cls.fixed)
+            assert 0.7 * expected <= int(hit.sum()) <= 1.3 * expected, (name, cls.name, int(hit.sum()), expected)
 
 
 # -- rendering markers ----------------------------------------------------------------
@@ -145,8 +155,13 @@ def test_shape_size_and_pattern_markers():
     assert area(shape=s("square")) > 1.15 * area(shape=s("diamond"))
     assert area(size=0) < 0.6 * area(size=1)
     plain = area(pattern=world.PATTERNS.index("plain"))
-    for p in ("striped", "dotted", "checkered"):
+    for p in world.PATTERNS[1:]:  # every pattern but plain darkens part of the object
         assert area(pattern=world.PATTERNS.index(p)) < 0.9 * plain, p
+    # and no two patterns mark the same pixels (same seed: same object, only the pattern differs)
+    marks = [world.render(_attrs(4, colour=0, shape=s("square"), pattern=k), "clean", 32, seed=5) for k in range(8)]
+    for i in range(len(marks)):
+        for j in range(i + 1, len(marks)):
+            assert (marks[i].float() - marks[j].float()).abs().mean() > 3.0, (world.PATTERNS[i], world.PATTERNS[j])
     stripes = world.render(_attrs(4, colour=0, shape=s("square"), pattern=1), "clean", 32, seed=5)
     dark = tuple(int(0.35 * v) for v in world.COLOURS["red"])
     assert (_near(stripes, dark, tol=30) >= 20).all()  # the darker shade of the same colour

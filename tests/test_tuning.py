@@ -88,7 +88,7 @@ def test_the_forbidden_test_split_really_bites(fake_data_root, tmp_path, test_sp
 def test_tuning_reads_validation_only_and_records_it(tuned):
     tmp, _ = tuned  # the fixture tuned under the guard above
     folders = sorted((tmp / "runs" / "tuning").glob("*_seed*_*"))
-    for seed in (1, 2):  # the preset lists seed 1 only: the tuning seeds are 1 and 2
+    for seed in (101, 102):  # the preset lists seed 1 only: the tuning seeds are 101 and 102
         assert len([f for f in folders if f"_seed{seed}_" in f.name]) == 6  # 2 methods x 3 trials, zeroshot not tuned
     assert len(folders) == 12
     for folder in folders:
@@ -110,13 +110,13 @@ def test_tuning_csv_holds_every_trial_and_the_choice(tuned):
         best = rows[rows["chosen"]]
         assert len(best) == 1 and best["value"].item() == rows["value"].max()
         # the objective is the mean over the tuning seeds; every seed's value is in the csv
-        assert list(rows["value"]) == pytest.approx(list((rows["value_seed1"] + rows["value_seed2"]) / 2))
+        assert list(rows["value"]) == pytest.approx(list((rows["value_seed101"] + rows["value_seed102"]) / 2))
         assert list(rows["val_HM"]) == pytest.approx(list(rows["value"]), abs=1e-3)  # one dataset: the same mean
-        assert list(rows["val_HM_seed2"]) == pytest.approx(list(rows["value_seed2"]), abs=1e-3)
+        assert list(rows["val_HM_seed102"]) == pytest.approx(list(rows["value_seed102"]), abs=1e-3)
     chosen = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text())
     assert chosen["command"].startswith("fedbench tune ") and "--trials 3" in chosen["command"]
     assert chosen["selection"]["metric"] == "HM" and chosen["selection"]["split"] == "validation"
-    assert chosen["selection"]["seeds"] == [1, 2] and "--seeds 1 2" in chosen["command"]
+    assert chosen["selection"]["seeds"] == [101, 102] and "--seeds 101 102" in chosen["command"]
     for method in ("promptfl", "clip_adapter"):
         row = frame[(frame.method == method) & frame.chosen]
         assert chosen["values"][method]["lr"] == pytest.approx(row["param_lr"].item())
@@ -130,7 +130,7 @@ def test_same_trial_budget_and_schedule_for_every_method(tuned):
     assert len(schedule) == 1
     for method in ("promptfl", "clip_adapter"):  # every method's every trial ran at both tuning seeds
         seeds = pd.Series([c["seed"] for c in configs if c["method"] == method]).value_counts()
-        assert dict(seeds) == {1: 3, 2: 3}
+        assert dict(seeds) == {101: 3, 102: 3}
     counts = trials(tmp / "results").groupby("method").size()
     assert counts.nunique() == 1
 
@@ -212,7 +212,7 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
     real = runner.run_experiment
     calls = []
-    interrupt_at = [5]  # the third trial's first run (each trial runs seeds 1 and 2)
+    interrupt_at = [5]  # the third trial's first run (each trial runs seeds 101 and 102)
 
     def interrupt_on_third(config, *args, **kwargs):
         calls.append(config.method_args["lr"])
@@ -290,7 +290,7 @@ def test_trials_run_round_robin_so_an_interrupted_search_leaves_budgets_at_most_
 
     straight = tmp_path / "straight"
     assert main(tune_args(straight, preset, "--trials", "2")) == 0
-    runs_per_trial = 2  # the tuning seeds 1 and 2
+    runs_per_trial = 2  # the tuning seeds 101 and 102
     assert ran == [m for _ in range(2) for m in methods for _ in range(runs_per_trial)]  # one trial each, in turn
 
     # Runs 1-2 are promptfl's first trial, 3-4 clip_adapter's, 5-6 fedpgp's, 7-8 promptfl's second, ...
@@ -357,7 +357,7 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
     assert done.returncode == 0 and " trial " not in done.stdout
     chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
-    assert chosen["command"] == f"fedbench tune {preset} --trials 1 --seeds 1 2 --seed 1"
+    assert chosen["command"] == f"fedbench tune {preset} --trials 1 --seeds 101 102 --seed 101"
 
 
 # -- selection over seeds -----------------------------------------------------------------------
@@ -406,12 +406,25 @@ def test_the_tuning_seeds_come_from_the_preset_or_the_command(tmp_path, fake_dat
     (tmp_path / "one").mkdir(), (tmp_path / "three").mkdir()
     one = load_preset(str(write_preset(tmp_path / "one", fake_data_root, seeds=(5,))))
     three = load_preset(str(write_preset(tmp_path / "three", fake_data_root, seeds=(3, 4, 5))))
-    assert tuning_seeds(one) == [1, 2] and tuning_seeds(three) == [3, 4]
+    assert tuning_seeds(one) == [101, 102] and tuning_seeds(three) == [101, 102]
+    assert tuning_seeds(load_preset("toy")) == [101, 102]
     plan = plan_tuning(three, tmp_path / "r", 2, 9, {"out": str(tmp_path / "runs")}, ["promptfl"], seeds=[7, 8, 9])
     assert plan.seeds == [7, 8, 9] and sorted({c.config.seed for c in plan.cells(plan.variants[0], {})}) == [7, 8, 9]
     assert plan.identity(plan.variants[0])["seeds"] == [7, 8, 9]  # a study is resumed only under the same seeds
     with pytest.raises(ConfigError, match="at least 2 run seeds"):
         plan_tuning(three, tmp_path / "r", 2, 9, {}, ["promptfl"], seeds=[4, 4])
+
+
+def test_tuning_refuses_seeds_the_table_reports(tmp_path, fake_data_root):
+    """Selection and report never share draws: a tuning seed that is also a table seed is refused."""
+    from benchmark.config import ConfigError
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning import plan_tuning, tuning_seeds
+
+    three = load_preset(str(write_preset(tmp_path, fake_data_root, seeds=(3, 4, 101))))
+    assert tuning_seeds(three) == [102, 103]
+    with pytest.raises(ConfigError, match=r"shares seed\(s\) \[4\] with table"):
+        plan_tuning(three, tmp_path / "r", 2, 9, {}, ["promptfl"], seeds=[4, 7])
 
 
 # -- validation splits --------------------------------------------------------------------------

@@ -67,11 +67,19 @@ TUNING_CSV = "tuning.csv"
 TUNED_YAML = "tuned.yaml"
 STARTUP_TRIALS = 4  # trials (the paper default included) before TPE models the results
 MIN_SEEDS = 2  # a trial's score is the mean over at least this many run seeds
+FIRST_TUNING_SEED = 101  # tuning draws its run seeds from here on, away from any table's
 
 
 def tuning_seeds(preset: Preset) -> list[int]:
-    """The default run seeds of every trial: the preset's first two, or 1 and 2 when it lists one."""
-    return list(preset.seeds[:MIN_SEEDS]) if len(preset.seeds) >= MIN_SEEDS else [1, 2]
+    """The default run seeds of every trial: the first MIN_SEEDS integers from 101 on that
+    the preset's table does not use. Selection and report never share draws: a value chosen
+    on the table's own seeds would be scored on the noise it was selected for."""
+    seeds, candidate = [], FIRST_TUNING_SEED
+    while len(seeds) < MIN_SEEDS:
+        if candidate not in preset.seeds:
+            seeds.append(candidate)
+        candidate += 1
+    return seeds
 
 
 @dataclass
@@ -172,6 +180,13 @@ def plan_tuning(
         raise ConfigError(
             f"--seeds {' '.join(map(str, seeds))} is too few: a trial is scored by its mean over at least "
             f"{MIN_SEEDS} run seeds, so that a value that works at one seed only does not win"
+        )
+    shared = sorted(set(seeds) & set(preset.seeds))
+    if shared:
+        raise ConfigError(
+            f"--seeds {' '.join(map(str, seeds))} shares seed(s) {shared} with table {preset.name}'s seeds "
+            f"{preset.seeds}: values selected on the table's own draws make its gains look larger than they are. "
+            f"Use seeds the table does not list (default: {' '.join(map(str, tuning_seeds(preset)))})"
         )
     chosen = preset.select_methods(methods)
     variants, untunable = [], []

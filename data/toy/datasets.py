@@ -49,10 +49,15 @@ def generate_split(name: str, split: str, seed: int = TOY_SEED, image_size: int 
 
     Images are grouped by domain then class; the split's seed is derived from (name, split, seed).
     """
-    spec = world.toy_specs()[name]
+    return generate_spec_split(world.toy_specs()[name], split, seed, image_size)
+
+
+def generate_spec_split(spec: world.ToySpec, split: str, seed: int = TOY_SEED, image_size: int = IMAGE_SIZE):
+    """`generate_split` of any spec (the calibration renders a dataset in candidate styles
+    with it: the same objects and nuisances, only the style's effects differ)."""
     # val: a generated validation split as large as test, from its own seed (tuning selects on it)
     per_class = spec.train_per_class if split == "train" else spec.test_per_class
-    split_seed = zlib.crc32(f"{name}/{split}/{seed}".encode())
+    split_seed = zlib.crc32(f"{spec.name}/{split}/{seed}".encode())
     g = torch.Generator().manual_seed(split_seed)
     labels, domains = [], []
     for domain in spec.domains:

@@ -8,7 +8,7 @@ the same bytes and a run's identity (which names the weights by the checkpoint's
 is the same everywhere. Only a recipe without a shipped file is built, once, into the
 cache dir (`$FEDBENCH_CACHE`, default `~/.cache/fedbench`) as
 `toy-clip-<model>-<recipe hash>.pt`. The hash covers what pretraining sees (the
-vocabulary and its synonyms, hold-outs, pretraining styles, `world.PRETRAIN_VERSION`),
+vocabulary and its synonyms, pretraining styles, `world.PRETRAIN_VERSION`),
 the model config, the training hyperparameters and `CODE_VERSION`.
 
 A build trains at exactly 1 torch thread (set inside, restored after: the float
@@ -101,9 +101,6 @@ class Recipe:
                 "synonym_rate": world.SYNONYM_RATE,
                 "colours": world.COLOURS,
                 "pretrain_domains": world.PRETRAIN_DOMAINS,
-                "holdout_colour_shape": sorted(world.colour_shape_holdout()),
-                "holdout_pattern_shape": sorted(world.pattern_shape_holdout()),
-                "holdout_colour_pattern": sorted(world.colour_pattern_holdout()),
             },
             "captions": {"templates": TEMPLATES, "mention": MENTION},
             "code_version": CODE_VERSION,
@@ -246,26 +243,9 @@ def single_thread():
 
 # -- pretraining data -----------------------------------------------------------------
 def pretrain_attrs(n: int, g: torch.Generator) -> world.Attrs:
-    """`n` random objects whose (colour, shape), (pattern, shape) and (colour, pattern) are never held out."""
-    held_cs = torch.zeros(len(world.COLOURS), len(world.SHAPES), dtype=torch.bool)
-    for c, s in world.colour_shape_holdout():
-        held_cs[c, s] = True
-    held_ps = torch.zeros(len(world.PATTERNS), len(world.SHAPES), dtype=torch.bool)
-    for p, s in world.pattern_shape_holdout():
-        held_ps[p, s] = True
-    held_cp = torch.zeros(len(world.COLOURS), len(world.PATTERNS), dtype=torch.bool)
-    for c, p in world.colour_pattern_holdout():
-        held_cp[c, p] = True
-    parts: list[world.Attrs] = []
-    have = 0
-    while have < n:
-        a = world.random_attrs(2 * n, g)
-        ok = ~held_cs[a.colour, a.shape] & ~held_ps[a.pattern, a.shape] & ~held_cp[a.colour, a.pattern]
-        a = world.Attrs(a.colour[ok], a.shape[ok], a.pattern[ok], a.size[ok])
-        parts.append(a)
-        have += len(a)
-    cat = {k: torch.cat([p.get(k) for p in parts])[:n] for k in world.ATTRIBUTES}
-    return world.Attrs(**cat)
+    """`n` random objects: every attribute combination (so every toy class) can occur, as
+    web pretraining sees a benchmark's novel classes as often as its base ones."""
+    return world.random_attrs(n, g)
 
 
 def grouped_attrs(n: int, group: int, g: torch.Generator) -> world.Attrs:

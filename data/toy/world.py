@@ -42,16 +42,16 @@ COLOURS: dict[str, tuple[int, int, int]] = {
     "cyan": (40, 220, 230),
 }
 SHAPES = ["circle", "square", "triangle", "diamond", "cross", "star", "ring", "heart"]
-PATTERNS = ["plain", "striped", "dotted", "checkered"]
+PATTERNS = ["plain", "striped", "dotted", "checkered", "diagonal", "gridded", "wavy", "concentric"]
 SIZES = ["small", "large"]
 # Rendering styles (domains), each a set of effects and a pixel-noise level. The first four
 # are the toy CLIP's pretraining styles; the others are downstream styles it never saw (the
 # datasets' gap to pretraining, as a benchmark's photos differ from web images):
-#   checker  a checkerboard background          blob   a distractor disc of another colour
-#   blur     a 5x5 binomial blur                 crowd  three patterned distractor objects
-#   bars     two grey bars occluding the object  tint   warm light (blue, green dimmed; a veil)
+#   checker  a checkerboard background          blob     a distractor disc of another colour
+#   blur     a 5x5 binomial blur                 crowd    three patterned distractor objects
+#   bars     two grey bars occluding the object  scatter  two patterned distractor objects
+#   tint     warm light (blue, green dimmed; a veil)        glow  0.7 of tint's cast
 #   fade     contrast and saturation cut, brighter          warm  0.4 of tint's cast
-#   scatter  two patterned distractor objects
 STYLES: dict[str, tuple[frozenset[str], float]] = {
     "clean": (frozenset(), 0.02),
     "noisy": (frozenset(), 0.12),
@@ -63,11 +63,29 @@ STYLES: dict[str, tuple[frozenset[str], float]] = {
     "occluded": (frozenset({"bars"}), 0.04),
     "crowded": (frozenset({"crowd"}), 0.05),
     "dusk": (frozenset({"tint", "fade"}), 0.05),
+    "twilight": (frozenset({"glow", "fade", "scatter"}), 0.05),
     "lamplit": (frozenset({"warm", "crowd"}), 0.05),
     "obstructed": (frozenset({"bars", "checker", "blob"}), 0.05),
 }
+EFFECTS = frozenset({"checker", "blob", "blur", "crowd", "bars", "scatter", "tint", "glow", "fade", "warm"})
+DOWNSTREAM_NOISE = 0.05  # pixel noise of a style given as effects ("glow+fade+scatter")
 PRETRAIN_DOMAINS = ["clean", "noisy", "blurred", "checkerboard"]
 DOMAINS = list(STYLES)
+
+
+def style(domain: str) -> tuple[frozenset[str], float]:
+    """(effects, pixel noise) of a named style, or of effects joined by '+' ("glow+fade+scatter":
+    a candidate style for a calibration search, at the downstream styles' noise)."""
+    if domain in STYLES:
+        return STYLES[domain]
+    effects = frozenset(domain.split("+"))
+    if effects <= EFFECTS:
+        return effects, DOWNSTREAM_NOISE
+    raise ValueError(
+        f"unknown toy domain {domain!r}: expected a style ({', '.join(DOMAINS)}) or effects joined by '+' "
+        f"({', '.join(sorted(EFFECTS))})"
+    )
+
 
 COLOUR_NAMES = list(COLOURS)
 ATTRIBUTES = ("colour", "shape", "pattern", "size")
@@ -79,7 +97,7 @@ VOCAB = {"colour": COLOUR_NAMES, "shape": SHAPES, "pattern": PATTERNS, "size": S
 SYNONYMS = {
     "colour": ["crimson", "emerald", "azure", "golden", "violet", "amber", "rose", "teal"],
     "shape": ["disc", "block", "wedge", "rhombus", "plus", "pentagram", "hoop", "valentine"],
-    "pattern": ["solid", "banded", "spotted", "tiled"],
+    "pattern": ["solid", "banded", "spotted", "tiled", "slanted", "latticed", "rippled", "bullseye"],
     "size": ["tiny", "big"],
 }
 _RATES = (0.12, 0.06, 0.03, 0.015)
@@ -87,8 +105,8 @@ SYNONYM_RATE = {a: [_RATES[i % len(_RATES)] for i in range(len(VOCAB[a]))] for a
 # WORLD_VERSION: everything generated (datasets' images and names; feature caches key on it).
 # PRETRAIN_VERSION: what the toy CLIP's pretraining sees (its recipe hash covers this, the
 # vocabulary, synonyms, hold-outs and pretraining styles, not the downstream styles).
-WORLD_VERSION = 4
-PRETRAIN_VERSION = 3
+WORLD_VERSION = 5
+PRETRAIN_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -180,8 +198,11 @@ def _heart(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return (x * x + y * y - 1) ** 3 - x * x * y**3 <= 0
 
 
-def _pattern_masks(px: torch.Tensor, py: torch.Tensor, pattern: torch.Tensor, period: float) -> torch.Tensor:
-    """Boolean [N, S, S]: where the pattern darkens the object (pixel coords relative to centre)."""
+def _pattern_masks(
+    px: torch.Tensor, py: torch.Tensor, pattern: torch.Tensor, period: float, centre: float = 0.0
+) -> torch.Tensor:
+    """Boolean [N, S, S]: where the pattern darkens the object (pixel coords; the object's
+    centre sits at (centre, centre), which only the concentric pattern uses)."""
     p = period
     out = torch.zeros(px.shape, dtype=torch.bool)
     for k, name in enumerate(PATTERNS):
@@ -197,6 +218,15 @@ def _pattern_masks(px: torch.Tensor, py: torch.Tensor, pattern: torch.Tensor, pe
             out[idx] = dx * dx + dy * dy <= (p * 0.3) ** 2
         elif name == "checkered":
             out[idx] = (torch.floor(x / (p / 2)) + torch.floor(y / (p / 2))).remainder(2) == 0
+        elif name == "diagonal":
+            out[idx] = torch.remainder(x + y, p * 1.2) < p * 0.6
+        elif name == "gridded":
+            out[idx] = (torch.remainder(x, p) < p * 0.28) | (torch.remainder(y, p) < p * 0.28)
+        elif name == "wavy":
+            out[idx] = torch.remainder(y + 0.3 * p * torch.sin(2 * math.pi * x / (1.5 * p)), p) < p / 2
+        elif name == "concentric":  # rings around the object's centre (x, y are offset by `centre`)
+            rho = torch.sqrt((x - centre) ** 2 + (y - centre) ** 2)
+            out[idx] = torch.remainder(rho, p) < p / 2
     return out
 
 
@@ -225,9 +255,7 @@ def render(attrs: Attrs, domain: str | list[str], image_size: int = 32, seed: in
 
 def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Generator) -> torch.Tensor:
     n = len(attrs)
-    unknown = sorted(set(domains) - set(DOMAINS))
-    if unknown:
-        raise ValueError(f"unknown toy domain(s) {unknown}; known: {DOMAINS}")
+    styles = {d: style(d) for d in set(domains)}
     ss = 2  # supersampling factor
     S = image_size * ss
     unit = S / 32.0  # sizes below are in 32px units
@@ -253,7 +281,7 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
     r = radius.view(n, 1, 1)
     inside = _shape_masks(ru / r, rv / r, attrs.shape)
     period = 6.0 * unit
-    marks = _pattern_masks(ru + 100 * period, rv + 100 * period, attrs.pattern, period) & inside
+    marks = _pattern_masks(ru + 100 * period, rv + 100 * period, attrs.pattern, period, 100 * period) & inside
 
     # colours with jitter; the pattern is a darker (for light colours) shade of the same colour
     palette = torch.tensor(list(COLOURS.values()), dtype=torch.float32) / 255.0
@@ -266,7 +294,7 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
     img = bg_level.view(n, 1, 1, 1).repeat(1, 3, S, S)
 
     def has(effect: str) -> torch.Tensor:
-        return torch.tensor([effect in STYLES[d][0] for d in domains], dtype=torch.bool)
+        return torch.tensor([effect in styles[d][0] for d in domains], dtype=torch.bool)
 
     checker = has("checker")
     if checker.any():
@@ -323,14 +351,16 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         k = (k[:, None] * k[None, :]) / 256.0
         blurred = F.conv2d(F.pad(img, (2, 2, 2, 2), mode="replicate"), k.expand(3, 1, 5, 5).contiguous(), groups=3)
         img = torch.where(blur.view(n, 1, 1, 1), blurred, img)
-    tint, warm = has("tint"), has("warm")
-    if tint.any() or warm.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
-        strength = torch.where(tint, 1.0, 0.4).view(n, 1)  # "warm" is 0.4 of the cast of "tint"
+    tint, glow, warm = has("tint"), has("glow"), has("warm")
+    lit = tint | glow | warm
+    if lit.any():  # warm light: blue and green channels dimmed, a yellow-brown veil
+        # "glow" is 0.7 of the cast of "tint", "warm" 0.4
+        strength = torch.where(tint, 1.0, torch.where(glow, 0.7, 0.4)).view(n, 1)
         gain = 1 - strength * torch.tensor([0.0, 0.14, 0.34]).view(1, 3)
         gain = gain * (0.9 + 0.2 * rand(n, 1))
         veil = strength * torch.tensor([0.10, 0.06, 0.0]).view(1, 3) * rand(n, 1)
         tinted = img * gain.view(n, 3, 1, 1) + veil.view(n, 3, 1, 1)
-        img = torch.where((tint | warm).view(n, 1, 1, 1), tinted, img)
+        img = torch.where(lit.view(n, 1, 1, 1), tinted, img)
     fade = has("fade")
     if fade.any():  # washed out: contrast and saturation cut, brighter
         grey = img.mean(1, keepdim=True)
@@ -338,7 +368,7 @@ def _render_chunk(attrs: Attrs, domains: list[str], image_size: int, g: torch.Ge
         level = (0.5 + 0.1 * rand(n)).view(n, 1, 1, 1)
         faded = level + (washed - 0.45) * (0.55 + 0.1 * rand(n)).view(n, 1, 1, 1)
         img = torch.where(fade.view(n, 1, 1, 1), faded, img)
-    sigma = torch.tensor([STYLES[d][1] for d in domains])
+    sigma = torch.tensor([styles[d][1] for d in domains])
     noise = torch.randn(img.shape, generator=g) * sigma.view(n, 1, 1, 1)
     img = (img + noise).clamp(0, 1)
     return (img * 255).round().to(torch.uint8).permute(0, 2, 3, 1).contiguous()
@@ -366,114 +396,88 @@ class ToyClass:
 class ToySpec:
     name: str
     classes: tuple[ToyClass, ...]
-    novel_from: int  # classes[novel_from:] are held out of pretraining (== ceil(C/2) or C)
+    novel_from: int  # classes[novel_from:] are the novel half, named with words of their own (== ceil(C/2) or C)
     domains: tuple[str, ...]  # one domain: plain dataset; several: feature shift
     train_per_class: int  # per domain
     test_per_class: int  # per domain
     protocol: str
     description: str
     synonyms: tuple[str, ...] = ()  # attributes the class names give by their rarer word
+    object_size: int | None = None  # every object this size (a dataset of close-ups), else drawn per image
 
     @property
     def class_names(self) -> list[str]:
         return [c.name for c in self.classes]
 
 
-def colour_shape_holdout() -> set[tuple[int, int]]:
-    """(colour, shape) combinations never seen in pretraining: 4 shapes per colour, each
-    shape held out for 4 colours (a cyclic Latin design), so every colour and shape is
-    still seen, only these combinations are new."""
-    return {(c, (c + d) % len(SHAPES)) for c in range(len(COLOURS)) for d in (1, 2, 4, 7)}
+# Each vocabulary in two halves: base classes are named with words of the first half only,
+# novel classes with words of the second (a real dataset's novel classes have names of their
+# own, so a context learned on base names cannot lean on shared words). Pretraining sees
+# every combination, so the toy CLIP knows base and novel classes alike, as web pretraining
+# knows a benchmark's novel classes as well as its base ones.
+HALVES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "colour": ((0, 1, 6, 7), (2, 3, 4, 5)),  # red green pink cyan | blue yellow purple orange
+    "pattern": ((1, 2, 3, 6), (0, 4, 5, 7)),  # striped dotted checkered wavy | plain diagonal gridded concentric
+    "shape": ((0, 1, 2, 3), (4, 5, 6, 7)),  # circle square triangle diamond | cross star ring heart
+}
 
 
-def pattern_shape_holdout() -> set[tuple[int, int]]:
-    """(pattern, shape) combinations never seen in pretraining: 4 shapes per pattern,
-    each shape held out for 2 of the 4 patterns."""
-    return {(p, (2 * p + d) % len(SHAPES)) for p in range(len(PATTERNS)) for d in (0, 1, 4, 5)}
+def _pair_classes(first: str, second: str, half: int) -> list[ToyClass]:
+    """Every (first, second) combination within one half of both vocabularies, named in
+    English ('red striped object', 'red circle', 'striped circle')."""
+    out = []
+    for i in HALVES[first][half]:
+        for j in HALVES[second][half]:
+            fixed = ((first, i), (second, j))
+            out.append(ToyClass(object_name(**dict(fixed)), fixed))
+    return out
 
 
-def colour_pattern_holdout() -> set[tuple[int, int]]:
-    """(colour, pattern) combinations never seen in pretraining: 2 of the 4 patterns per
-    colour, each pattern held out for 4 of the 8 colours."""
-    return {(c, (c + d) % len(PATTERNS)) for c in range(len(COLOURS)) for d in (1, 2)}
+def split_classes(first: str, second: str) -> tuple[list[ToyClass], list[ToyClass]]:
+    """(base, novel): 16 classes named from the first halves, 16 from the second halves."""
+    return _pair_classes(first, second, 0), _pair_classes(first, second, 1)
 
 
-def _colour_pattern_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
-    held = colour_pattern_holdout()
-    base, novel = [], []
-    for c in range(len(COLOURS)):
-        for p in range(len(PATTERNS)):
-            cls = ToyClass(object_name(colour=c, pattern=p, synonyms=synonyms), (("colour", c), ("pattern", p)))
-            (novel if (c, p) in held else base).append(cls)
-    return base, novel
+def class_words(classes) -> set[str]:
+    """The attribute words that name `classes` (the filler 'object' aside)."""
+    return {w for c in classes for w in c.name.split() if w != "object"}
 
 
-def _colour_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
-    held = colour_shape_holdout()
-    base, novel = [], []
-    for c in range(len(COLOURS)):
-        for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(colour=c, shape=s, synonyms=synonyms), (("colour", c), ("shape", s)))
-            (novel if (c, s) in held else base).append(cls)
-    return base, novel
-
-
-def _pattern_shape_classes(synonyms: tuple[str, ...] = ()) -> tuple[list[ToyClass], list[ToyClass]]:
-    held = pattern_shape_holdout()
-    base, novel = [], []
-    for p in range(len(PATTERNS)):
-        for s in range(len(SHAPES)):
-            cls = ToyClass(object_name(pattern=p, shape=s, synonyms=synonyms), (("pattern", p), ("shape", s)))
-            (novel if (p, s) in held else base).append(cls)
-    return base, novel
-
-
-TOY_DOMAIN = "dusk"  # toy: warm light on washed-out colours, a shift a prompt can learn
+TOY_DOMAIN = "twilight"  # toy: warm light, washed out, two patterned distractors (results/toy/style_search.md)
 DEFAULT_DOMAIN = "lamplit"  # toy_shapes, toy10: warm light on a crowd of distractors
 SHAPES_DOMAIN = "lamplit"
 SHIFT_DOMAINS = ("dusk", "tinted", "crowded", "obstructed")  # toy_domains, leave one out
 
 
 def toy_specs() -> dict[str, ToySpec]:
-    """Every toy dataset, by name. Class order: base (seen in pretraining) then novel.
+    """Every toy dataset, by name. Class order: base then novel (the protocol's first half).
 
     Every style here is a downstream style the toy CLIP never saw in pretraining
     (`results/toy/calibration.md` measures what that leaves to adaptation)."""
-    cp_base, cp_novel = _colour_pattern_classes()
-    cs_base, cs_novel = _colour_shape_classes()
-    ps_base, ps_novel = _pattern_shape_classes()
-    ten = cp_base[::2][:10]  # 10 seen colour-pattern classes for the label/feature-shift protocols
+    cp_base, cp_novel = split_classes("colour", "pattern")
+    cs_base, cs_novel = split_classes("colour", "shape")
+    ps_base, ps_novel = split_classes("pattern", "shape")
+    ten = cp_base[::2] + cp_novel[::8]  # 10 colour-pattern classes for the label/feature-shift protocols
+
+    def base2novel(name, base, novel, domain, what, object_size=None):
+        return ToySpec(
+            name,
+            tuple(base + novel),
+            len(base),
+            (domain,),
+            32,
+            30,
+            "base2novel",
+            f"{what} ({len(base)} base + {len(novel)} novel classes, named with disjoint words), {domain}"
+            + (", close-ups" if object_size is not None else ""),
+            object_size=object_size,
+        )
+
     return {
-        "toy": ToySpec(
-            "toy",
-            tuple(cp_base + cp_novel),
-            len(cp_base),
-            (TOY_DOMAIN,),
-            32,
-            30,
-            "base2novel",
-            "colour x pattern (32 classes; the novel half held out of pretraining), dusk",
-        ),
-        "toy_shapes": ToySpec(
-            "toy_shapes",
-            tuple(cs_base + cs_novel),
-            len(cs_base),
-            (SHAPES_DOMAIN,),
-            32,
-            30,
-            "base2novel",
-            f"colour x shape (64 classes; the novel half held out of pretraining), {SHAPES_DOMAIN}",
-        ),
-        "toy_patterns": ToySpec(
-            "toy_patterns",
-            tuple(ps_base + ps_novel),
-            len(ps_base),
-            ("cluttered",),
-            32,
-            30,
-            "base2novel",
-            "pattern x shape (32 classes; the novel half held out of pretraining), cluttered",
-        ),
+        # close-ups: pattern is what names the class, and a small object shows too little of it
+        "toy": base2novel("toy", cp_base, cp_novel, TOY_DOMAIN, "colour x pattern", object_size=1),
+        "toy_shapes": base2novel("toy_shapes", cs_base, cs_novel, SHAPES_DOMAIN, "colour x shape"),
+        "toy_patterns": base2novel("toy_patterns", ps_base, ps_novel, "cluttered", "pattern x shape"),
         "toy_domains": ToySpec(
             "toy_domains",
             tuple(ten),
@@ -505,4 +509,6 @@ def sample_class_attrs(spec: ToySpec, labels: torch.Tensor, g: torch.Generator) 
         table = torch.tensor([-1 if c.attr(attribute) is None else c.attr(attribute) for c in spec.classes])
         fixed = table[labels]
         cols[attribute] = torch.where(fixed >= 0, fixed, free.get(attribute))
+    if spec.object_size is not None:
+        cols["size"] = torch.full_like(cols["size"], spec.object_size)
     return Attrs(**cols)

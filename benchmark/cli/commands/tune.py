@@ -28,8 +28,8 @@ def add_parser(subparsers) -> None:
         "--seeds",
         nargs="+",
         type=int,
-        help="run seeds of every trial, at least 2; a trial scores the mean over them (default: the preset's "
-        "first two seeds, or 1 2 when it lists one)",
+        help="run seeds of every trial, at least 2, none of them a seed of the table; a trial scores the mean "
+        "over them (default: the first two from 101 on that the table does not list)",
     )
     p.add_argument("--seed", type=int, help="seed of the sampler (default: the first of --seeds)")
     p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
