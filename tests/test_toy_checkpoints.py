@@ -114,10 +114,10 @@ def test_a_short_build_gives_the_same_bytes_at_1_and_2_threads(tmp_path):
 @pytest.mark.slow
 def test_the_test_recipe_rebuilds_to_the_same_bytes_at_1_and_2_threads(tmp_path):
     """The build does not depend on the caller's thread count. It does depend on the CPU's
-    kernels: on the AMD EPYC (AVX-512) this suite now runs on, the test recipe rebuilds to
-    sha256 19cccc52..., not the shipped 36757255... built on an earlier machine (and to
-    b7fb87aa... under ATEN_CPU_CAPABILITY=avx2), which is why the checkpoints ship and a
-    run's identity names the file's bytes."""
+    kernels: world version 4's test checkpoint, built on an earlier machine, rebuilt to other
+    bytes on the AMD EPYC (AVX-512) where version 5's files were built (and to a third sha256
+    under ATEN_CPU_CAPABILITY=avx2), which is why the checkpoints ship and a run's identity
+    names the file's bytes."""
     one = _build_in_subprocess(1, tmp_path / "test-1.pt", "test")
     two = _build_in_subprocess(2, tmp_path / "test-2.pt", "test")
     assert _sha(one) == _sha(two)
