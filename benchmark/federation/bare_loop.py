@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.federation.client_loop import ClientFabric, read_common_form
+from benchmark.federation.client_loop import ClientFabric, optimization_step, read_common_form
 from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.method import State
@@ -49,7 +49,7 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
     if not method.automatic_optimization:
         raise ValueError(f"the bare loop runs automatic optimization only; {method.name!r} steps its own optimizers")
     fabric = ClientFabric(s.accelerator, s.precision)
-    if getattr(fabric._precision, "scaler", None) is not None:
+    if fabric.scales_gradients:
         raise ValueError(f"the bare loop has no gradient scaler; precision {s.precision!r} needs one")
     initial = method.client_state()
     states = {cid: {k: v.clone() for k, v in initial.items()} for cid in simulator.clients}
@@ -81,13 +81,11 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
                         data += time.perf_counter() - t
                         if batch is None:
                             break
-                        fabric._batch_size = len(batch[-1])
+                        fabric.batch_images = len(batch[-1])
                         t = time.perf_counter()
                         with fabric.autocast():
                             loss = method.training_step(batch, 0)
-                        optimizer.zero_grad()
-                        loss.backward()
-                        optimizer.step()
+                        optimization_step(loss, optimizer, torch.Tensor.backward)  # the client loop's update
                         del loss
                         model += time.perf_counter() - t
                         fabric.global_step += 1

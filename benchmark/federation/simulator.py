@@ -30,15 +30,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
-from benchmark.federation.batched_training import (
-    BatchedTraining,
-    BatchingRefused,
-    ClientDiverged,
-    probe,
-    warn_sequential,
-)
+from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.federation.server import Server, check_finite, divergence
+from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
 from data.base import LabeledImages
@@ -334,12 +329,12 @@ class FederatedSimulator:
         self.server = Server(method, clients, settings.aggregation)  # a fresh one for every `run`
         self._loop = ClientLoop(settings.accelerator, settings.precision)
         self._together: BatchedTraining | None = None
-        self._probed = False
+        self._batching = BatchingProbe(method, "train one by one")
         if settings.batched_training and method.trains:
             try:
                 self._together = BatchedTraining(method, self._loop)
             except BatchingRefused as refused:
-                warn_sequential(method, str(refused))
+                self._batching.refuse(str(refused))
 
     def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
         """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
@@ -434,18 +429,16 @@ class FederatedSimulator:
         for cid in sampled:  # seeded in the client loop's order: each client's batches are its own
             batches, context = self.client_data(cid, round_index)
             clients.append((cid, batches, context))
-        reason = None if self._probed else probe(self._together, starts, clients)
-        self._probed = True
-        if reason is None:
+        trained = None
+        if self._batching.allows(lambda: probe(self._together, starts, clients)):
             try:
                 trained = self._together.train_together(starts, clients, self.settings.local_epochs)
             except BatchingRefused as refused:
-                reason = str(refused)
+                self._batching.refuse(str(refused))
             except ClientDiverged as bad:
                 failure = bad.failure
                 raise divergence(method, str(failure), round_index, bad.cid, failure.step, failure.lr) from bad
-        if reason is not None:
-            warn_sequential(method, reason)
+        if trained is None:
             self._together = None
             return None
         return {
