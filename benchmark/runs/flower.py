@@ -247,7 +247,7 @@ class MethodStrategy(Strategy):
     def __init__(
         self, run, nodes: dict[int, int], on_round_end: Callable, on_evaluate: Callable, eval_rounds: frozenset[int]
     ) -> None:
-        self.run, self.method, self.nodes = run, run.method, nodes
+        self.run, self.nodes = run, nodes
         self.on_round_end, self.on_evaluate, self.eval_rounds = on_round_end, on_evaluate, eval_rounds
         self.server = Server(run.method, run.partition.clients, run.settings.aggregation)
         self.result = FederationResult({}, rounds_trained=self.server.rounds_trained)
