@@ -13,21 +13,11 @@ from pathlib import Path
 from typing import Callable
 
 from data.catalog import dataset_info
+from data.loaders.split_zhou import SPLIT_ZHOU_LINKS
 
 _COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
 
-# CoOp's split files (links as given in CoOp's DATASETS.md).
-SPLIT_ZHOU_LINKS = {
-    "caltech101": "https://drive.google.com/file/d/1hyarUivQE36mY6jSomru6Fjd-JzwcCzN/view?usp=sharing",
-    "oxford_pets": "https://drive.google.com/file/d/1501r8Ber4nNKvmlFVQZ8SeUHTcdTTEqs/view?usp=sharing",
-    "oxford_flowers": "https://drive.google.com/file/d/1Pp0sRXzZFZq15zVOzKjKBu4A9i01nozT/view?usp=sharing",
-    "food101": "https://drive.google.com/file/d/1QK0tGi096I0Ba6kggatX1ee6dJFIcEJl/view?usp=sharing",
-    "dtd": "https://drive.google.com/file/d/1u3_QfB467jqHgNXC00UIzbLZRQCg2S7x/view?usp=sharing",
-    "sun397": "https://drive.google.com/file/d/1y2RD81BYuiyvebdN-JymPfyWYcd8_MUq/view?usp=sharing",
-    "ucf101": "https://drive.google.com/file/d/1I0S0q91hJfsV9Gf4xDIjgDq4AqBNJb1y/view?usp=sharing",
-    "stanford_cars": "https://drive.google.com/file/d/1ObCFbaAgVu0I-k_Au-gIUcefirdAuizT/view?usp=sharing",
-    "eurosat": "https://drive.google.com/file/d/1Ip7yaCWFi0eaOFUGga0lUdVi_DDQth1o/view?usp=sharing",
-}
+# Other files CoOp's DATASETS.md links (the split files: data.loaders.split_zhou.SPLIT_ZHOU_LINKS).
 FLOWERS_CAT_TO_NAME = "https://drive.google.com/file/d/1AkcxCXeK_RCGCEC_GvmWxjcjaNhu-at0/view?usp=sharing"
 UCF101_MIDFRAMES = "https://drive.google.com/file/d/10Jqome3vtUA2keJkNanAiFpgbyC9Hc2O/view?usp=sharing"
 FEDBN_DOMAINNET_SPLIT = "https://drive.google.com/file/d/1_dx2-YDdvnNlQ13DTgDnLoGvMZvMyccR/view?usp=sharing"

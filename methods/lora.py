@@ -45,10 +45,6 @@ class LoRAProjection(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.scaling * F.linear(F.linear(self.dropout(x), self.A), self.B)
 
-    def delta_weight(self) -> Tensor:
-        """The dense update scaling * B A [W, W] (what merging the weights would add)."""
-        return self.scaling * self.B @ self.A
-
 
 class LoRABlock(nn.Module):
     """Block wrapper: an open_clip ResidualAttentionBlock with LoRA on q, k and v.

@@ -164,3 +164,12 @@ def run_tiny_cell(fedbench, method: str, data_root: Path, out: Path, *flags) -> 
     done = fedbench(*tiny_run_args(data_root, out, "--rounds", 2, "--clients", 2, *flags, method=method))
     assert done.returncode == 0, done.stderr
     return json.loads(next(Path(out).rglob("summary.json")).read_text())
+
+
+def client_metrics_with(accuracy, protocol, client, partition, dataset) -> dict[str, float]:
+    """`protocol`'s metrics of `client` with its requests scored by `accuracy(indices, class_ids)`
+    (a recorder, a table) instead of an evaluator."""
+    wanted = protocol.requests(client, partition, dataset)
+    return protocol.metrics_from(
+        {n: accuracy(r.indices, r.class_ids) for n, r in wanted.items()}, client, partition, dataset
+    )

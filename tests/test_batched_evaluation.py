@@ -10,7 +10,7 @@ import torch
 from conftest import method_config, tiny_config
 
 from benchmark.evaluation.accuracy import Evaluator, accuracy
-from benchmark.evaluation.batched import BatchedScorer, probe, stack_states
+from benchmark.evaluation.batched import BatchedScorer, evaluation_probe, probe, stack_states
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod
 from benchmark.registry import builtin_methods, register_method
@@ -79,8 +79,12 @@ def test_the_methods_that_do_not_batch_would_fail_the_probe(name, fake_data_root
     states = client_states(method, 2)
     scorer = BatchedScorer(method, split, FeatureCache(progress=False), batch_size=16)
     before = method.client_state()
-    reason = probe(scorer, states, list(range(len(split))), list(range(len(split.class_names))))
-    assert reason is not None and "vmap" in reason
+    guard = evaluation_probe(method)  # the probe's error is the reason the run falls back with
+    with pytest.warns(UserWarning, match="its clients are evaluated one by one, not in one batched pass"):
+        assert not guard.allows(
+            lambda: probe(scorer, states, list(range(len(split))), list(range(len(split.class_names))))
+        )
+    assert "vmap" in guard.refused
     assert all(torch.equal(before[k], v) for k, v in method.client_state().items())  # the probe restores the state
 
 

@@ -120,7 +120,7 @@ def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root,
         plain = run_experiment(config, progress=False)
     assert plain.timing["flops"]["total"] == 0
 
-    monkeypatch.setattr(runner, "_FEATURES", FeatureCache(progress=False))  # features computed by this run
+    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache(progress=False))  # features computed by this run
     counted = run_experiment(dataclasses.replace(config, out=str(tmp_path / "counted")), progress=False)
     assert plain.summary["metrics"] == counted.summary["metrics"]  # counting changes no number
     assert plain.per_client == counted.per_client

@@ -218,7 +218,11 @@ class Recorder:
 
 
 def _evaluate(protocol, dataset, partition, accuracy):
-    per_client = {c.client_id: protocol.client_metrics(accuracy, c, partition, dataset) for c in partition.clients}
+    from conftest import client_metrics_with
+
+    per_client = {
+        c.client_id: client_metrics_with(accuracy, protocol, c, partition, dataset) for c in partition.clients
+    }
     return per_client, protocol.summarize(per_client, partition)
 
 

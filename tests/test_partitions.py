@@ -173,7 +173,7 @@ def _recording_accuracy(calls):
     ],
 )
 def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, protocol, clients, columns):
-    from conftest import tiny_config
+    from conftest import client_metrics_with, tiny_config
     from fake_layouts import make_fake_dataset
 
     from benchmark.evaluation.protocols import get_protocol
@@ -210,7 +210,7 @@ def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, pr
     assert partition.hash == result.summary["partition_hash"]
     for client in partition.clients:
         calls = []
-        protocol_obj.client_metrics(_recording_accuracy(calls), client, partition, splits)
+        client_metrics_with(_recording_accuracy(calls), protocol_obj, client, partition, splits)
         assert calls == [(client.test_indices, (0, 1, 2))]
     if protocol == "domains":
         assert [c.domain for c in partition.clients] == [d for d in splits.domain_names for _ in range(2)]

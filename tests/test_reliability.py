@@ -131,7 +131,7 @@ def test_a_nonfinite_loss_stops_at_its_step(fake_data_root, tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
 def test_a_state_is_finite_exactly_when_every_value_is(dtype):
-    from benchmark.federation.simulator import all_finite
+    from benchmark.federation.server import all_finite
 
     big = torch.finfo(dtype).max
     state = {

@@ -82,7 +82,7 @@ def test_a_tuning_run_reads_no_test_image_and_an_ordinary_run_does(tmp_path, mon
     from benchmark.federation.features import FeatureCache
     from data.base import LabeledImages
 
-    monkeypatch.setattr(runner, "_FEATURES", FeatureCache())  # no features cached by an earlier test
+    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache())  # no features cached by an earlier test
     root = tmp_path / "data"
     if name != "toy":
         make_fake_dataset(name, root, num_classes=4)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY, tiny_config
+from conftest import TINY, client_metrics_with, tiny_config
 from torch import nn
 
 from benchmark.evaluation.protocols import get_protocol
@@ -147,7 +147,7 @@ def test_base2novel_metrics_use_the_right_images_and_classes(fake_data_root, tin
 
     labels = dataset.test.labels
     client = partition.clients[2]
-    metrics = protocol.client_metrics(recording_accuracy, client, partition, dataset)
+    metrics = client_metrics_with(recording_accuracy, protocol, client, partition, dataset)
     (local_idx, local_cls), (base_idx, base_cls), (novel_idx, novel_cls) = calls
     assert set(metrics) == {"Local", "Base", "Novel"}
     assert {labels[i] for i in local_idx} == set(client.class_ids) and local_cls == partition.base_class_ids
@@ -178,7 +178,7 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
     held = prepare_run(config, progress=False, train_features=False)
     for split in (held.dataset.train, held.dataset.test):
         for i in range(len(split)):
-            runner._FEATURES.features(held.method, split, [i])
+            runner.SHARED_FEATURES.features(held.method, split, [i])
     first = run_experiment(config, progress=False)
     saved = tmp_path / "second.pt"
     done = subprocess.run(

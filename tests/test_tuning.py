@@ -38,7 +38,7 @@ def forbid_test_split(monkeypatch) -> None:
     import benchmark.runs.runner as runner
     from benchmark.federation.features import FeatureCache
 
-    monkeypatch.setattr(runner, "_FEATURES", FeatureCache())
+    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache())
 
     def forbid(original):
         def load(self, index):

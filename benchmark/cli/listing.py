@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import benchmark
+from benchmark.files import atomic_write
 
 MEMO_PREFIX = "listing-"
 
@@ -74,9 +75,7 @@ def _write_memo(path: Path, section: str, value: Any) -> None:
     memo = {**_read_memo(path), section: value}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(memo, indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(memo, indent=1, sort_keys=True))
         for old in path.parent.glob(f"{MEMO_PREFIX}*.json"):
             if old != path:
                 old.unlink(missing_ok=True)
@@ -124,12 +123,11 @@ def datasets() -> dict[str, dict[str, Any]]:
     path = None if "data.loaders" in sys.modules else memo_path()
     if path is not None and "datasets" in (memo := _read_memo(path)):
         return {name: entry for name, entry in memo["datasets"]}
-    from data.catalog import DATASETS, _import_builtin_loaders
+    from data.catalog import all_datasets
 
-    _import_builtin_loaders()
     found = {
         name: {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}
-        for name, info in DATASETS.items()
+        for name, info in all_datasets().items()
     }
     if path is not None:
         _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order

@@ -1,21 +1,40 @@
 """Accuracy of a client's personalized model over a class set: the one function that
-Local, Base, Novel and every protocol's metric go through."""
+Local, Base, Novel and every protocol's metric go through. A protocol states what it needs
+as `Request`s (test images, classes); the `Evaluator` scores them, one client at a time or
+many clients' states in one batched pass."""
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from benchmark import flops
-from benchmark.evaluation.batched import MAX_CLIENTS_PER_PASS, BatchedScorer, probe, warn_unbatched
+from benchmark.evaluation.batched import MAX_CLIENTS_PER_PASS, BatchedScorer, evaluation_probe, probe
 from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
 
 AccuracyFn = Callable[[Sequence[int], Sequence[int]], float]  # (test indices, class ids) -> %
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one metric of a client needs: the top-1 accuracy (%) of its model on test images
+    `indices`, classifying over classes `class_ids` (the images' labels among them)."""
+
+    indices: tuple[int, ...]
+    class_ids: tuple[int, ...]
+
+    @classmethod
+    def of(cls, indices: Sequence[int], class_ids: Sequence[int]) -> "Request":
+        return cls(tuple(indices), tuple(class_ids))
+
+
+Requests = Mapping[str, Request]  # a client's requests, by the name its score goes under
 
 
 def harmonic_mean(*values: float) -> float:
@@ -62,7 +81,7 @@ class Evaluator:
         self.scorer = None
         if batched and method.batched_evaluation and method.state_dict():  # no state: one model for all
             self.scorer = BatchedScorer(method, test, cache, batch_size, num_workers)
-        self._probed = False
+        self._batching = evaluation_probe(method)
         self._memo: dict[tuple, float] = {}
         self._classes: dict[tuple, Any] = {}  # (fingerprint, class ids) -> class features, loaded state only
 
@@ -72,35 +91,36 @@ class Evaluator:
         self._classes = {k: v for k, v in self._classes.items() if k[0] == fingerprint}
         return lambda indices, class_ids: self._accuracy(fingerprint, indices, class_ids)
 
-    def score_together(self, wanted: Sequence[tuple[State, Sequence[int], Sequence[int]]]) -> None:
-        """Memoize the accuracies (state, test indices, class ids) in `wanted` asks for, the
-        states that share indices and classes in one batched pass (at most
-        `MAX_CLIENTS_PER_PASS` at once). Nothing when batching is off or not possible for
-        this method; the first call probes it (`benchmark.evaluation.batched.probe`)."""
+    def score(self, state: State, requests: Requests) -> dict[str, float]:
+        """The accuracy each request asks for, of the model with `state` loaded (memoized:
+        a request `score_together` answered already costs nothing)."""
+        accuracy = self.load(state)
+        return {name: accuracy(r.indices, r.class_ids) for name, r in requests.items()}
+
+    def score_together(self, wanted: Sequence[tuple[State, Requests]]) -> None:
+        """Memoize what `wanted` ((a client's state, its requests), ...) asks for, the states
+        whose requests share images and classes in one batched pass (at most
+        `MAX_CLIENTS_PER_PASS` at once); `score` then reads the memo. Nothing when batching
+        is off or not possible for this method; the first call probes it
+        (`benchmark.evaluation.batched.probe`)."""
         if self.scorer is None:
             return
         groups: dict[tuple, dict[str, State]] = {}
-        fingerprints: dict[int, str] = {}  # a client's state is in `wanted` once per metric
-        for state, indices, class_ids in wanted:
-            if id(state) not in fingerprints:
-                fingerprints[id(state)] = _fingerprint(state)
-            fingerprint = fingerprints[id(state)]
-            key = (tuple(indices), tuple(class_ids))
-            if (fingerprint, *key) not in self._memo:
-                groups.setdefault(key, {})[fingerprint] = state
+        for state, requests in wanted:
+            fingerprint = _fingerprint(state)
+            for r in requests.values():
+                key = (r.indices, r.class_ids)
+                if (fingerprint, *key) not in self._memo:
+                    groups.setdefault(key, {})[fingerprint] = state
         for (indices, class_ids), states in groups.items():
             if len(states) < 2 or not indices:
                 continue  # nothing to batch: `load` scores it
             domain = scored_domain(self.test, indices) if self.method.uses_class_attributes else None
             self.method.scored_domain = domain
             try:
-                if not self._probed:
-                    self._probed = True
-                    reason = probe(self.scorer, list(states.values())[:2], indices, class_ids)
-                    if reason is not None:
-                        warn_unbatched(self.method, reason)
-                        self.scorer = None
-                        return
+                if not self._batching.allows(lambda: probe(self.scorer, list(states.values())[:2], indices, class_ids)):
+                    self.scorer = None
+                    return
                 distinct = list(states)
                 for start in range(0, len(distinct), MAX_CLIENTS_PER_PASS):
                     part = distinct[start : start + MAX_CLIENTS_PER_PASS]

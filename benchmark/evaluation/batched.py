@@ -21,7 +21,6 @@ first evaluation is scored client by client with a warning naming why.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
@@ -32,7 +31,7 @@ from torch.func import functional_call, vmap
 from benchmark import flops
 from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
-from benchmark.federation.stacked import batchable_attention, failure_line, relative_difference, stack_states
+from benchmark.federation.stacked import BatchingProbe, batchable_attention, relative_difference, stack_states
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
 
@@ -193,16 +192,13 @@ def probe(
                 difference = relative_difference(batched[k], alone, PROBE_RTOL)
                 if difference is not None:
                     return f"batched logits differ from client-by-client ones by {difference:.1e} (relative)"
-    except Exception as exc:  # vmap refuses what it cannot batch: any error means client by client
-        return failure_line(exc)
-    finally:
+    finally:  # an error (vmap refuses what it cannot batch) is BatchingProbe's to report
         method.load_client_state(saved)
     return None
 
 
-def warn_unbatched(method: FederatedMethod, reason: str) -> None:
-    warnings.warn(
-        f"method {method.name!r}: its clients are evaluated one by one, not in one batched pass ({reason}); "
-        "set batched_evaluation = False on the class to skip this check",
-        stacklevel=2,
+def evaluation_probe(method: FederatedMethod) -> BatchingProbe:
+    """Batched evaluation's probe-then-fall-back (`benchmark.federation.stacked.BatchingProbe`)."""
+    return BatchingProbe(
+        method, "are evaluated one by one", "; set batched_evaluation = False on the class to skip this check"
     )

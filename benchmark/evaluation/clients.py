@@ -26,31 +26,23 @@ def evaluate_clients(
     client_states,
     progress: bool = True,
 ) -> tuple[dict[int, dict[str, float]], dict[str, float]]:
-    """Every client's personalized model under the protocol's metrics, then the summary."""
-    if evaluator.scorer is not None:
-        # What each client's metrics will ask for, scored for all clients at once first.
-        wanted = []
-        for client in partition.clients:
-            state = client_states[client.client_id]
-
-            def ask(indices, class_ids, state=state) -> float:
-                wanted.append((state, list(indices), list(class_ids)))
-                return 50.0  # a placeholder: only the questions are kept
-
-            protocol.client_metrics(ask, client, partition, dataset)
-        evaluator.score_together(wanted)
+    """Every client's personalized model under the protocol's metrics, then the summary:
+    the protocol's requests of every client, scored together first where evaluation is
+    batched, then each client's metrics from its scores."""
+    requests = {c.client_id: protocol.requests(c, partition, dataset) for c in partition.clients}
+    evaluator.score_together([(client_states[cid], wanted) for cid, wanted in requests.items()])
     per_client: dict[int, dict[str, float]] = {}
     clients = progress_bar(
         partition.clients, desc="evaluating clients", unit="clients", enabled=progress, nested=True, leave=False
     )
     for client in clients:
-        per_client[client.client_id] = evaluate_client(
-            evaluator, protocol, dataset, partition, client, client_states[client.client_id]
-        )
+        scores = evaluator.score(client_states[client.client_id], requests[client.client_id])
+        per_client[client.client_id] = protocol.metrics_from(scores, client, partition, dataset)
     return per_client, protocol.summarize(per_client, partition)
 
 
 def evaluate_client(evaluator: Evaluator, protocol, dataset: DatasetSplits, partition: Partition, client, state):
     """One client's personalized model (`state`) under the protocol's client metrics (a
     Flower ClientApp calls this on the client's own node)."""
-    return protocol.client_metrics(evaluator.load(state), client, partition, dataset)
+    scores = evaluator.score(state, protocol.requests(client, partition, dataset))
+    return protocol.metrics_from(scores, client, partition, dataset)

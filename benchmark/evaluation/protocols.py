@@ -4,9 +4,12 @@
 `--protocol`'s help lists the registered names without importing this module (which loads
 torch): `benchmark.cli.args.protocol_names` reads them from these decorators, so a protocol
 is registered here, by the decorator on its class.
-A protocol partitions (pure function of labels and seed) and scores one client at a time
-through an `AccuracyFn` bound to that client's personalized model; `summarize` turns the
-per-client metrics into the run's headline numbers.
+A protocol partitions (pure function of labels and seed), states what each client's
+metrics need (`requests`: metric -> the test images and classes its accuracy is over), turns
+the evaluator's scores into the client's metrics (`metrics_from`; the scores themselves by
+default), and `summarize` turns the per-client metrics into the run's headline numbers. The
+evaluator (`benchmark.evaluation.accuracy.Evaluator`) scores the requests, one client at a
+time or many at once (batched evaluation), without the protocol knowing which.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Callable, ClassVar
 import numpy as np
 
 from benchmark.config import ConfigError, RunConfig
-from benchmark.evaluation.accuracy import AccuracyFn, harmonic_mean, indices_of_classes
+from benchmark.evaluation.accuracy import Request, harmonic_mean, indices_of_classes
 from data.base import DatasetSplits
 from data.catalog import dataset_info
 from data.combined import Member, members_of
@@ -85,10 +88,17 @@ class Protocol:
     def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
         raise NotImplementedError
 
-    def client_metrics(
-        self, accuracy: AccuracyFn, client: ClientShard, partition: Partition, dataset: DatasetSplits
-    ) -> dict[str, float]:
+    def requests(self, client: ClientShard, partition: Partition, dataset: DatasetSplits) -> dict[str, Request]:
+        """What `client`'s metrics need: name -> the accuracy (test images, classes) scored
+        under that name, with the client's personalized model."""
         raise NotImplementedError
+
+    def metrics_from(
+        self, scores: dict[str, float], client: ClientShard, partition: Partition, dataset: DatasetSplits
+    ) -> dict[str, float]:
+        """`client`'s metrics from the scores of its `requests` (by their names): the scores
+        themselves unless the protocol combines them."""
+        return dict(scores)
 
     def summarize(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
         """Unweighted mean over clients of each client metric."""
@@ -116,14 +126,14 @@ class Base2Novel(Protocol):
         except ValueError as exc:
             raise ConfigError(f"base2novel protocol on {dataset.name}: {exc}") from None
 
-    def client_metrics(self, accuracy, client, partition, dataset):
+    def requests(self, client, partition, dataset):
         labels = dataset.test.labels
         base, novel = partition.base_class_ids, partition.novel_class_ids
         return {
             # Local: the client's own classes' test images, classified over all base classes.
-            "Local": accuracy(indices_of_classes(labels, client.class_ids), base),
-            "Base": accuracy(indices_of_classes(labels, base), base),
-            "Novel": accuracy(indices_of_classes(labels, novel), novel),
+            "Local": Request.of(indices_of_classes(labels, client.class_ids), base),
+            "Base": Request.of(indices_of_classes(labels, base), base),
+            "Novel": Request.of(indices_of_classes(labels, novel), novel),
         }
 
     def summarize(self, per_client, partition):
@@ -163,8 +173,8 @@ class DirichletLabelShift(Protocol):
         except ValueError as exc:
             raise ConfigError(f"dirichlet protocol on {dataset.name}: {exc}") from None
 
-    def client_metrics(self, accuracy, client, partition, dataset):
-        return {"Acc": accuracy(client.test_indices or (), client.class_ids)}
+    def requests(self, client, partition, dataset):
+        return {"Acc": Request.of(client.test_indices or (), client.class_ids)}
 
     def summarize(self, per_client, partition):
         return {"Acc": _nanmean(m["Acc"] for m in per_client.values())}
@@ -211,8 +221,8 @@ class DomainFeatureShift(Protocol):
         except ValueError as exc:
             raise ConfigError(f"domains protocol on {dataset.name}: {exc}") from None
 
-    def client_metrics(self, accuracy, client, partition, dataset):
-        return {"Acc": accuracy(client.test_indices or (), client.class_ids)}
+    def requests(self, client, partition, dataset):
+        return {"Acc": Request.of(client.test_indices or (), client.class_ids)}
 
     def summarize(self, per_client, partition):
         by_domain: dict[str, list[float]] = {}
@@ -293,7 +303,7 @@ class ClassChunkBase2New(Protocol):
             novel_all += [member.offset + c for c in novel]
         return _chunk_partition(dataset, config, self.name, groups, base_class_ids=base_all, novel_class_ids=novel_all)
 
-    def client_metrics(self, accuracy, client, partition, dataset):
+    def requests(self, client, partition, dataset):
         member = _member(dataset, client.domain)
         labels = dataset.test.labels
         base, novel = base_novel_split(member.num_classes)
@@ -301,9 +311,9 @@ class ClassChunkBase2New(Protocol):
         novel = [member.offset + c for c in novel]
         among = member.test_indices
         return {
-            "Local": accuracy(indices_of_classes(labels, client.class_ids, among), client.class_ids),
-            "Base": accuracy(indices_of_classes(labels, base, among), base),
-            "New": accuracy(indices_of_classes(labels, novel, among), novel),
+            "Local": Request.of(indices_of_classes(labels, client.class_ids, among), client.class_ids),
+            "Base": Request.of(indices_of_classes(labels, base, among), base),
+            "New": Request.of(indices_of_classes(labels, novel, among), novel),
         }
 
     def summarize(self, per_client, partition):
@@ -403,12 +413,12 @@ class MultiSourceSingleTarget(Protocol):
                 groups.append(ChunkGroup(domain, all_classes, pool))
         return _chunk_partition(dataset, config, self.name, groups, targets=(target,))
 
-    def client_metrics(self, accuracy, client, partition, dataset):
+    def requests(self, client, partition, dataset):
         (target,) = partition.targets
         indices = [i for i, d in enumerate(dataset.test.domains) if d == target]
         if not indices:
             raise ConfigError(f"msst protocol on {dataset.name}: target domain {target} has no test images")
-        return {"Acc": accuracy(indices, range(len(dataset.class_names)))}
+        return {"Acc": Request.of(indices, range(len(dataset.class_names)))}
 
 
 @register_protocol("transfer")
@@ -443,14 +453,16 @@ class Transfer(Protocol):
         groups = [ChunkGroup(m.name, m.class_ids) for m in members if m.trains]
         return _chunk_partition(dataset, config, self.name, groups, targets=tuple(config.test_datasets))
 
-    def client_metrics(self, accuracy, client, partition, dataset):
+    def requests(self, client, partition, dataset):
         home = _member(dataset, client.domain)
         labels = dataset.test.labels
-        metrics = {"Local": accuracy(indices_of_classes(labels, client.class_ids, home.test_indices), client.class_ids)}
+        wanted = {
+            "Local": Request.of(indices_of_classes(labels, client.class_ids, home.test_indices), client.class_ids)
+        }
         for name in partition.targets:
             member = _member(dataset, name)
-            metrics[name] = accuracy(member.test_indices, member.class_ids)
-        return metrics
+            wanted[name] = Request.of(member.test_indices, member.class_ids)
+        return wanted
 
     def summarize(self, per_client, partition):
         summary = super().summarize(per_client, partition)

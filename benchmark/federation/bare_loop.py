@@ -3,8 +3,10 @@
 
 It trains the same clients on the same batches with the same seeds, optimizer and
 schedule as `FederatedSimulator` (its final client states are equal, bit for bit:
-`tests/test_bench.py`), and leaves out everything the framework adds around that: the
-Lightning hooks, the loss and state checks, the FLOP ledger, progress, round logs,
+`tests/test_bench.py`), with the same server (`benchmark.federation.server.Server`: the
+download, the aggregation, the bank and the aggregate's finiteness check, the one
+per-round check it keeps), and leaves out everything the framework adds around that: the
+Lightning hooks, the loss and client-state checks, the FLOP ledger, progress, round logs,
 snapshots, byte counts and timing of its own. What a client-round costs here beyond the
 model's steps, the data and `configure_optimizers` is what any loop pays (seeding,
 loading and copying out the client's state, stepping the scheduler, cold caches after
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.federation.client_loop import ClientFabric, read_common_form
+from benchmark.federation.client_loop import ClientFabric, optimization_step, read_common_form
+from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.method import State
 
@@ -46,12 +49,11 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
     if not method.automatic_optimization:
         raise ValueError(f"the bare loop runs automatic optimization only; {method.name!r} steps its own optimizers")
     fabric = ClientFabric(s.accelerator, s.precision)
-    if getattr(fabric._precision, "scaler", None) is not None:
+    if fabric.scales_gradients:
         raise ValueError(f"the bare loop has no gradient scaler; precision {s.precision!r} needs one")
     initial = method.client_state()
     states = {cid: {k: v.clone() for k, v in initial.items()} for cid in simulator.clients}
-    aggregate: State = {}
-    bank: dict[int, State] = {}
+    server = Server(method, list(simulator.clients.values()), s.aggregation)
     total = model = data = optimizer_setup = 0.0
     client_rounds = 0
     method.fabric = fabric  # what configure_optimizers reads as self.trainer, and self.log writes to
@@ -59,9 +61,9 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
     try:
         for r, sampled in enumerate(simulator.schedule):
             start_round = time.perf_counter()
-            updates = []
+            uploads = []
             for cid in sampled:
-                received = {} if r == 0 else method.download(cid, aggregate, bank)
+                received = server.download(cid, r) or {}
                 method.load_client_state({**states[cid], **received})
                 batches, client = simulator.client_data(cid, r)
                 method.set_client(client)
@@ -79,23 +81,20 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
                         data += time.perf_counter() - t
                         if batch is None:
                             break
-                        fabric._batch_size = len(batch[-1])
+                        fabric.batch_images = len(batch[-1])
                         t = time.perf_counter()
                         with fabric.autocast():
                             loss = method.training_step(batch, 0)
-                        optimizer.zero_grad()
-                        loss.backward()
-                        optimizer.step()
+                        optimization_step(loss, optimizer, torch.Tensor.backward)  # the client loop's update
                         del loss
                         model += time.perf_counter() - t
                         fabric.global_step += 1
                         if scheduler is not None:
                             scheduler.step()
                 states[cid] = method.client_state()
-                updates.append(simulator.client_update(cid, method.upload_of(states[cid])))
+                uploads.append((cid, method.upload_of(states[cid])))
                 client_rounds += 1
-            aggregate = method.aggregate(updates) if updates and updates[0].state else {}
-            bank.update({u.client_id: u.state for u in updates})
+            server.receive(r, uploads)
             total += time.perf_counter() - start_round
     finally:
         method.fabric = None

@@ -15,8 +15,9 @@ What stays each client's own, as in the client loop:
   one, untouched (no update, no momentum or weight-decay change);
 - its optimizer and schedulers, built by the method's `configure_optimizers` under its own
   context (its rounds, its step count): they give the lr each of its steps takes, stepped
-  exactly as the client loop steps them; the parameter update itself is torch's SGD rule
-  written over the stacked tensors (`_sgd`), momentum buffers per client;
+  exactly as the client loop steps them; the update is the client loop's
+  `optimization_step` with an optimizer (`StackedSGD`) applying torch's SGD rule to the
+  stacked tensors, momentum buffers per client;
 - its training loss, the per-epoch mean Lightning's `self.log` would keep.
 
 Clients whose inputs differ in shape at a step (a short last batch) run as separate groups
@@ -24,13 +25,13 @@ of that step; class lists of different lengths as separate passes (`train_togeth
 Not bit-identical to training client by client (a batched matrix product may sum in
 another order), so it is a run setting in a cell's identity (`RunConfig.batched_training`,
 `--batched-training true`). Who may: `FederatedMethod.batched_training` and `why_not`; the
-first batched round of a run probes one step against the client loop's (`probe`).
+first batched round of a run probes one step against the client loop's (`probe`, through
+`benchmark.federation.stacked.BatchingProbe`, which evaluation's batching uses too).
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -45,11 +46,12 @@ from benchmark.federation.client_loop import (
     ClientLoop,
     ClientRoundTraining,
     NonFiniteLoss,
-    _to_device,
     epoch_mean,
+    optimization_step,
     step_schedulers,
+    to_device,
 )
-from benchmark.federation.stacked import batchable_attention, failure_line, relative_difference, stack_states
+from benchmark.federation.stacked import batchable_attention, relative_difference, stack_states
 from benchmark.method import ClientContext, FederatedMethod, State
 
 # One batched step's losses must equal the client loop's to this relative tolerance, and its
@@ -147,7 +149,7 @@ class BatchedTraining:
         reason = why_not(method)
         if reason:
             raise BatchingRefused(reason)
-        if getattr(loop.fabric._precision, "scaler", None) is not None:
+        if loop.fabric.scales_gradients:
             raise BatchingRefused("fp16 with a gradient scaler steps client by client")
         self.method = method
         self.loop = loop
@@ -177,7 +179,7 @@ class BatchedTraining:
         groups = _param_groups(method, members)
         stacked = {k: v.to(device) for k, v in stack_states(starts).items()}
         params = {k: stacked[k].requires_grad_() for k in groups}
-        momentum: dict[str, Tensor] = {}
+        sgd = StackedSGD(params, groups, members, device)
         method.train()
         classes = tuple(t.to(device) for t in method.class_inputs([c.context.class_names for c in members]))
         counter = flops.TrainSteps(tuple(c.context.class_names for c in members))
@@ -189,7 +191,7 @@ class BatchedTraining:
                 c.loss_sum, c.loss_count, c.losses = None, 0, []
                 iterators.append(iter(c.batches))
             try:
-                self._epoch(epoch, members, iterators, stacked, params, momentum, groups, classes, counter)
+                self._epoch(epoch, members, iterators, stacked, sgd, classes, counter)
             except Exception as failure:  # NaN parameters can make a later step raise: name the cause
                 _check_losses(members, failure)
                 raise
@@ -203,7 +205,7 @@ class BatchedTraining:
             )
         return results
 
-    def _epoch(self, epoch, members, iterators, stacked, params, momentum, groups, classes, counter) -> None:
+    def _epoch(self, epoch, members, iterators, stacked, sgd: "StackedSGD", classes, counter) -> None:
         """One local epoch of every member, step by step; a member past its last batch sits out."""
         method, device = self.method, self.loop.fabric.device
         for batch_idx in range(max(len(c.batches) for c in members)):
@@ -213,19 +215,13 @@ class BatchedTraining:
                 start = time.perf_counter()
                 batch = next(iterators[k])
                 members[k].data_seconds += time.perf_counter() - start
-                batches.append(_to_device(batch, device))
+                batches.append(to_device(batch, device))
             start = time.perf_counter()
             # The FLOP ledger keys a step by its class lists and its images.
             with counter.step(method, (torch.cat([b[1] for b in batches]),), first=epoch == 0 and batch_idx == 0):
                 losses = self._losses(stacked, active, batches, classes)
-                for p in params.values():
-                    p.grad = None
-                torch.stack(losses).sum().backward()
-                with torch.no_grad():
-                    rows = torch.tensor(active, device=device)
-                    for name, (group, settings) in groups.items():
-                        lrs = [members[k].lr(group) for k in active]
-                        _sgd(params[name], momentum, name, rows, lrs, settings)
+                sgd.active = active
+                optimization_step(torch.stack(losses).sum(), sgd, torch.Tensor.backward)  # the client loop's update
             seconds = time.perf_counter() - start
             for k, batch, loss in zip(active, batches, losses):
                 c = members[k]
@@ -318,6 +314,30 @@ def _param_groups(method: FederatedMethod, members: list[_Client]) -> dict[str, 
     return layout or {}
 
 
+class StackedSGD:
+    """The optimizer `optimization_step` steps in a batched round: torch.optim.SGD's rule over
+    the stacked parameters `params`, on the rows of the `active` clients (set before each
+    step), each at its own client's lr; momentum buffers per client (row)."""
+
+    def __init__(
+        self, params: dict[str, Tensor], groups: dict[str, tuple[int, dict]], members: list[_Client], device
+    ) -> None:
+        self.params, self.groups, self.members, self.device = params, groups, members, device
+        self.momentum: dict[str, Tensor] = {}
+        self.active: list[int] = []
+
+    def zero_grad(self) -> None:
+        for p in self.params.values():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        rows = torch.tensor(self.active, device=self.device)
+        for name, (group, settings) in self.groups.items():
+            lrs = [self.members[k].lr(group) for k in self.active]
+            _sgd(self.params[name], self.momentum, name, rows, lrs, settings)
+
+
 def _sgd(p: Tensor, momentum: dict[str, Tensor], name: str, rows: Tensor, lrs: list[float], group: dict) -> None:
     """torch.optim.SGD's rule (its single-tensor form) on rows `rows` of the stacked parameter
     `p`, each row at its own lr; the other rows and their momentum are left as they are."""
@@ -356,7 +376,7 @@ def probe(
         batches = []
         for k in chosen:
             clients[k][1].sampler.set_epoch(0)
-            batches.append(_to_device(next(iter(clients[k][1])), device))
+            batches.append(to_device(next(iter(clients[k][1])), device))
             clients[k][1].sampler.set_epoch(0)
         names = [clients[k][2].class_names for k in chosen]
         stacked = {k: v.to(device) for k, v in stack_states([starts[k] for k in chosen]).items()}
@@ -370,7 +390,7 @@ def probe(
             method.load_client_state(starts[k])
             method.set_client(clients[k][2])
             try:
-                loop.fabric._batch_size = len(batch[-1])
+                loop.fabric.batch_images = len(batch[-1])
                 with loop.fabric.autocast():
                     alone = method.training_step(batch, 0)
             finally:
@@ -390,15 +410,6 @@ def probe(
                     return f"{what} of client {clients[k][0]} differs from the client loop's by {difference:.1e} (relative)"
     except BatchingRefused as refused:
         return str(refused)
-    except Exception as exc:  # vmap refuses what it cannot batch (random ops, .item()): step client by client
-        return failure_line(exc)
-    finally:
+    finally:  # any other error (vmap refuses random ops, .item()): BatchingProbe reports it
         method.load_client_state(saved)
     return None
-
-
-def warn_sequential(method: FederatedMethod, reason: str) -> None:
-    warnings.warn(
-        f"method {method.name!r}: its clients train one by one, not in one batched pass ({reason})",
-        stacklevel=2,
-    )

@@ -34,7 +34,7 @@ import math
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Mapping, Sized
+from typing import Any, Callable, Mapping, Sized
 
 import lightning as L
 import numpy as np
@@ -71,12 +71,18 @@ class ClientFabric(L.Fabric):
         self.current_epoch = 0
         self.global_step = 0  # optimizer steps taken this client-round
         self.num_training_batches = 0
-        self._batch_size = 0
+        self.batch_images = 0  # the current batch's size: the weight of what `self.log` records
         self._sums: dict[str, tuple[torch.Tensor, int]] = {}
 
     @property
     def estimated_stepping_batches(self) -> int:
         return self.num_training_batches * self.max_epochs
+
+    @property
+    def scales_gradients(self) -> bool:
+        """Whether the precision has a gradient scaler (fp16 on CUDA): its optimizer steps go
+        through Fabric, which a loop stepping optimizers itself cannot do."""
+        return getattr(self._precision, "scaler", None) is not None
 
     def log_dict(self, metrics, step=None) -> None:
         # Lightning's on_epoch mean: sum of value x batch size over the epoch, divided by the
@@ -86,7 +92,7 @@ class ClientFabric(L.Fabric):
             if value.dtype not in (torch.float32, torch.float64):
                 value = value.to(torch.get_default_dtype())
             total, count = self._sums.get(name, (torch.tensor(0.0, device=value.device), 0))
-            self._sums[name] = (total + value * self._batch_size, count + self._batch_size)
+            self._sums[name] = (total + value * self.batch_images, count + self.batch_images)
 
     def epoch_mean(self, name: str) -> float:
         if name not in self._sums:
@@ -188,8 +194,8 @@ class ClientLoop:
                     if batch is None:
                         break
                     batch_idx += 1
-                    batch = _to_device(batch, fabric.device)
-                    fabric._batch_size = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
+                    batch = to_device(batch, fabric.device)
+                    fabric.batch_images = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
                     # Lightning: -1 skips this batch and the rest of the epoch, whose schedulers
                     # still step as after the epoch's last batch.
                     skip = module.on_train_batch_start(batch, batch_idx) == -1
@@ -237,14 +243,7 @@ class ClientLoop:
         loss nothing has a gradient, so the step would change nothing: it is counted only."""
         output = self._training_step(module, batch, batch_idx)
         loss, extra = _automatic_loss(module, output)
-        module.on_before_zero_grad(optimizer)
-        optimizer.zero_grad()
-        if loss is not None:
-            module.on_before_backward(loss)
-            self.fabric.backward(loss)
-            module.on_after_backward()
-            module.on_before_optimizer_step(optimizer)
-            optimizer.step()
+        optimization_step(loss, optimizer, self.fabric.backward, module)
         self.fabric.global_step += 1  # Lightning counts a step without a loss too
         # What the Trainer hands on_train_batch_end: a detached copy of the loss. The step's
         # graph is freed here, inside the step, as in a loop that drops its loss.
@@ -268,7 +267,7 @@ class ClientLoop:
             )
         # Fabric's optimizer wrapper routes `step` through the precision plugin, which only the
         # fp16 gradient scaler needs; without one a plain step is the same step.
-        scaled = getattr(self.fabric._precision, "scaler", None) is not None
+        scaled = self.fabric.scales_gradients
         wrapped = [self.fabric.setup_optimizers(optimizer) for optimizer in optimizers] if scaled else list(optimizers)
         if not module.automatic_optimization:  # the method steps them: count its steps as they happen
             for optimizer in optimizers:
@@ -278,6 +277,33 @@ class ClientLoop:
 
     def _count_step(self, optimizer, args, kwargs) -> None:
         self.fabric.global_step += 1
+
+
+def optimization_step(
+    loss: torch.Tensor | None,
+    optimizer,
+    backward: Callable[[torch.Tensor], Any],
+    hooks: L.LightningModule | None = None,
+) -> None:
+    """The update of one automatic-optimization step, once the forward gave `loss`, in the
+    Trainer's order: zero the gradients, backward, step. Every loop that trains calls it:
+    the client loop (`backward` is its Fabric's, `hooks` the module, whose Lightning hooks
+    around the update are called), the batched loop (`optimizer` steps the clients' stacked
+    states: `benchmark.federation.batched_training`) and the bare loop `fedbench bench`
+    measures (no hooks: neither loop runs a method that overrides one). Without a loss
+    nothing has a gradient, so nothing is stepped (Lightning skips the backward too)."""
+    if hooks is not None:
+        hooks.on_before_zero_grad(optimizer)
+    optimizer.zero_grad()
+    if loss is None:
+        return
+    if hooks is not None:
+        hooks.on_before_backward(loss)
+    backward(loss)
+    if hooks is not None:
+        hooks.on_after_backward()
+        hooks.on_before_optimizer_step(optimizer)
+    optimizer.step()
 
 
 def step_schedulers(module, schedulers, interval: str, index: int) -> None:
@@ -343,7 +369,7 @@ def read_common_form(configured, automatic: bool) -> tuple[list, list[LRSchedule
     return [optimizer], [LRSchedulerConfig(scheduler, interval=interval)]
 
 
-def _to_device(batch, device: torch.device):
+def to_device(batch, device: torch.device):
     """(inputs, labels) on the training device; a no-op on the CPU."""
     if device.type == "cpu":
         return batch

@@ -3,20 +3,22 @@
 Each round: every sampled client gets its own state swapped into the one resident
 method module, receives the server's download, trains (`benchmark.federation.client_loop`: the
 module's Lightning hooks with a fresh optimizer and scheduler, so nothing leaks from the
-previous client), and uploads. The server aggregates the uploads (the method's `aggregate`) and keeps a bank
-of each client's latest upload. State is plain name -> tensor dicts throughout.
+previous client), and uploads. The server (`benchmark.federation.server.Server`, the one
+object whose rules Flower's strategy and the bare loop call too) aggregates the uploads
+(the method's `aggregate`) and keeps a bank of each client's latest upload. State is plain
+name -> tensor dicts throughout.
 
-After the last round every client receives the final download (the method's `download`
-with the last aggregate and the bank) before evaluation, unless the method evaluates the
-state its own training left (`evaluate_after_download = False`, pFedMoAP). One rule holds
-for every method: a client that never trained (possible under partial participation)
-always receives the final download, since it has no state of its own to evaluate; the
-run flags it (`rounds_trained` = 0 in metrics.csv, `clients_never_trained` in summary.json).
+After the last round every client is evaluated with the server's `evaluation_download`:
+the final download (the method's `download` with the last aggregate and the bank), unless
+the method evaluates the state its own training left (`evaluate_after_download = False`,
+pFedMoAP). One rule holds for every method: a client that never trained (possible under
+partial participation) always receives the final download, since it has no state of its
+own to evaluate; the run flags it (`rounds_trained` = 0 in metrics.csv,
+`clients_never_trained` in summary.json).
 """
 
 from __future__ import annotations
 
-import math
 import random
 import time
 from dataclasses import dataclass, field
@@ -28,16 +30,11 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
-from benchmark.errors import DivergenceError
-from benchmark.federation.batched_training import (
-    BatchedTraining,
-    BatchingRefused,
-    ClientDiverged,
-    probe,
-    warn_sequential,
-)
+from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
-from benchmark.method import ClientContext, ClientUpdate, FederatedMethod, State, state_bytes
+from benchmark.federation.server import Server, check_finite, divergence
+from benchmark.federation.stacked import BatchingProbe
+from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
 from data.base import LabeledImages
 from data.partition import ClientShard
@@ -329,14 +326,15 @@ class FederatedSimulator:
         # the caller's (it evaluates `FederationResult.client_states`).
         self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
         self.on_evaluate = on_evaluate
+        self.server = Server(method, clients, settings.aggregation)  # a fresh one for every `run`
         self._loop = ClientLoop(settings.accelerator, settings.precision)
         self._together: BatchedTraining | None = None
-        self._probed = False
+        self._batching = BatchingProbe(method, "train one by one")
         if settings.batched_training and method.trains:
             try:
                 self._together = BatchedTraining(method, self._loop)
             except BatchingRefused as refused:
-                warn_sequential(method, str(refused))
+                self._batching.refuse(str(refused))
 
     def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
         """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
@@ -349,27 +347,25 @@ class FederatedSimulator:
                 if self.on_evaluate:
                     self.on_evaluate(round_number, states)
             return FederationResult(states)
-        result = FederationResult(states, rounds_trained={cid: 0 for cid in self.clients})
-        aggregate: State = {}
-        bank: dict[int, State] = {}
+        server = self.server = Server(method, list(self.clients.values()), self.settings.aggregation)
         first_round = 0
         if resume is not None:
             states.update(resume.states)
-            aggregate, bank, first_round = resume.aggregate, resume.bank, resume.next_round
-            result.rounds, result.rounds_trained = list(resume.rounds), dict(resume.rounds_trained)
+            server.restore(resume.aggregate, resume.bank, resume.rounds_trained)
+            first_round = resume.next_round
             restore_rng_states(resume.rng)
+        result = FederationResult(states, rounds_trained=server.rounds_trained)  # the server keeps the count
+        if resume is not None:
+            result.rounds = list(resume.rounds)
         bar = _progress(len(self.schedule), "rounds", self.progress, first_round)
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
                     continue
                 t_round = time.perf_counter()
-                updates: list[ClientUpdate] = []
                 log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
-                received: dict[int, State | None] = {}
-                for cid in sampled:
-                    received[cid] = method.download(cid, aggregate, bank) if round_index > 0 else None
-                    log.bytes_down += 0 if received[cid] is None else state_bytes(received[cid])
+                received = {cid: server.download(cid, round_index) for cid in sampled}
+                log.bytes_down += sum(state_bytes(r) for r in received.values() if r is not None)
                 account = flops.current()
                 before = account.totals.get("train", 0) if account else 0
                 trained_clients = self.train_round(sampled, round_index, states, received)
@@ -380,21 +376,17 @@ class FederatedSimulator:
                     log.train_loss[cid] = trained.loss
                     if trained.lr is not None:
                         log.lr[cid] = trained.lr
-                    result.rounds_trained[cid] += 1
                     log.model_seconds += trained.model_seconds
                     log.data_seconds += trained.data_seconds
                     log.optimizer_seconds += trained.optimizer_seconds
                     log.bytes_up += state_bytes(trained.upload)
-                    updates.append(self.client_update(cid, trained.upload))
-                aggregate = method.aggregate(updates) if updates and updates[0].state else {}
-                self._check_finite(aggregate, "the server's aggregate", round_index, None)
-                bank.update({u.client_id: u.state for u in updates})
+                server.receive(round_index, [(cid, trained_clients[cid].upload) for cid in sampled])
                 log.total_seconds = time.perf_counter() - t_round
                 result.rounds.append(log)
                 if self.on_round_end:
                     self.on_round_end(log)
                 if self.on_evaluate and log.round in self.eval_rounds:
-                    self.on_evaluate(log.round, self._evaluation_states(states, aggregate, bank, result)[0])
+                    self.on_evaluate(log.round, self.evaluation_states(states)[0])
                 if self.on_snapshot:
                     # Shallow copies: the next round replaces entries (never tensors in place), and a
                     # snapshot may be saved only after a stop in the middle of that round.
@@ -402,8 +394,8 @@ class FederatedSimulator:
                         FederationSnapshot(
                             round_index + 1,
                             dict(states),
-                            aggregate,
-                            dict(bank),
+                            server.aggregate,
+                            dict(server.bank),
                             list(result.rounds),
                             dict(result.rounds_trained),
                             rng_states(),
@@ -414,7 +406,7 @@ class FederatedSimulator:
         finally:
             self._loop.release(method)  # the module leaves the Fabric it trained under
         bar.close()
-        result.client_states, result.final_download_bytes = self._evaluation_states(states, aggregate, bank, result)
+        result.client_states, result.final_download_bytes = self.evaluation_states(states)
         return result
 
     def train_round(
@@ -437,18 +429,16 @@ class FederatedSimulator:
         for cid in sampled:  # seeded in the client loop's order: each client's batches are its own
             batches, context = self.client_data(cid, round_index)
             clients.append((cid, batches, context))
-        reason = None if self._probed else probe(self._together, starts, clients)
-        self._probed = True
-        if reason is None:
+        trained = None
+        if self._batching.allows(lambda: probe(self._together, starts, clients)):
             try:
                 trained = self._together.train_together(starts, clients, self.settings.local_epochs)
             except BatchingRefused as refused:
-                reason = str(refused)
+                self._batching.refuse(str(refused))
             except ClientDiverged as bad:
                 failure = bad.failure
-                raise self._divergence(str(failure), round_index, bad.cid, failure.step, failure.lr) from bad
-        if reason is not None:
-            warn_sequential(method, reason)
+                raise divergence(method, str(failure), round_index, bad.cid, failure.step, failure.lr) from bad
+        if trained is None:
             self._together = None
             return None
         return {
@@ -468,7 +458,7 @@ class FederatedSimulator:
 
     def _client_round(self, cid: int, round_index: int, trained: State, training: ClientRoundTraining) -> "ClientRound":
         """What client `cid`'s local training left, checked finite, with its upload."""
-        self._check_finite(trained, f"the state of client {cid} after its local training", round_index, cid)
+        check_finite(self.method, trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
             trained,
             self.method.upload_of(trained),
@@ -479,22 +469,16 @@ class FederatedSimulator:
             training.lr,
         )
 
-    def client_update(self, cid: int, upload: State) -> ClientUpdate:
-        """What the server aggregates from client `cid`'s upload, weighted per the run's `aggregation`."""
-        n_i = self.clients[cid].num_samples
-        return ClientUpdate(cid, n_i, upload, n_i if self.settings.aggregation == "samples" else 1.0)
-
-    def _evaluation_states(self, states: dict[int, State], aggregate: State, bank: dict[int, State], result):
-        """Every client's model as evaluated now: with the server's download applied when the
-        method says so (`evaluate_after_download`) or the client never trained yet (it has
-        nothing but the download); `states` itself is left as it is.
+    def evaluation_states(self, states: dict[int, State]) -> tuple[dict[int, State], int]:
+        """Every client's model as evaluated now: its state with the server's
+        `evaluation_download` applied where there is one; `states` itself is left as it is.
         Returns (states, bytes of those downloads)."""
         method = self.method
         evaluated, download_bytes = dict(states), 0
         for cid, state in states.items():
-            if method.evaluate_after_download or result.rounds_trained[cid] == 0:
+            received = self.server.evaluation_download(cid)
+            if received is not None:
                 method.load_client_state(state)
-                received = method.download(cid, aggregate, bank)
                 method.load_client_state(received)
                 download_bytes += state_bytes(received)
                 evaluated[cid] = method.client_state()
@@ -509,7 +493,7 @@ class FederatedSimulator:
         except NonFiniteLoss as bad:
             # Past a non-finite loss every later number of the run is meaningless (NaN losses,
             # metrics at chance) yet would look like a result.
-            raise self._divergence(str(bad), round_index, cid, bad.step, bad.lr) from bad
+            raise divergence(self.method, str(bad), round_index, cid, bad.step, bad.lr) from bad
         finally:
             self.method.set_client(None)
         return trained
@@ -539,37 +523,6 @@ class FederatedSimulator:
         if (round_index, cid) in self._participations:
             return self._participations[round_index, cid]
         return sum(cid in sampled for sampled in self.schedule[:round_index])
-
-    def _divergence(
-        self, what: str, round_index: int, cid: int | None, step: int | None = None, lr: float | None = None
-    ) -> DivergenceError:
-        where = [f"round {round_index + 1}"] + ([f"client {cid}"] if cid is not None else [])
-        where += [f"step {step}"] if step is not None else []
-        rate = f" with lr {lr:g}" if lr is not None else ""
-        return DivergenceError(
-            f"method {self.method.name!r} diverged at {', '.join(where)}{rate}: {what}. The run is stopped and "
-            "no run folder is written; lower the learning rate (or check the method's numerics) and run again."
-        )
-
-    def _check_finite(self, state: State, what: str, round_index: int, cid: int | None) -> None:
-        if all_finite(state):
-            return
-        bad = [k for k, v in state.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-        if bad:
-            more = f" (+{len(bad) - 3} more)" if len(bad) > 3 else ""
-            raise self._divergence(f"{what} holds non-finite values in {', '.join(bad[:3])}{more}", round_index, cid)
-
-
-def all_finite(state: State) -> bool:
-    """Whether every floating-point tensor of `state` is finite, with one device sync (the
-    per-tensor check is three operations and a sync per tensor). A NaN or infinity anywhere
-    makes the float64 sum of all values NaN or infinite, and finite float16/bfloat16/float32
-    values cannot overflow it (their largest, 3.4e38, times any tensor size stays far below
-    float64's 1.8e308)."""
-    sums = [v.sum(dtype=torch.float64) for v in state.values() if v.is_floating_point() and v.dtype != torch.float64]
-    wide = [v for v in state.values() if v.dtype == torch.float64]  # could overflow: checked as they are
-    total = (sums[0] if len(sums) == 1 else torch.stack(sums).sum()).item() if sums else 0.0
-    return math.isfinite(total) and all(bool(torch.isfinite(v).all()) for v in wide)
 
 
 def _progress(total: int, unit: str, enabled: bool, initial: int = 0):

@@ -1,16 +1,19 @@
 """Many clients' states as one: stacked along a leading dimension, for `torch.func.vmap`
-over a method's hooks (evaluation and training of a round's clients in one pass)."""
+over a method's hooks (evaluation and training of a round's clients in one pass), and
+the one rule both follow when batching cannot stand in for client by client: probe once,
+then fall back with a warning (`BatchingProbe`)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+import warnings
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmark.method import State
+from benchmark.method import FederatedMethod, State
 
 
 @contextlib.contextmanager
@@ -46,3 +49,34 @@ def failure_line(exc: Exception) -> str:
     """An exception as a probe reports it: its class and the first line of its message
     (vmap refuses what it cannot batch with an error)."""
     return f"{exc.__class__.__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+
+class BatchingProbe:
+    """Probe once, then fall back with a warning: the rule of batched training and batched
+    evaluation alike. `allows(check)` runs `check` the first time (its reason, or any error
+    it raises -- vmap refuses what it cannot batch with an error -- refuses batching) and
+    answers the same verdict after; `refuse(reason)` refuses it from then on. A refusal warns
+    once: "method 'm': its clients `fallback`, not in one batched pass (reason)`hint`"."""
+
+    def __init__(self, method: FederatedMethod, fallback: str, hint: str = "") -> None:
+        self.method, self.fallback, self.hint = method, fallback, hint
+        self.probed = False
+        self.refused: str | None = None
+
+    def allows(self, check: Callable[[], str | None]) -> bool:
+        if self.refused is None and not self.probed:
+            self.probed = True
+            try:
+                reason = check()
+            except Exception as exc:  # any error means client by client
+                reason = failure_line(exc)
+            if reason is not None:
+                self.refuse(reason)
+        return self.refused is None
+
+    def refuse(self, reason: str) -> None:
+        self.refused = reason
+        warnings.warn(
+            f"method {self.method.name!r}: its clients {self.fallback}, not in one batched pass ({reason}){self.hint}",
+            stacklevel=3,
+        )

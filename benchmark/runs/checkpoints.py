@@ -13,7 +13,6 @@ removed once the run folder exists, unless `keep_checkpoints` is set.
 from __future__ import annotations
 
 import json
-import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from typing import Callable, Iterator
 import torch
 
 from benchmark.federation.simulator import FederationSnapshot, RoundLog
+from benchmark.files import atomic_write
 from benchmark.runs.results import MetricRow
 
 FORMAT = 1
@@ -157,13 +157,13 @@ class Checkpointer:
             "rows": [row.__dict__ for row in checkpoint.rows],
             "wandb_run_id": checkpoint.wandb_run_id,
         }
-        _atomic(self.path, lambda tmp: torch.save(payload, tmp))
+        atomic_write(self.path, lambda tmp: torch.save(payload, tmp))
         sidecar = {
             "round": checkpoint.federation.next_round,
             "wandb_run_id": checkpoint.wandb_run_id,
             **({"config": self.config} if self.config is not None else {}),
         }
-        _atomic(sidecar_path(self.run_dir), lambda tmp: Path(tmp).write_text(json.dumps(sidecar)))
+        atomic_write(sidecar_path(self.run_dir), json.dumps(sidecar))
         self.last_save = time.monotonic()
         self.saved_round = checkpoint.federation.next_round
 
@@ -197,13 +197,3 @@ class Checkpointer:
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
         sidecar_path(self.run_dir).unlink(missing_ok=True)
-
-
-def _atomic(path: Path, write) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)

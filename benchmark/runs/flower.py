@@ -9,10 +9,12 @@ The same federation as `fedbench run`, with its two sides on Flower's runtime:
   whole new state in its context and replies with the method's `upload_keys` only. An
   `evaluate` message scores the node's own model under the run's protocol and replies
   with its metrics. Personal state never leaves the node.
-- `MethodStrategy` (a Flower Strategy, driven by `Strategy.start`): the method's server. It
-  samples each round's clients by `client_sampling_schedule`, sends each its
-  `download(client, aggregate, bank)`, and aggregates the uploads with the method's
-  `aggregate`, in client-id order, as the simulator does.
+- `MethodStrategy` (a Flower Strategy, driven by `Strategy.start`): Flower's messaging around
+  the federation's one server object (`benchmark.federation.server.Server`, which the
+  simulator calls too). It samples each round's clients by `client_sampling_schedule`,
+  sends each the server's `download`, hands the uploads to the server's `receive` (the
+  method's `aggregate`, in client-id order) and evaluates each client with the server's
+  `evaluation_download`.
 
 Every message carries the run's config, so a node (re)builds the run (`prepare_run`: the
 same seeded method, data and partition) from it alone; node-local options (data_root,
@@ -36,6 +38,7 @@ from benchmark import shortcuts
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
 from benchmark.evaluation.clients import evaluate_client
+from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.method import State, state_bytes
 from benchmark.registry import resolve_method_file
@@ -239,17 +242,15 @@ class MethodStrategy(Strategy):
     """The method's server as a Flower Strategy: `configure_train` sends each of the
     round's clients its download, `aggregate_train` applies the method's `aggregate`,
     `configure_evaluate` / `aggregate_evaluate` score every client on its node in the
-    rounds `fedbench run` evaluates. State: the aggregate and the bank of latest uploads."""
+    rounds `fedbench run` evaluates. Every rule is `server`'s (`benchmark.federation.server.Server`)."""
 
     def __init__(
         self, run, nodes: dict[int, int], on_round_end: Callable, on_evaluate: Callable, eval_rounds: frozenset[int]
     ) -> None:
-        self.run, self.method, self.nodes = run, run.method, nodes
+        self.run, self.nodes = run, nodes
         self.on_round_end, self.on_evaluate, self.eval_rounds = on_round_end, on_evaluate, eval_rounds
-        self.server = run.simulator()  # the simulator's server-side rules (weights, finiteness)
-        self.aggregate: State = {}
-        self.bank: dict[int, State] = {}
-        self.result = FederationResult({}, rounds_trained={c.client_id: 0 for c in run.partition.clients})
+        self.server = Server(run.method, run.partition.clients, run.settings.aggregation)
+        self.result = FederationResult({}, rounds_trained=self.server.rounds_trained)
         self.final_scores: dict[int, dict[str, float]] = {}
         self._log: RoundLog | None = None
 
@@ -268,7 +269,7 @@ class MethodStrategy(Strategy):
         self._started = time.perf_counter()
         messages = []
         for cid in sampled:
-            download = self.method.download(cid, self.aggregate, self.bank) if server_round > 1 else None
+            download = self.server.download(cid, server_round - 1)
             self._log.bytes_down += state_bytes(download) if download is not None else 0
             messages.append(self._message(cid, server_round, MessageType.TRAIN, download))
         return messages
@@ -276,7 +277,7 @@ class MethodStrategy(Strategy):
     def aggregate_train(self, server_round: int, replies) -> tuple[ArrayRecord | None, MetricRecord | None]:
         log = self._log
         by_client = _replies(replies, f"round {server_round}'s training", len(log.clients))
-        updates = []
+        uploads = []
         for cid in log.clients:  # the simulator's order: the sum in `aggregate` is order-sensitive
             metrics, upload = by_client[cid]["metrics"], from_record(by_client[cid]["upload"])
             if int(metrics["num-examples"]) != self.run.partition.clients[cid].num_samples:
@@ -291,11 +292,8 @@ class MethodStrategy(Strategy):
             log.data_seconds += float(metrics["data-seconds"])
             log.optimizer_seconds += float(metrics["optimizer-seconds"])
             log.bytes_up += state_bytes(upload)
-            self.result.rounds_trained[cid] += 1
-            updates.append(self.server.client_update(cid, upload))
-        self.aggregate = self.method.aggregate(updates) if updates and updates[0].state else {}
-        self.server._check_finite(self.aggregate, "the server's aggregate", server_round - 1, None)
-        self.bank.update({u.client_id: u.state for u in updates})
+            uploads.append((cid, upload))
+        self.server.receive(server_round - 1, uploads)
         log.total_seconds = time.perf_counter() - self._started
         self.result.rounds.append(log)
         self.on_round_end(log)
@@ -306,13 +304,10 @@ class MethodStrategy(Strategy):
             return []
         messages, last = [], server_round == len(self.run.schedule)
         for client in self.run.partition.clients:
-            cid, download = client.client_id, None
-            # As the simulator evaluates: with the server's download when the method says so,
-            # or when the client never trained (it has nothing else).
-            if self.method.evaluate_after_download or self.result.rounds_trained[cid] == 0:
-                download = self.method.download(cid, self.aggregate, self.bank)
-                if last:
-                    self.result.final_download_bytes += state_bytes(download)
+            cid = client.client_id
+            download = self.server.evaluation_download(cid)  # the simulator's rule: the server's
+            if download is not None and last:
+                self.result.final_download_bytes += state_bytes(download)
             messages.append(self._message(cid, server_round, MessageType.EVALUATE, download))
         return messages
 

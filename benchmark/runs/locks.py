@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 from benchmark.errors import CellBusy
+from benchmark.files import open_locked
 
 _HELD: dict[str, int] = {}  # lock path -> nesting depth in this process (a sweep, then its run)
 
@@ -55,13 +56,9 @@ def cell_lock(run_dir: Path) -> Iterator[Path]:
 def _acquire(path: Path) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_holder(fd)
-            os.close(fd)
-            raise CellBusy(f"cell {path.stem.lstrip('.')} is being run by {holder}") from None
+        fd = open_locked(path, wait=False)
+        if fd is None:
+            raise CellBusy(f"cell {path.stem.lstrip('.')} is being run by {_read_holder(path)}")
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino
         except FileNotFoundError:
@@ -75,9 +72,9 @@ def _acquire(path: Path) -> int:
     return fd
 
 
-def _read_holder(fd: int) -> str:
+def _read_holder(path: Path) -> str:
     try:
-        holder = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        holder = json.loads(path.read_text() or "{}")
         return f"pid {holder['pid']} on {holder['host']} (since {holder['started']})"
     except (ValueError, KeyError, OSError):
         return "another process"

@@ -52,7 +52,7 @@ from data.validation import validation_view
 
 # Frozen features survive across runs in one process (a sweep, the demo): same backbone,
 # same split, same transform -> same features.
-_FEATURES = FeatureCache()
+SHARED_FEATURES = FeatureCache()
 
 
 @dataclass
@@ -191,7 +191,7 @@ class PreparedRun:
         return Evaluator(
             self.method,
             self.dataset.test,
-            _FEATURES,
+            SHARED_FEATURES,
             self.config.eval_batch_size,
             self.config.num_workers,
             batched=self.config.batched_evaluation,
@@ -202,7 +202,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     """Build `config`'s method, data, partition and schedule (under `shortcuts.use(config.shortcuts)`,
     as the caller runs everything); `train_features` False skips caching the training
     images' frozen features (a Flower server trains nothing)."""
-    _FEATURES.progress = progress
+    SHARED_FEATURES.progress = progress
     validate_run(config)  # before any backbone is built or pretrained
     protocol = get_protocol(config.protocol)
     protocol.check(config)
@@ -237,7 +237,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     if cache_train and train_features:
         needed = sorted({i for c in partition.clients for i in c.train_indices})
         with autocast_context(device, precision):
-            train_inputs = _FEATURES.features(method, dataset.train, needed)
+            train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     settings = TrainerSettings(

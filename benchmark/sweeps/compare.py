@@ -26,7 +26,7 @@ from benchmark.runs.results import read_failure_record, read_summary
 from benchmark.sweeps.plots import round_curves
 from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.sweep import HEADLINE_METHOD, render_cells
-from benchmark.sweeps.tables import _markdown
+from benchmark.sweeps.tables import markdown_table
 
 FAILED_SUFFIX = ".failed.json"
 CHECKPOINT_SUFFIX = ".checkpoint.pt"
@@ -166,7 +166,7 @@ def render(entries: list[RunEntry], out: Path, title: str) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     listing = table(entries)
     files = {"runs_md": out / "runs.md", "runs_csv": out / "runs.csv"}
-    files["runs_md"].write_text(f"# {title}\n\n{_markdown(listing.set_index('run'))}\n")
+    files["runs_md"].write_text(f"# {title}\n\n{markdown_table(listing.set_index('run'))}\n")
     listing.to_csv(files["runs_csv"], index=False)
     chosen = cells(entries)
     if chosen:

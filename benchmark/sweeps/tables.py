@@ -515,7 +515,7 @@ def render(
         part = stats[stats["dataset"] == dataset]
         table = wide(stats, dataset, marks=True)
         notes_here = block_notes(part, dataset)
-        md += [f"## {dataset}", "", _markdown(table), "", *notes_here, *([""] if notes_here else [])]
+        md += [f"## {dataset}", "", markdown_table(table), "", *notes_here, *([""] if notes_here else [])]
         tex.append(latex_table(part, f"{title}: {dataset}", marks=True))
     if diffs is not None and not diffs.empty:
         reference = diffs["reference"].iloc[0]
@@ -525,12 +525,12 @@ def render(
             "Paired run by run (same dataset, grid and seed); interval: 95 % bootstrap of the mean difference over "
             "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.",
             "",
-            _markdown(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])),
+            markdown_table(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])),
             "",
         ]
     if not comparison.empty:
         shown = comparison if (comparison["grid"] != "").any() else comparison.drop(columns="grid")
-        md += ["## Paper comparison", "", _markdown(shown.round(2).set_index(["method", "dataset", "metric"])), ""]
+        md += ["## Paper comparison", "", markdown_table(shown.round(2).set_index(["method", "dataset", "metric"])), ""]
     paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
     paths["md"].write_text("\n".join(md))
     stats.to_csv(paths["csv"], index=False)
@@ -630,7 +630,7 @@ def latex_escape(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(c, c) for c in str(text))
 
 
-def _markdown(table: pd.DataFrame) -> str:
+def markdown_table(table: pd.DataFrame) -> str:
     """A GitHub Markdown table without the optional `tabulate` dependency."""
     frame = table.reset_index()
     header = "| " + " | ".join(map(str, frame.columns)) + " |"

@@ -30,12 +30,9 @@ values of every method whose budget is spent, with the command that produced the
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import math
-import os
-import tempfile
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +43,7 @@ import yaml
 
 from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
+from benchmark.files import atomic_write, file_lock
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs import runner
 from benchmark.runs.identity import cell_identity, prepare_weights
@@ -243,8 +241,7 @@ def _storage(plan: TuningPlan):
     db.parent.mkdir(parents=True, exist_ok=True)
     # Two `fedbench tune` processes opening a new file at once both create its schema, and one
     # fails ("table alembic_version already exists"): create it under a lock beside the file.
-    with open(db.with_name(f"{TUNING_DB}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with file_lock(db.with_name(f"{TUNING_DB}.lock")):
         # processes tuning other methods of the table write to the same file: wait for its lock
         return optuna.storages.RDBStorage(f"sqlite:///{db}", engine_kwargs={"connect_args": {"timeout": 120}})
 
@@ -473,7 +470,7 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
 
     studies = table_studies(plan, report)
     frame = trials_frame(plan, studies)
-    _atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
+    atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
     values, validation, pending = {}, {}, []
     for variant in plan.preset.methods:
         if not get_method(variant.method).tunable:
@@ -514,7 +511,7 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     if pending:
         tuned["unfinished"] = pending
     header = "# written by `fedbench tune`; applied by `fedbench reproduce TABLE --tuned`\n"
-    _atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
+    atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
     return tuned
 
 
@@ -528,23 +525,14 @@ def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 @contextmanager
 def _exclusive(path: Path, label: str) -> Iterator[None]:
-    with open(path, "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+    with file_lock(path, wait=False) as held:
+        if not held:
             raise ConfigError(
                 f"another `fedbench tune` is tuning {label} in {path.parent}; wait for it, tune other methods "
                 "(--methods), or use another --results folder"
-            ) from None
+            )
         yield
 
 

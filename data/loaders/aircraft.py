@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.base import DatasetError, DatasetSplits, FileImages
-from data.catalog import register_dataset
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 LAYOUT = (

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from data.base import DatasetError, DatasetSplits, TensorImages
-from data.catalog import register_dataset
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 _HOW = (

@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.base import DatasetError, DatasetSplits
-from data.catalog import register_dataset
 from data.loaders.split_zhou import read_split_zhou
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 _COOP = (

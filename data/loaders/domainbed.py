@@ -25,16 +25,16 @@ accepted (OfficeHome `Art` ... `Real World`, VLCS `Caltech101` ... `VOC2007`).
 from __future__ import annotations
 
 import json
-import os
 import random
 import warnings
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.files import atomic_write
 from data.base import DatasetError, DatasetSplits, FileImages
-from data.catalog import register_dataset
 from data.loaders.image_folders import image_files, subfolders
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 SPLIT_SEED = 1
@@ -168,12 +168,9 @@ def make_domain_split(spec: DomainBedSpec, root: Path, domain: Domain, image_dir
 
 
 def _write_split(spec: DomainBedSpec, path: Path, split: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # never a half-written split file
     try:
-        tmp.write_text(json.dumps(split))
-        tmp.replace(path)
+        atomic_write(path, json.dumps(split))  # never a half-written split file
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise DatasetError(
             f"{spec.name}: no split file {path}, and the suite cannot write the one it makes there "
             f"({exc.__class__.__name__}: {exc}). Make {path.parent} writable for one load, or copy the dataset "

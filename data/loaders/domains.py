@@ -19,7 +19,7 @@ import pickle
 from pathlib import Path, PurePath
 
 from data.base import DatasetError, DatasetSplits, FileImages
-from data.catalog import register_dataset
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")

@@ -23,8 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from data.base import DatasetError, DatasetSplits, FileImages
-from data.catalog import register_dataset
 from data.loaders.image_folders import image_files, subfolders
+from data.registry import register_dataset
 from data.transforms import ImageTransforms
 
 CLASSNAMES_LINK = "https://drive.google.com/file/d/1-61f_ol79pViBFDG_IDlUQSwoLcn2XXF/view?usp=sharing"

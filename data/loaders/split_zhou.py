@@ -12,13 +12,24 @@ from pathlib import Path
 from data.base import DatasetError, DatasetSplits, FileImages
 from data.transforms import ImageTransforms
 
+# Where CoOp's DATASETS.md links each split file (the missing-file message; `fedbench data download`).
+SPLIT_ZHOU_LINKS = {
+    "caltech101": "https://drive.google.com/file/d/1hyarUivQE36mY6jSomru6Fjd-JzwcCzN/view?usp=sharing",
+    "oxford_pets": "https://drive.google.com/file/d/1501r8Ber4nNKvmlFVQZ8SeUHTcdTTEqs/view?usp=sharing",
+    "oxford_flowers": "https://drive.google.com/file/d/1Pp0sRXzZFZq15zVOzKjKBu4A9i01nozT/view?usp=sharing",
+    "food101": "https://drive.google.com/file/d/1QK0tGi096I0Ba6kggatX1ee6dJFIcEJl/view?usp=sharing",
+    "dtd": "https://drive.google.com/file/d/1u3_QfB467jqHgNXC00UIzbLZRQCg2S7x/view?usp=sharing",
+    "sun397": "https://drive.google.com/file/d/1y2RD81BYuiyvebdN-JymPfyWYcd8_MUq/view?usp=sharing",
+    "ucf101": "https://drive.google.com/file/d/1I0S0q91hJfsV9Gf4xDIjgDq4AqBNJb1y/view?usp=sharing",
+    "stanford_cars": "https://drive.google.com/file/d/1ObCFbaAgVu0I-k_Au-gIUcefirdAuizT/view?usp=sharing",
+    "eurosat": "https://drive.google.com/file/d/1Ip7yaCWFi0eaOFUGga0lUdVi_DDQth1o/view?usp=sharing",
+}
+
 
 def read_split_zhou(name: str, split_file: Path, image_dir: Path, transforms: ImageTransforms) -> DatasetSplits:
     """Read a split_zhou JSON into train/val/test `FileImages` (val: None when the file has no
     "val" entries); classes ordered by label."""
     if not split_file.is_file():
-        from data.download import SPLIT_ZHOU_LINKS  # lazy: only this message needs it
-
         link = SPLIT_ZHOU_LINKS.get(name)
         raise DatasetError(
             f"{name}: split file {split_file} is missing. Download the CoOp split "

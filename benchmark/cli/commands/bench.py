@@ -354,7 +354,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
     from benchmark.config import build_config
     from benchmark.evaluation.accuracy import Evaluator
     from benchmark.evaluation.clients import evaluate_clients
-    from benchmark.runs.runner import _FEATURES, autocast_context, prepare_run
+    from benchmark.runs.runner import SHARED_FEATURES, autocast_context, prepare_run
 
     walls = []
     for name, method, method_args in runs:
@@ -372,7 +372,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
 
             def evaluate(batched: bool) -> tuple[float, dict]:
                 evaluator = Evaluator(  # a fresh one: nothing memoized
-                    run.method, run.dataset.test, _FEATURES, config.eval_batch_size, batched=batched
+                    run.method, run.dataset.test, SHARED_FEATURES, config.eval_batch_size, batched=batched
                 )
                 started = time.perf_counter()
                 with autocast_context(run.device, run.precision):  # as a run evaluates

@@ -91,11 +91,10 @@ def listed_status(name: str, entry: dict, root: Path) -> dict:
 def dataset_status(name: str, root: Path) -> dict:
     """One row of the table: status found / missing / incomplete / generated, with counts."""
     from data.base import DatasetError
-    from data.catalog import DATASETS, _import_builtin_loaders, load_dataset
+    from data.catalog import all_datasets, load_dataset
     from data.transforms import clip_transforms
 
-    _import_builtin_loaders()
-    info = DATASETS[name]
+    info = all_datasets()[name]
     row = listed_status(name, {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}, root)
     if row["status"]:  # generated or missing: nothing to load
         return row
