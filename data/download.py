@@ -105,6 +105,10 @@ TORCHVISION_FILES = {
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
 DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
+# TerraIncognita's sources as DomainBed's download.py fetches them since its June 2024 fix.
+_LILA = "https://storage.googleapis.com/public-datasets-lila/caltechcameratraps"
+TERRA_IMAGES = f"{_LILA}/eccv_18_all_images_sm.tar.gz"
+TERRA_ANNOTATIONS = f"{_LILA}/eccv_18_annotations.tar.gz"
 IMAGENET_VARIANT_STEPS = {
     "imagenet_v2": (
         "https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
@@ -173,20 +177,27 @@ def manual_steps(name: str, root: Path) -> list[str]:
         )
     if name == "terra_incognita":
         steps.append(
-            "Build it as DomainBed's download_terra_incognita does "
-            f"({DOMAINBED_DOWNLOAD}): download "
-            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/eccv_18_all_images_sm.tar.gz and "
-            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/labels/caltech_camera_traps.json.zip, "
-            f"and copy each image of locations 38, 43, 46 and 100 into {folder}/location_<n>/<category>/ for the "
-            "categories bird, bobcat, cat, coyote, dog, empty, opossum, rabbit, raccoon, squirrel."
+            "Build it as DomainBed's download_terra_incognita does since its June 2024 fix "
+            f"({DOMAINBED_DOWNLOAD}): download {TERRA_IMAGES} and {TERRA_ANNOTATIONS} (the ECCV'18 annotation files: "
+            "train, cis_val, cis_test, trans_val, trans_test), and copy each image of locations 38, 43, 46 and 100 "
+            f"into {folder}/location_<n>/<category>/ for the categories bird, bobcat, cat, coyote, dog, empty, "
+            "opossum, rabbit, raccoon, squirrel. Or run DomainBed's script: it leaves exactly that folder."
         )
     if name == "domainnet_full":
         for domain, url in DOMAINNET_ZIPS.items():
             steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
+        from data.loaders.domainbed import DUPLICATES_URL
+
+        steps.append(
+            f"Download DomainBed's list of duplicate images, {DUPLICATES_URL}, into {folder}/: the suite leaves "
+            "them out of every split (DomainBed's download.py deletes them)."
+        )
     if name in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full"):
         steps.append(
-            "No split files are published for this dataset: on its first load the suite makes one per domain "
-            f"(seeded, 50/20/30 % train/val/test per class) and writes it into {folder}/ (the folder must be writable)."
+            "No split files are published for this dataset: FedMVP's, placed inside each domain folder "
+            "(<domain>/split_<tag>_<domain>.json), are read as they are; for a domain without one the suite "
+            "makes one on its first load (seeded, 50/20/30 % train/val/test per class) and writes it into "
+            f"{folder}/ (the folder must be writable)."
         )
     if name in SPLIT_ZHOU_LINKS:
         from data.loaders.coop import COOP_DATASETS
