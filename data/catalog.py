@@ -42,6 +42,9 @@ class DatasetInfo:
     # Writes the files a first load would make (the suite's DomainBed splits), so that a cell
     # is named by their content before it runs rather than by their absence.
     prepare: Callable[[Path], None] | None = None
+    # For a loader that writes on its first load (`prepare`): the class names a load would
+    # give, with every check of a load but nothing written (what a dry run calls).
+    inspect: Callable[[Path], list[str]] | None = None
     # Whose layout `folder` is, and the other places reference code bases leave the same
     # data (pFedMMA's `cifar-10/cifar-10-batches-py`, DomainBed's `PACS`): each is looked in.
     source: str = "the suite"
@@ -107,6 +110,7 @@ def register_dataset(
     test_only: bool = False,
     data_files: DataFiles | None = None,
     prepare: Callable[[Path], None] | None = None,
+    inspect: Callable[[Path], list[str]] | None = None,
     source: str = "the suite",
     also_at: tuple[Placement, ...] = (),
 ) -> Callable[[Loader], Loader]:
@@ -126,6 +130,7 @@ def register_dataset(
             test_only,
             data_files,
             prepare,
+            inspect,
             source,
             tuple(also_at),
         )

@@ -86,8 +86,10 @@ class DomainBedSpec:
     @property
     def layout(self) -> str:
         names = ",".join(d.folders[0] for d in self.domains)
-        folders = f"{self.folder}/ (FedMVP)" + (
-            f" or {self.domainbed_folder}/ (DomainBed)" if self.domainbed_folder else " (FedMVP, DomainBed)"
+        folders = (
+            f"{self.folder}/ (FedMVP) or {self.domainbed_folder}/ (DomainBed)"
+            if self.domainbed_folder
+            else f"{self.folder}/ (FedMVP, DomainBed)"
         )
         first = self.domains[0].folders[0].split("/")[0]
         return (
@@ -324,6 +326,29 @@ def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
     )
 
 
+def inspect_domainbed(spec: DomainBedSpec, root: Path) -> list[str]:
+    """The class names a load would give, every check of a load made but without writing the
+    suite's split files (a dry run must not write into the data folder): the duplicate list,
+    the domain and class folders, and each split file present against them."""
+    leave_out = read_duplicates(spec, root)
+    _, classes = _classes(spec, root)
+    for domain in spec.domains:
+        source = split_source(spec, root, domain)
+        if source is None:
+            continue  # made from the images on the first load
+        split, _ = _read_split(spec, source.path, classes)
+        for part, entries in split.items():
+            for rel, _, _ in entries:
+                path = source.base / rel
+                if path.relative_to(root).as_posix() not in leave_out and not path.is_file():
+                    raise DatasetError(
+                        f"{spec.name}: {source.path.name} lists {path}, which does not exist (the {part} split of "
+                        f"{domain.name}). Expected layout: {spec.layout}. Re-extract the images, or delete the "
+                        "split file to make a new one from the images present."
+                    )
+    return [c.replace("_", " ") for c in classes]
+
+
 def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
     write_missing_splits(spec, root)
     leave_out = read_duplicates(spec, root)
@@ -405,6 +430,7 @@ def _register(spec: DomainBedSpec) -> None:
         also_at=((spec.domainbed_folder, "DomainBed"),) if spec.domainbed_folder else (),
         # A cell is named by the split it will read: the suite's split is made before naming.
         prepare=lambda root: write_missing_splits(spec, root),
+        inspect=lambda root: inspect_domainbed(spec, root),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         return load_domainbed(spec, root, transforms)

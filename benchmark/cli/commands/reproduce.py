@@ -178,14 +178,19 @@ def run(args) -> int:
     # A cell that was asked for and did not run is never a silent success.
     problems = []
     if report.skipped:
+        from benchmark.sweeps.sweep import needs_key
+
+        reasons = [
+            f"{d}: {plan.missing_datasets[d]}"
+            for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
+            if d in plan.missing_datasets
+        ]
+        reasons += list(
+            dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked)
+        )
         problems.append(
-            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing ("
-            + "; ".join(
-                f"{d}: {plan.missing_datasets[d]}"
-                for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
-                if d in plan.missing_datasets
-            )
-            + ")"
+            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing "
+            f"or not ready ({'; '.join(reasons)})"
         )
     if report.failed:
         problems.append(f"{len(report.failed)} cells failed (see FAILED above)")
