@@ -105,6 +105,11 @@ TORCHVISION_FILES = {
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
 DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
+# DomainBed's list of DomainNet images that duplicate others (its download.py deletes them
+# after unpacking; domainbed/misc/domain_net_duplicates.txt, 9,431 lines).
+DUPLICATES_URL = (
+    "https://raw.githubusercontent.com/facebookresearch/DomainBed/main/domainbed/misc/domain_net_duplicates.txt"
+)
 # TerraIncognita's sources as DomainBed's download.py fetches them since its June 2024 fix.
 _LILA = "https://storage.googleapis.com/public-datasets-lila/caltechcameratraps"
 TERRA_IMAGES = f"{_LILA}/eccv_18_all_images_sm.tar.gz"
@@ -186,8 +191,6 @@ def manual_steps(name: str, root: Path) -> list[str]:
     if name == "domainnet_full":
         for domain, url in DOMAINNET_ZIPS.items():
             steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
-        from data.loaders.domainbed import DUPLICATES_URL
-
         steps.append(
             f"Download DomainBed's list of duplicate images, {DUPLICATES_URL}, into {folder}/: the suite leaves "
             "them out of every split (DomainBed's download.py deletes them)."

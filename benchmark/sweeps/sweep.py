@@ -26,6 +26,7 @@ from benchmark.sweeps.executors.local import LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
+from benchmark.sweeps.scope import TableScope, table_scope
 from benchmark.sweeps.tables import (
     collect,
     differences,
@@ -60,6 +61,7 @@ class SweepPlan:
     partial: dict[str, str] = field(default_factory=dict)  # dataset -> "6 of the release's 100 classes"
     blocked: dict[tuple, str] = field(default_factory=dict)  # needs_key(cell) -> why it cannot start
     checks: dict[tuple, DataCheck] = field(default_factory=dict)  # (dataset, data root) -> what a run finds
+    overrides: dict[str, Any] = field(default_factory=dict)  # `reproduce --set`: the table says so
 
     def describe(self, every_cell: bool = False) -> str:
         failed_before = len(failed_cells(self.todo))
@@ -329,8 +331,10 @@ def render_tables(
             else "Tuned rows use the values chosen by `fedbench tune`."
         )
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
+    finished = [c for c in plan.shown if is_complete(run_dir(c))]
+    scope = table_scope(plan.preset, plan.shown, finished, plan.overrides, plan.partial)
     rendered = render_cells(
-        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes
+        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes, scope=scope
     )
     if rendered is None:
         return {}
@@ -348,6 +352,7 @@ def render_cells(
     preset_methods: list[str] = (),
     notes: list[str] = (),
     reference: str = HEADLINE_METHOD,
+    scope: TableScope | None = None,
 ):
     """The table (md/csv/tex), the paper comparison, `reference` minus each other row
     (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
@@ -359,6 +364,9 @@ def render_cells(
         return None
     numbers = reference_numbers(paper_table) if paper_table else None
     comparison = paper_comparison(stats, numbers if numbers is not None else _empty(), list(preset_methods))
+    if scope is not None:  # a subset or a changed table: says so, and compares only what is the paper's
+        comparison = scope.comparison(comparison, stats)
+        title, notes = scope.title(title), [*scope.notes(), *notes]
     headline = get_protocol(cells[0].config.protocol).headline
     diffs = differences(long, reference, headline)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from data.base import DatasetError, DatasetSplits, FileImages
 from data.catalog import register_dataset
+from data.download import DUPLICATES_URL  # DomainBed's duplicate list; the suite leaves them out of every split
 from data.loaders.image_folders import image_files, subfolders
 from data.transforms import ImageTransforms
 
@@ -79,8 +80,12 @@ class DomainBedSpec:
         return root / domain.folders[0]
 
     def split_files(self, root: Path) -> tuple[Path, ...]:
-        """Every file a load may read besides the images: both split places, the duplicate list."""
-        files = tuple(f for d in self.domains for f in (self.split_file(root, d), self.fedmvp_split_file(root, d)))
+        """The files a load reads besides the images: per domain FedMVP's split file where there
+        is one, else the suite's (made when absent); the duplicate list."""
+        files = tuple(
+            fedmvp if (fedmvp := self.fedmvp_split_file(root, d)).is_file() else self.split_file(root, d)
+            for d in self.domains
+        )
         return files + ((root / self.duplicates,) if self.duplicates else ())
 
     @property
@@ -95,8 +100,7 @@ class DomainBedSpec:
         return (
             f"{folders} holding {{{names}}}/<class>/* images; per domain a split file "
             f"{first}/split_{self.tag}_<domain>.json (FedMVP's place) or split_{self.tag}_<domain>.json "
-            "(the suite's, made when absent)"
-            + (f"; {self.duplicates} beside them" if self.duplicates else "")
+            "(the suite's, made when absent)" + (f"; {self.duplicates} beside them" if self.duplicates else "")
         )
 
 
@@ -175,11 +179,6 @@ def split_counts(n: int) -> tuple[int, int, int]:
         n_train = min(n_train, n - n_val - 1)
     n_val = min(n_val, n - n_train)
     return n_train, n_val, n - n_train - n_val
-
-
-# DomainBed's list of DomainNet images that duplicate others (its scripts/download.py deletes
-# them after unpacking); the suite leaves them out of every split instead of deleting them.
-DUPLICATES_URL = "https://raw.githubusercontent.com/facebookresearch/DomainBed/main/domainbed/misc/domain_net_duplicates.txt"
 
 
 def read_duplicates(spec: DomainBedSpec, root: Path) -> frozenset[str]:

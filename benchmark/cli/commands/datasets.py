@@ -90,7 +90,9 @@ def listed_status(name: str, entry: dict, root: Path) -> dict:
     elif not found:
         row["status"] = "missing"
         if len(entry.get("placements") or ()) > 1:
-            row["folder / note"] = "looked for " + " or ".join(f"{folder} ({who})" for folder, who in entry["placements"])
+            row["folder / note"] = "looked for " + " or ".join(
+                f"{folder} ({who})" for folder, who in entry["placements"]
+            )
     elif len(found) > 1:
         message = two_layouts_message(name, Path(root), found).replace(f"{root}/", "")
         row.update(status="incomplete", **{"folder / note": _shorten(message)})

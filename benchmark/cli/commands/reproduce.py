@@ -129,6 +129,7 @@ def run(args) -> int:
     filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
     shown = preset.cells(overrides) if filtered else None
     plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+    plan.overrides = parse_set(args.set)
     print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
@@ -137,9 +138,10 @@ def run(args) -> int:
     for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in plan.todo):
         check_weights_reachable(backbone, weights)  # offline: say how to pass a file before any cell runs
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
-    built += [prepare_data(c.config) for c in plan.todo]
+    built += [prepare_data(c.config) for c in plan.todo if plan.can_run(c)]  # not-ready data is skipped
     if any(built):  # the cells are named by their weights' bytes and split files, which exist only now
         plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+        plan.overrides = parse_set(args.set)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
         raise ConfigError(
