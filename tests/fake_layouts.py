@@ -62,9 +62,18 @@ def _save_image(path: Path, colour: tuple[int, int, int], size: int = 12) -> Non
     Image.new("RGB", (size, size), colour).save(path, quality=95)
 
 
-# Class-folder names in each real dataset's style (underscores where the real ones have them).
+# Class folders (or file-name stems) in each real release's style, and the class names CoOp's
+# split files give them. Each fact from CoOp's datasets/<name>.py (KaiyangZhou/CoOp):
+# - caltech101.py: classes are the sorted folders of 101_ObjectCategories (capitalised ones
+#   sort first), BACKGROUND_Google and Faces_easy ignored, and NEW_CNAMES renames airplanes ->
+#   airplane, Faces -> face, Leopards -> leopard, Motorbikes -> motorbike in the split file.
+# - oxford_pets.py: one flat images/ folder, files named <Breed>_<n>.jpg with the breed's
+#   capitalisation (cats capitalised, dogs not); the split file's class is the breed lowercased.
+# - sun397.py: images under SUN397/<letter>/<class>/, some classes one level deeper
+#   (a/apartment_building/outdoor); the split's class drops the letter and reverses the rest
+#   ("outdoor apartment_building"), in ClassName.txt's order.
 _COOP_CLASSES = {
-    "caltech101": ["accordion", "airplanes", "anchor", "ant", "barrel", "bass"],
+    "caltech101": ["Faces", "Leopards", "Motorbikes", "accordion", "airplanes", "anchor"],
     "oxford_pets": ["Abyssinian", "american_bulldog", "american_pit_bull_terrier", "basset_hound", "beagle", "Bengal"],
     "oxford_flowers": [
         "pink primrose",
@@ -76,7 +85,14 @@ _COOP_CLASSES = {
     ],
     "food101": ["apple_pie", "baby_back_ribs", "baklava", "beef_carpaccio", "beef_tartare", "beet_salad"],
     "dtd": ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered"],
-    "sun397": ["abbey", "airplane_cabin", "airport_terminal", "alley", "amphitheater", "amusement_arcade"],
+    "sun397": [
+        "a/abbey",
+        "a/airplane_cabin",
+        "a/airport_terminal",
+        "a/alley",
+        "a/amphitheater",
+        "a/apartment_building/outdoor",
+    ],
     "ucf101": ["Apply_Eye_Makeup", "Apply_Lipstick", "Archery", "Baby_Crawling", "Balance_Beam", "Band_Marching"],
     "stanford_cars": [
         "2000 AM General Hummer SUV",
@@ -96,6 +112,20 @@ _COOP_CLASSES = {
         "Pasture Land",
     ],
 }
+CALTECH_NEW_CNAMES = {"airplanes": "airplane", "Faces": "face", "Leopards": "leopard", "Motorbikes": "motorbike"}
+
+
+def split_class_name(name: str, folder: str) -> str:
+    """The class name CoOp's split file gives the class in `folder` (see _COOP_CLASSES)."""
+    if name == "caltech101":
+        return CALTECH_NEW_CNAMES.get(folder, folder)
+    if name == "oxford_pets":
+        return folder.lower()
+    if name == "sun397":
+        return " ".join(folder.split("/")[1:][::-1])
+    return folder
+
+
 _EUROSAT_FOLDERS = ["AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial", "Pasture"]
 _COOP_FILES = {
     "caltech101": ("caltech-101", "101_ObjectCategories", "split_zhou_Caltech101.json"),
@@ -145,7 +175,7 @@ def _coop_relpath(name: str, cls: str, c: int, k: int, number: int, split: str) 
     if name == "oxford_flowers":
         return f"image_{number:05d}.jpg"  # flat folder, labels in imagelabels.mat
     if name == "sun397":
-        return f"{cls[0]}/{cls}/sun_{c:02d}{k:04d}.jpg"
+        return f"{cls}/sun_{c:02d}{k:04d}.jpg"  # cls is <letter>/<class>[/<indoor|outdoor>]
     if name == "ucf101":
         return f"{cls}/v_{cls.replace('_', '')}_g{k + 1:02d}_c01.jpg"
     return f"{cls}/image_{k + 1:04d}.jpg"
@@ -167,19 +197,20 @@ def _make_coop(name: str, root: Path, num_classes: int, per_class: int) -> FakeD
             _save_image(path, marker_colour(c))
             files.append(path)
             flower_labels.append(c + 1)
-            splits[split].append([rel, c, cls])
+            splits[split].append([rel, c, split_class_name(name, cls)])
     (folder / split_name).write_text(json.dumps(splits))
     if name == "oxford_flowers":
         from scipy.io import savemat
 
         savemat(folder / "imagelabels.mat", {"labels": np.array([flower_labels], dtype=np.uint8)})
         (folder / "cat_to_name.json").write_text(json.dumps({str(c + 1): cls for c, cls in enumerate(classes)}))
+    if name == "caltech101":  # in the archive, in no split (CoOp's IGNORED)
+        _save_image(folder / image_dir / "BACKGROUND_Google" / "image_0001.jpg", (0, 0, 0))
     if name == "oxford_pets":
         (folder / "annotations").mkdir(parents=True, exist_ok=True)
         (folder / "annotations" / "trainval.txt").write_text("")
-    return FakeDataset(
-        name, folder, [c.replace("_", " ") for c in classes], per_class * num_classes, n_test * num_classes, files=files
-    )
+    class_names = [split_class_name(name, c).replace("_", " ") for c in classes]
+    return FakeDataset(name, folder, class_names, per_class * num_classes, n_test * num_classes, files=files)
 
 
 def _cifar_batch(labels: list[int], label_key: str) -> dict:

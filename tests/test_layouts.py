@@ -155,3 +155,20 @@ def test_fedbench_run_reads_a_reference_layout(fedbench, tmp_path, name, layout,
     assert done.returncode == 0, done.stderr
     summary = json.loads(next((tmp_path / "runs").rglob("summary.json")).read_text())
     assert summary["dataset"] == name and summary["metrics"]
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("caltech101", ["face", "leopard", "motorbike", "accordion", "airplane", "anchor"]),
+        ("oxford_pets", ["abyssinian", "american bulldog"]),
+        (
+            "sun397",
+            ["abbey", "airplane cabin", "airport terminal", "alley", "amphitheater", "outdoor apartment building"],
+        ),
+    ],
+)
+def test_class_names_are_the_split_files_not_the_folders(tmp_path, name, expected):
+    """CoOp's split files rename classes (fake_layouts._COOP_CLASSES names the source of each form)."""
+    make_fake_dataset(name, tmp_path, num_classes=len(expected))
+    assert load_dataset(name, tmp_path, TRANSFORMS).class_names == expected
