@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
         "datasets",
         help="list every dataset and whether it is found under the data root",
         description="Table of every registered dataset: found / missing / incomplete under the data root, "
-        "with image and class counts.",
+        "with image and class counts and where it was found (the suite's, CoOp's, pFedMMA's, DomainBed's or "
+        "FedMVP's layout).",
     )
     listing.add_argument(
         "--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)"

@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="list every cell, which are done, and the missing data with how to get it",
+        help="list every cell, which are done, the data that is missing or not ready (split files, class counts, "
+        "attribute files) with how to get it, and the table's estimated FLOPs and GPU-hours",
     )
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
