@@ -1,8 +1,7 @@
 """What a preset costs before it runs: an estimate of its FLOPs and of GPU-hours at a stated rate.
 
 Per image and per prompt, the backbone's towers are counted by the suite's FLOP counter
-(`benchmark.flops.count_flops`, the architecture with random weights; cached per backbone
-in the cache folder). A cell's schedule multiplies them:
+(`benchmark.flops.count_flops`, the architecture with random weights, once per process). A cell's schedule multiplies them:
 
 - training: 3x an image-tower forward (forward + backward) per training image seen
   (rounds x local epochs x participation x the images of a round), plus 3x a text-tower
@@ -20,11 +19,10 @@ from the data when it is there, else from the releases (`RELEASE_IMAGES`).
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 from dataclasses import dataclass, field
 
-from benchmark.cli.listing import cache_folder
 from benchmark.evaluation.clients import evaluation_rounds
 
 # The sustained rate the GPU-hour figure assumes: bf16 training of a ViT-B/16 reaches about a
@@ -75,31 +73,20 @@ class TowerFlops:
     text: float  # one prompt through the text tower, forward
 
 
+@functools.cache
 def tower_flops(backbone: str) -> TowerFlops:
-    """Counted once per backbone architecture (random weights) and cached on disk."""
-    path = cache_folder() / "tower-flops.json"
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        known = {}
-    if backbone not in known:
-        import torch
+    """Counted once per backbone architecture and process (random weights; nothing is written:
+    a dry run builds nothing in the cache folder)."""
+    import torch
 
-        from benchmark.backbone import load_backbone
-        from benchmark.flops import count_flops
+    from benchmark.backbone import load_backbone
+    from benchmark.flops import count_flops
 
-        model = load_backbone(backbone, None)
-        image = torch.zeros(1, 3, model.image_size, model.image_size)
-        with torch.no_grad():
-            _, image_flops = count_flops(model.encode_image, image)
-            _, text_flops = count_flops(model.encode_text, model.tokenize(["a photo of a class."]))
-        known[backbone] = [image_flops, text_flops]
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(known, indent=1, sort_keys=True))
-        except OSError:
-            pass  # an unwritable cache costs the next dry run a recount
-    image_flops, text_flops = known[backbone]
+    model = load_backbone(backbone, None)
+    image = torch.zeros(1, 3, model.image_size, model.image_size)
+    with torch.no_grad():
+        _, image_flops = count_flops(model.encode_image, image)
+        _, text_flops = count_flops(model.encode_text, model.tokenize(["a photo of a class."]))
     return TowerFlops(float(image_flops), float(text_flops))
 
 
