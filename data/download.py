@@ -30,16 +30,20 @@ SPLIT_ZHOU_LINKS = {
 }
 FLOWERS_CAT_TO_NAME = "https://drive.google.com/file/d/1AkcxCXeK_RCGCEC_GvmWxjcjaNhu-at0/view?usp=sharing"
 UCF101_MIDFRAMES = "https://drive.google.com/file/d/10Jqome3vtUA2keJkNanAiFpgbyC9Hc2O/view?usp=sharing"
-FEDBN_DOMAINNET_SPLIT = "https://drive.google.com/file/d/1_dx2-YDdvnNlQ13DTgDnLoGvMZvMyccR/view?usp=sharing"
-FEDBN_OFFICE = "https://drive.google.com/file/d/1gxhV5xRXQgC9AL4XexduH7hdxDng7bJ3/view?usp=sharing"
+# FedBN's release moved to Hugging Face in November 2025 (med-air/FedBN README, 2025-11-13).
+_FEDBN_HF = "https://huggingface.co/datasets/Jemary/FedBN_Dataset/blob/main"
+FEDBN_DOMAINNET_SPLIT = f"{_FEDBN_HF}/domainnet_dataset.zip"
+FEDBN_OFFICE = f"{_FEDBN_HF}/office_caltech_10_dataset.zip"
+_VISDA = "http://csr.bu.edu/ftp/visda/2019/multi-source"
+_DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
+# DomainNet's archives as DomainBed's download.py fetches them (clipart and painting
+# from groundtruth/), for the full 345-class dataset ...
 DOMAINNET_ZIPS = {
-    "clipart": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/clipart.zip",
-    "infograph": "http://csr.bu.edu/ftp/visda/2019/multi-source/infograph.zip",
-    "painting": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/painting.zip",
-    "quickdraw": "http://csr.bu.edu/ftp/visda/2019/multi-source/quickdraw.zip",
-    "real": "http://csr.bu.edu/ftp/visda/2019/multi-source/real.zip",
-    "sketch": "http://csr.bu.edu/ftp/visda/2019/multi-source/sketch.zip",
+    d: f"{_VISDA}/groundtruth/{d}.zip" if d in ("clipart", "painting") else f"{_VISDA}/{d}.zip"
+    for d in _DOMAINNET_DOMAINS
 }
+# ... and as FedBN's README links them (all six from multi-source/), for its 10-class split.
+FEDBN_DOMAINNET_ZIPS = {d: f"{_VISDA}/{d}.zip" for d in _DOMAINNET_DOMAINS}
 
 # Datasets torchvision can fetch: name -> (torchvision class, kwargs, moves from the
 # staging folder into the dataset folder: (source relative to staging, target relative to folder)).
@@ -220,7 +224,7 @@ def manual_steps(name: str, root: Path) -> list[str]:
             f"Download FedBN's DomainNet split (domainnet_dataset.zip) from {FEDBN_DOMAINNET_SPLIT} into "
             f"{Path(root)}/ and unzip it there, giving {folder}/<domain>_train.pkl and <domain>_test.pkl."
         )
-        for domain, url in DOMAINNET_ZIPS.items():
+        for domain, url in FEDBN_DOMAINNET_ZIPS.items():
             steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
     if name == "office_caltech10":
         steps.append(

@@ -172,3 +172,17 @@ def test_class_names_are_the_split_files_not_the_folders(tmp_path, name, expecte
     """CoOp's split files rename classes (fake_layouts._COOP_CLASSES names the source of each form)."""
     make_fake_dataset(name, tmp_path, num_classes=len(expected))
     assert load_dataset(name, tmp_path, TRANSFORMS).class_names == expected
+
+
+def test_download_steps_follow_each_reference(tmp_path):
+    """FedBN's 10-class DomainNet: its README's archives (Hugging Face since 2025-11, all six
+    domains from multi-source/); the full DomainNet: DomainBed's (clipart and painting from
+    groundtruth/) and its duplicate list; TerraIncognita: DomainBed's 2024 sources."""
+    from data.download import manual_steps
+
+    fedbn = " ".join(manual_steps("domainnet", tmp_path))
+    assert "huggingface.co/datasets/Jemary/FedBN_Dataset" in fedbn and "groundtruth" not in fedbn
+    full = " ".join(manual_steps("domainnet_full", tmp_path))
+    assert "multi-source/groundtruth/clipart.zip" in full and "domain_net_duplicates.txt" in full
+    terra = " ".join(manual_steps("terra_incognita", tmp_path))
+    assert "public-datasets-lila/caltechcameratraps/eccv_18_annotations.tar.gz" in terra
