@@ -13,8 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmark.registry import get_method
+from data.attributes import AttributeFileError, load_class_attributes
 from data.base import DatasetError
-from data.catalog import dataset_info, load_dataset
+from data.catalog import dataset_info, load_dataset, resolve_data_root
+from data.transforms import clip_transforms
 
 
 @dataclass(frozen=True)
@@ -50,8 +53,7 @@ def check_dataset(name: str, root: Path) -> DataCheck:
         if info.inspect is not None:
             class_names = info.inspect(folder)
         else:
-            from data.transforms import clip_transforms  # the sizes do not matter: no image is decoded
-
+            # the size does not matter: no image is decoded
             splits = load_dataset(name, root, clip_transforms(224, augment=False))
             class_names, num_train, num_test = splits.class_names, len(splits.train), len(splits.test)
     except DatasetError as exc:
@@ -65,10 +67,6 @@ def check_dataset(name: str, root: Path) -> DataCheck:
 def check_attributes(config, class_names: list[str]) -> str:
     """Why the class attributes of `config`'s method cannot be read for these classes ('' when
     they can, or when the method reads none)."""
-    from benchmark.registry import get_method
-    from data.attributes import AttributeFileError, load_class_attributes
-    from data.catalog import resolve_data_root
-
     try:
         reads = get_method(config.method).uses_class_attributes
     except Exception:  # an unknown method is reported by validate_run

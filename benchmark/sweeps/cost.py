@@ -23,7 +23,12 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+import torch
+
+from benchmark.backbone import load_backbone
 from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.flops import count_flops
+from data.catalog import dataset_info
 
 # The sustained rate the GPU-hour figure assumes: bf16 training of a ViT-B/16 reaches about a
 # third of an A100's 312 TFLOP/s dense peak; a stated round number, to scale by your own.
@@ -77,11 +82,6 @@ class TowerFlops:
 def tower_flops(backbone: str) -> TowerFlops:
     """Counted once per backbone architecture and process (random weights; nothing is written:
     a dry run builds nothing in the cache folder)."""
-    import torch
-
-    from benchmark.backbone import load_backbone
-    from benchmark.flops import count_flops
-
     model = load_backbone(backbone, None)
     image = torch.zeros(1, 3, model.image_size, model.image_size)
     with torch.no_grad():
@@ -130,7 +130,7 @@ def _images(name: str, counts: dict[str, tuple[int, int]]) -> tuple[int | None, 
     if name in RELEASE_IMAGES:
         return RELEASE_IMAGES[name]
     try:  # a generated dataset: its size is part of its definition
-        from data.toy import world
+        from data.toy import world  # lazy: only generated datasets need it, and the toy world may change shape
 
         spec = world.toy_specs()[name]
         cells = len(spec.classes) * max(1, len(spec.domains))
@@ -141,8 +141,6 @@ def _images(name: str, counts: dict[str, tuple[int, int]]) -> tuple[int | None, 
 
 def _training_pool(name: str, config, counts: dict[str, tuple[int, int]]) -> tuple[float, int] | None:
     """(images of one round at full participation, classes trained on) for dataset `name`."""
-    from data.catalog import dataset_info
-
     info = dataset_info(name)
     classes = info.num_classes or 0
     trained_classes = math.ceil(classes / 2) if config.protocol in _BASE_HALF else classes

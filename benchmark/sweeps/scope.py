@@ -15,6 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from benchmark.sweeps.presets import available_presets, load_preset
+
 # `--set` keys that change where or how a run is done, not its numbers.
 NEUTRAL_OVERRIDES = frozenset(
     {"out", "data_root", "device", "wandb", "wandb_project", "wandb_entity", "wandb_group", "num_workers"}
@@ -114,8 +116,6 @@ def paper_datasets(paper_table: str | None) -> list[str]:
     reproduce it (the preset of the same name first)."""
     if not paper_table:
         return []
-    from benchmark.sweeps.presets import available_presets, load_preset
-
     names = sorted(available_presets(), key=lambda n: n != paper_table)
     for name in names:
         preset = load_preset(name)

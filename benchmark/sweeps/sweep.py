@@ -21,6 +21,7 @@ from benchmark.runs.prechecks import validate_run
 from benchmark.runs.readiness import DataCheck, check_attributes, check_dataset
 from benchmark.runs.results import is_complete
 from benchmark.runs.tracking import Tracker
+from benchmark.sweeps.cost import data_counts, preset_cost
 from benchmark.sweeps.executors.cells import CellJob
 from benchmark.sweeps.executors.local import LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
@@ -112,8 +113,6 @@ class SweepPlan:
 
     def cost_lines(self) -> list[str]:
         """The preset's estimated FLOPs and GPU-hours (`benchmark/sweeps/cost.py`), and of what is left."""
-        from benchmark.sweeps.cost import data_counts, preset_cost
-
         counts = data_counts(self.checks)
         lines = [preset_cost(self.cells, counts).line()]
         if self.done and self.todo:
