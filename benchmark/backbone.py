@@ -669,6 +669,11 @@ def _quiet_download_logs():
         hub.setLevel(level)
 
 
+def suite_backbones() -> list[str]:
+    """The small CLIP configurations the suite ships (the toy world's, the tests')."""
+    return _suite_configs()
+
+
 def _suite_configs() -> list[str]:
     return [p.stem for p in CONFIG_DIR.glob("*.json")]
 

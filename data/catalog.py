@@ -12,8 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# register_dataset: the name the toy world registers through (the loaders use data.registry)
-from data.registry import DATASETS, DatasetInfo, register_dataset  # noqa: F401
+from data.registry import DATASETS, DatasetInfo
 
 if TYPE_CHECKING:  # data.base and data.transforms load torch: `fedbench datasets` reads this module without it
     from data.base import DatasetSplits
@@ -52,8 +51,9 @@ def require_dataset(name: str, root: Path | str) -> Path:
     info = dataset_info(name)
     folder = info.path(Path(root))
     if not info.generated and not folder.is_dir():
+        looked = " or ".join(f"{Path(root) / f} ({source})" for f, source in info.placements)
         raise DatasetError(
-            f"dataset {name!r} not found: looked for the folder {folder}. Expected layout: "
+            f"dataset {name!r} not found: looked for the folder {looked}. Expected layout: "
             f"{info.layout}. {info.how_to_get} Point the suite at your data with --data-root DIR "
             "(or FEDBENCH_DATA=DIR)."
         )

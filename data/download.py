@@ -20,16 +20,20 @@ _COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
 # Other files CoOp's DATASETS.md links (the split files: data.loaders.split_zhou.SPLIT_ZHOU_LINKS).
 FLOWERS_CAT_TO_NAME = "https://drive.google.com/file/d/1AkcxCXeK_RCGCEC_GvmWxjcjaNhu-at0/view?usp=sharing"
 UCF101_MIDFRAMES = "https://drive.google.com/file/d/10Jqome3vtUA2keJkNanAiFpgbyC9Hc2O/view?usp=sharing"
-FEDBN_DOMAINNET_SPLIT = "https://drive.google.com/file/d/1_dx2-YDdvnNlQ13DTgDnLoGvMZvMyccR/view?usp=sharing"
-FEDBN_OFFICE = "https://drive.google.com/file/d/1gxhV5xRXQgC9AL4XexduH7hdxDng7bJ3/view?usp=sharing"
+# FedBN's release moved to Hugging Face in November 2025 (med-air/FedBN README, 2025-11-13).
+_FEDBN_HF = "https://huggingface.co/datasets/Jemary/FedBN_Dataset/blob/main"
+FEDBN_DOMAINNET_SPLIT = f"{_FEDBN_HF}/domainnet_dataset.zip"
+FEDBN_OFFICE = f"{_FEDBN_HF}/office_caltech_10_dataset.zip"
+_VISDA = "http://csr.bu.edu/ftp/visda/2019/multi-source"
+_DOMAINNET_DOMAINS = ("clipart", "infograph", "painting", "quickdraw", "real", "sketch")
+# DomainNet's archives as DomainBed's download.py fetches them (clipart and painting
+# from groundtruth/), for the full 345-class dataset ...
 DOMAINNET_ZIPS = {
-    "clipart": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/clipart.zip",
-    "infograph": "http://csr.bu.edu/ftp/visda/2019/multi-source/infograph.zip",
-    "painting": "http://csr.bu.edu/ftp/visda/2019/multi-source/groundtruth/painting.zip",
-    "quickdraw": "http://csr.bu.edu/ftp/visda/2019/multi-source/quickdraw.zip",
-    "real": "http://csr.bu.edu/ftp/visda/2019/multi-source/real.zip",
-    "sketch": "http://csr.bu.edu/ftp/visda/2019/multi-source/sketch.zip",
+    d: f"{_VISDA}/groundtruth/{d}.zip" if d in ("clipart", "painting") else f"{_VISDA}/{d}.zip"
+    for d in _DOMAINNET_DOMAINS
 }
+# ... and as FedBN's README links them (all six from multi-source/), for its 10-class split.
+FEDBN_DOMAINNET_ZIPS = {d: f"{_VISDA}/{d}.zip" for d in _DOMAINNET_DOMAINS}
 
 # Datasets torchvision can fetch: name -> (torchvision class, kwargs, moves from the
 # staging folder into the dataset folder: (source relative to staging, target relative to folder)).
@@ -95,6 +99,15 @@ TORCHVISION_FILES = {
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
 DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
+# DomainBed's list of DomainNet images that duplicate others (its download.py deletes them
+# after unpacking; domainbed/misc/domain_net_duplicates.txt, 9,431 lines).
+DUPLICATES_URL = (
+    "https://raw.githubusercontent.com/facebookresearch/DomainBed/main/domainbed/misc/domain_net_duplicates.txt"
+)
+# TerraIncognita's sources as DomainBed's download.py fetches them since its June 2024 fix.
+_LILA = "https://storage.googleapis.com/public-datasets-lila/caltechcameratraps"
+TERRA_IMAGES = f"{_LILA}/eccv_18_all_images_sm.tar.gz"
+TERRA_ANNOTATIONS = f"{_LILA}/eccv_18_annotations.tar.gz"
 IMAGENET_VARIANT_STEPS = {
     "imagenet_v2": (
         "https://huggingface.co/datasets/vaishaal/ImageNetV2/resolve/main/imagenetv2-matched-frequency.tar.gz",
@@ -163,20 +176,25 @@ def manual_steps(name: str, root: Path) -> list[str]:
         )
     if name == "terra_incognita":
         steps.append(
-            "Build it as DomainBed's download_terra_incognita does "
-            f"({DOMAINBED_DOWNLOAD}): download "
-            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/eccv_18_all_images_sm.tar.gz and "
-            "https://lilablobssc.blob.core.windows.net/caltechcameratraps/labels/caltech_camera_traps.json.zip, "
-            f"and copy each image of locations 38, 43, 46 and 100 into {folder}/location_<n>/<category>/ for the "
-            "categories bird, bobcat, cat, coyote, dog, empty, opossum, rabbit, raccoon, squirrel."
+            "Build it as DomainBed's download_terra_incognita does since its June 2024 fix "
+            f"({DOMAINBED_DOWNLOAD}): download {TERRA_IMAGES} and {TERRA_ANNOTATIONS} (the ECCV'18 annotation files: "
+            "train, cis_val, cis_test, trans_val, trans_test), and copy each image of locations 38, 43, 46 and 100 "
+            f"into {folder}/location_<n>/<category>/ for the categories bird, bobcat, cat, coyote, dog, empty, "
+            "opossum, rabbit, raccoon, squirrel. Or run DomainBed's script: it leaves exactly that folder."
         )
     if name == "domainnet_full":
         for domain, url in DOMAINNET_ZIPS.items():
             steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
+        steps.append(
+            f"Download DomainBed's list of duplicate images, {DUPLICATES_URL}, into {folder}/: the suite leaves "
+            "them out of every split (DomainBed's download.py deletes them)."
+        )
     if name in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full"):
         steps.append(
-            "No split files are published for this dataset: on its first load the suite makes one per domain "
-            f"(seeded, 50/20/30 % train/val/test per class) and writes it into {folder}/ (the folder must be writable)."
+            "No split files are published for this dataset: FedMVP's, placed inside each domain folder "
+            "(<domain>/split_<tag>_<domain>.json), are read as they are; for a domain without one the suite "
+            "makes one on its first load (seeded, 50/20/30 % train/val/test per class) and writes it into "
+            f"{folder}/ (the folder must be writable)."
         )
     if name in SPLIT_ZHOU_LINKS:
         from data.loaders.coop import COOP_DATASETS
@@ -196,7 +214,7 @@ def manual_steps(name: str, root: Path) -> list[str]:
             f"Download FedBN's DomainNet split (domainnet_dataset.zip) from {FEDBN_DOMAINNET_SPLIT} into "
             f"{Path(root)}/ and unzip it there, giving {folder}/<domain>_train.pkl and <domain>_test.pkl."
         )
-        for domain, url in DOMAINNET_ZIPS.items():
+        for domain, url in FEDBN_DOMAINNET_ZIPS.items():
             steps.append(f"Download {url} into {folder}/ and unzip it there (giving {folder}/{domain}/<class>/*.jpg).")
     if name == "office_caltech10":
         steps.append(

@@ -7,6 +7,7 @@ registration runs one way and no module imports the one that imports it.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -16,6 +17,8 @@ if TYPE_CHECKING:  # data.base and data.transforms load torch: `fedbench dataset
     from data.transforms import ImageTransforms
 
 Loader = Callable[[Path, "ImageTransforms"], "DatasetSplits"]
+# A place under the data root where a code base leaves a dataset: (folder, whose layout it is).
+Placement = tuple[str, str]
 # The dataset folder -> the files a load reads besides the images (see `DatasetInfo.data_files`).
 DataFiles = Callable[[Path], "tuple[Path, ...]"]
 
@@ -40,9 +43,56 @@ class DatasetInfo:
     # Writes the files a first load would make (the suite's DomainBed splits), so that a cell
     # is named by their content before it runs rather than by their absence.
     prepare: Callable[[Path], None] | None = None
+    # For a loader that writes on its first load (`prepare`): the class names a load would
+    # give, with every check of a load but nothing written (what a dry run calls).
+    inspect: Callable[[Path], list[str]] | None = None
+    # Whose layout `folder` is, and the other places reference code bases leave the same
+    # data (pFedMMA's `cifar-10/cifar-10-batches-py`, DomainBed's `PACS`): each is looked in.
+    source: str = "the suite"
+    also_at: tuple[Placement, ...] = ()
+
+    @property
+    def placements(self) -> tuple[Placement, ...]:
+        return ((self.folder, self.source), *self.also_at)
+
+    def found(self, root: Path) -> list[Placement]:
+        """The placements present under `root` (see `found_placements`)."""
+        return found_placements(Path(root), self.placements)
 
     def path(self, root: Path) -> Path:
-        return Path(root) / self.folder
+        """The dataset's folder under `root`: the one placement found, or the suite's own
+        folder when none is. Two found at once is a DatasetError naming both: the suite
+        will not guess which copy a run should read."""
+        found = self.found(root)
+        if len(found) > 1:
+            from data.base import DatasetError  # lazy: torch, see the imports above
+
+            raise DatasetError(two_layouts_message(self.name, Path(root), found))
+        return Path(root) / (found[0][0] if found else self.folder)
+
+    def layout_found(self, root: Path) -> str:
+        """'<folder> (<whose layout>)' of the placement found, '' when none or two."""
+        found = self.found(root)
+        return f"{found[0][0]} ({found[0][1]} layout)" if len(found) == 1 else ""
+
+
+def found_placements(root: Path, placements: tuple[Placement, ...] | list) -> list[Placement]:
+    """The placements whose folder exists under `root`, in order. Two names of one folder
+    (`sun397` and `SUN397` on a case-insensitive file system) count once."""
+    found: list[Placement] = []
+    for folder, source in placements:
+        path = root / folder
+        if path.is_dir() and not any(os.path.samefile(path, root / other) for other, _ in found):
+            found.append((folder, source))
+    return found
+
+
+def two_layouts_message(name: str, root: Path, found: list[Placement]) -> str:
+    places = " and ".join(f"{root / folder} ({source} layout)" for folder, source in found)
+    return (
+        f"dataset {name!r} is in two places at once: {places}. The suite reads one copy; move or "
+        "rename all but the one the runs should read."
+    )
 
 
 DATASETS: dict[str, DatasetInfo] = {}
@@ -61,6 +111,9 @@ def register_dataset(
     test_only: bool = False,
     data_files: DataFiles | None = None,
     prepare: Callable[[Path], None] | None = None,
+    inspect: Callable[[Path], list[str]] | None = None,
+    source: str = "the suite",
+    also_at: tuple[Placement, ...] = (),
 ) -> Callable[[Loader], Loader]:
     def decorate(loader: Loader) -> Loader:
         if name in DATASETS:
@@ -78,6 +131,9 @@ def register_dataset(
             test_only,
             data_files,
             prepare,
+            inspect,
+            source,
+            tuple(also_at),
         )
         return loader
 

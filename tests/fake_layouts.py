@@ -62,9 +62,18 @@ def _save_image(path: Path, colour: tuple[int, int, int], size: int = 12) -> Non
     Image.new("RGB", (size, size), colour).save(path, quality=95)
 
 
-# Class-folder names in each real dataset's style (underscores where the real ones have them).
+# Class folders (or file-name stems) in each real release's style, and the class names CoOp's
+# split files give them. Each fact from CoOp's datasets/<name>.py (KaiyangZhou/CoOp):
+# - caltech101.py: classes are the sorted folders of 101_ObjectCategories (capitalised ones
+#   sort first), BACKGROUND_Google and Faces_easy ignored, and NEW_CNAMES renames airplanes ->
+#   airplane, Faces -> face, Leopards -> leopard, Motorbikes -> motorbike in the split file.
+# - oxford_pets.py: one flat images/ folder, files named <Breed>_<n>.jpg with the breed's
+#   capitalisation (cats capitalised, dogs not); the split file's class is the breed lowercased.
+# - sun397.py: images under SUN397/<letter>/<class>/, some classes one level deeper
+#   (a/apartment_building/outdoor); the split's class drops the letter and reverses the rest
+#   ("outdoor apartment_building"), in ClassName.txt's order.
 _COOP_CLASSES = {
-    "caltech101": ["accordion", "airplanes", "anchor", "ant", "barrel", "bass"],
+    "caltech101": ["Faces", "Leopards", "Motorbikes", "accordion", "airplanes", "anchor"],
     "oxford_pets": ["Abyssinian", "american_bulldog", "american_pit_bull_terrier", "basset_hound", "beagle", "Bengal"],
     "oxford_flowers": [
         "pink primrose",
@@ -76,7 +85,14 @@ _COOP_CLASSES = {
     ],
     "food101": ["apple_pie", "baby_back_ribs", "baklava", "beef_carpaccio", "beef_tartare", "beet_salad"],
     "dtd": ["banded", "blotchy", "braided", "bubbly", "bumpy", "chequered"],
-    "sun397": ["abbey", "airplane_cabin", "airport_terminal", "alley", "amphitheater", "amusement_arcade"],
+    "sun397": [
+        "a/abbey",
+        "a/airplane_cabin",
+        "a/airport_terminal",
+        "a/alley",
+        "a/amphitheater",
+        "a/apartment_building/outdoor",
+    ],
     "ucf101": ["Apply_Eye_Makeup", "Apply_Lipstick", "Archery", "Baby_Crawling", "Balance_Beam", "Band_Marching"],
     "stanford_cars": [
         "2000 AM General Hummer SUV",
@@ -96,6 +112,20 @@ _COOP_CLASSES = {
         "Pasture Land",
     ],
 }
+CALTECH_NEW_CNAMES = {"airplanes": "airplane", "Faces": "face", "Leopards": "leopard", "Motorbikes": "motorbike"}
+
+
+def split_class_name(name: str, folder: str) -> str:
+    """The class name CoOp's split file gives the class in `folder` (see _COOP_CLASSES)."""
+    if name == "caltech101":
+        return CALTECH_NEW_CNAMES.get(folder, folder)
+    if name == "oxford_pets":
+        return folder.lower()
+    if name == "sun397":
+        return " ".join(folder.split("/")[1:][::-1])
+    return folder
+
+
 _EUROSAT_FOLDERS = ["AnnualCrop", "Forest", "HerbaceousVegetation", "Highway", "Industrial", "Pasture"]
 _COOP_FILES = {
     "caltech101": ("caltech-101", "101_ObjectCategories", "split_zhou_Caltech101.json"),
@@ -145,7 +175,7 @@ def _coop_relpath(name: str, cls: str, c: int, k: int, number: int, split: str) 
     if name == "oxford_flowers":
         return f"image_{number:05d}.jpg"  # flat folder, labels in imagelabels.mat
     if name == "sun397":
-        return f"{cls[0]}/{cls}/sun_{c:02d}{k:04d}.jpg"
+        return f"{cls}/sun_{c:02d}{k:04d}.jpg"  # cls is <letter>/<class>[/<indoor|outdoor>]
     if name == "ucf101":
         return f"{cls}/v_{cls.replace('_', '')}_g{k + 1:02d}_c01.jpg"
     return f"{cls}/image_{k + 1:04d}.jpg"
@@ -167,19 +197,20 @@ def _make_coop(name: str, root: Path, num_classes: int, per_class: int) -> FakeD
             _save_image(path, marker_colour(c))
             files.append(path)
             flower_labels.append(c + 1)
-            splits[split].append([rel, c, cls])
+            splits[split].append([rel, c, split_class_name(name, cls)])
     (folder / split_name).write_text(json.dumps(splits))
     if name == "oxford_flowers":
         from scipy.io import savemat
 
         savemat(folder / "imagelabels.mat", {"labels": np.array([flower_labels], dtype=np.uint8)})
         (folder / "cat_to_name.json").write_text(json.dumps({str(c + 1): cls for c, cls in enumerate(classes)}))
+    if name == "caltech101":  # in the archive, in no split (CoOp's IGNORED)
+        _save_image(folder / image_dir / "BACKGROUND_Google" / "image_0001.jpg", (0, 0, 0))
     if name == "oxford_pets":
         (folder / "annotations").mkdir(parents=True, exist_ok=True)
         (folder / "annotations" / "trainval.txt").write_text("")
-    return FakeDataset(
-        name, folder, [c.replace("_", " ") for c in classes], per_class * num_classes, n_test * num_classes, files=files
-    )
+    class_names = [split_class_name(name, c).replace("_", " ") for c in classes]
+    return FakeDataset(name, folder, class_names, per_class * num_classes, n_test * num_classes, files=files)
 
 
 def _cifar_batch(labels: list[int], label_key: str) -> dict:
@@ -405,10 +436,71 @@ DOMAINBED = {
 }
 DOMAINBED_PER_CLASS = 10  # images per (domain, class): the suite's split makes 5 / 2 / 3 of them
 
+# Where the reference code bases leave each dataset, each fact from the code named:
+# - DomainBed, domainbed/scripts/download.py (2024-12): `PACS/` (the archive's `kfold/`
+#   renamed), `office_home/` (`OfficeHomeDataset_10072016/` renamed: Art, Clipart, Product,
+#   Real World), `VLCS/` (Caltech101, LabelMe, SUN09, VOC2007), `domain_net/` (the six
+#   archives unzipped, then the files of misc/domain_net_duplicates.txt deleted) and
+#   `terra_incognita/location_<n>/<category>/`.
+# - FedMVP, dataloader/fed_datasets.py: `pacs/`, `officehome/` (art, clipart, product,
+#   realworld), `VLCS/<D>/full/`, `domainnet/`, `terra_incognita/`; each domain's split file
+#   inside its domain folder (`pacs/art_painting/split_pacs_artpainting.json`,
+#   `VLCS/CALTECH/split_VLCS_CALTECH.json`), paths relative to the domain's image folder.
+# - pFedMMA / FedOTP / FedPGP, datasets/cifar10.py and cifar100.py: dataset_dir "cifar-10"
+#   ("cifar-100") handed to torchvision as its root, so `cifar-10/cifar-10-batches-py/`;
+#   pFedMMA datasets/sun397.py: dataset_dir 'SUN397' (images in `SUN397/SUN397/`).
+DOMAINBED_RELEASE = {  # name -> (DomainBed's folder, its domain folders, in the spec's domain order)
+    "pacs": ("PACS", ["art_painting", "cartoon", "photo", "sketch"]),
+    "office_home": ("office_home", ["Art", "Clipart", "Product", "Real World"]),
+    "vlcs": ("VLCS", ["Caltech101", "LabelMe", "VOC2007", "SUN09"]),
+    "terra_incognita": ("terra_incognita", [f"location_{n}" for n in (38, 43, 46, 100)]),
+    "domainnet_full": ("domain_net", ["clipart", "infograph", "painting", "quickdraw", "real", "sketch"]),
+}
+FEDMVP_FOLDERS = {  # name -> (FedMVP's folder, its image folders, its split tag per domain)
+    "pacs": ("pacs", ["art_painting", "cartoon", "photo", "sketch"], ["artpainting", "cartoon", "photo", "sketch"]),
+    "office_home": (
+        "officehome",
+        ["art", "clipart", "product", "realworld"],
+        ["art", "clipart", "product", "realworld"],
+    ),
+    "vlcs": (
+        "VLCS",
+        ["CALTECH/full", "LABELME/full", "PASCAL/full", "SUN/full"],
+        ["CALTECH", "LABELME", "PASCAL", "SUN"],
+    ),
+    "terra_incognita": (
+        "terra_incognita",
+        [f"location_{n}" for n in (38, 43, 46, 100)],
+        [f"location{n}" for n in (38, 43, 46, 100)],
+    ),
+    "domainnet_full": (
+        "domainnet",
+        list(DOMAINBED_RELEASE["domainnet_full"][1]),
+        list(DOMAINBED_RELEASE["domainnet_full"][1]),
+    ),
+}
+SPLIT_TAGS = {
+    "pacs": "pacs",
+    "office_home": "officehome",
+    "vlcs": "VLCS",
+    "terra_incognita": "terraincognita",
+    "domainnet_full": "domainnet",
+}
+CIFAR_FEDOTP = {"cifar10": "cifar-10", "cifar100": "cifar-100"}  # pFedMMA/FedOTP/FedPGP's torchvision root
 
-def _make_domainbed(name: str, root: Path, num_classes: int) -> FakeDataset:
-    """<folder>/<domain>/<class>/* with no split files, as the releases come."""
+
+def _make_domainbed(name: str, root: Path, num_classes: int, layout: str | None = None) -> FakeDataset:
+    """<folder>/<domain>/<class>/* with no split files, as the releases come. `layout`
+    "DomainBed": the folder and domain names its download.py leaves; "FedMVP": FedMVP's
+    names, with its split file in each domain folder (the first half of each class's images
+    train, one val, the rest test). None: the spec's folder with mixed domain names."""
     folder_name, domains, all_classes = DOMAINBED[name]
+    if layout == "DomainBed":
+        folder_name, image_dirs = DOMAINBED_RELEASE[name]
+        domains = [(d, image_dir, suffix) for (d, _, suffix), image_dir in zip(domains, image_dirs)]
+    elif layout == "FedMVP":
+        folder_name, image_dirs, _ = FEDMVP_FOLDERS[name]
+        domains = [(d, image_dir, suffix) for (d, _, suffix), image_dir in zip(domains, image_dirs)]
     folder = root / folder_name
     classes = all_classes[:num_classes]
     files = []
@@ -417,24 +509,71 @@ def _make_domainbed(name: str, root: Path, num_classes: int) -> FakeDataset:
             for k in range(DOMAINBED_PER_CLASS):
                 files.append(folder / image_dir / cls / f"pic_{k + 1:03d}{suffix}")
                 _save_image(files[-1], marker_colour(c, d))
+    if name == "domainnet_full":  # DomainBed's duplicate list; download.py has deleted what it names
+        (folder / "domain_net_duplicates.txt").write_text(f"clipart/{classes[0]}/deleted_duplicate.jpg\n")
     cells = num_classes * len(domains)
+    train, test = 5 * cells, 3 * cells
+    if layout == "FedMVP":
+        train, test = _write_fedmvp_splits(name, folder, domains, classes)
     return FakeDataset(
         name,
         folder,
         [c.replace("_", " ") for c in classes],
-        5 * cells,
-        3 * cells,
+        train,
+        test,
         domain_names=[d for d, _, _ in domains],
         files=files,
         required=[folder / image_dir for _, image_dir, _ in domains],
     )
 
 
+def _write_fedmvp_splits(name: str, folder: Path, domains: list, classes: list[str]) -> tuple[int, int]:
+    """FedMVP's split file in each domain folder; (train, test) image counts."""
+    _, image_dirs, tags = FEDMVP_FOLDERS[name]
+    counts = [0, 0]
+    for image_dir, tag in zip(image_dirs, tags):
+        split: dict[str, list] = {"train": [], "val": [], "test": []}
+        for c, cls in enumerate(classes):
+            for k in range(DOMAINBED_PER_CLASS):
+                part = "train" if k < DOMAINBED_PER_CLASS // 2 else "val" if k == DOMAINBED_PER_CLASS // 2 else "test"
+                suffix = next((folder / image_dir / cls).glob(f"pic_{k + 1:03d}.*")).suffix
+                split[part].append([f"{cls}/pic_{k + 1:03d}{suffix}", c, cls])
+        counts[0] += len(split["train"])
+        counts[1] += len(split["test"])
+        (folder / image_dir.split("/")[0] / f"split_{SPLIT_TAGS[name]}_{tag}.json").write_text(json.dumps(split))
+    return counts[0], counts[1]
+
+
+def place_as_fedotp(fake: FakeDataset, root: Path) -> FakeDataset:
+    """Move a fake CIFAR folder where pFedMMA, FedOTP and FedPGP leave it (`cifar-10/cifar-10-batches-py`)."""
+    target = Path(root) / CIFAR_FEDOTP[fake.name] / fake.folder.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fake.folder.rename(target)
+    fake.files = [target / f.relative_to(fake.folder) for f in fake.files]
+    fake.folder = target
+    return fake
+
+
+def rename_folder(fake: FakeDataset, name: str) -> FakeDataset:
+    """Rename a fake dataset's folder (pFedMMA's `SUN397` for CoOp's `sun397`)."""
+    target = fake.folder.with_name(name)
+    fake.folder.rename(target)
+    fake.files = [target / f.relative_to(fake.folder) for f in fake.files]
+    fake.required = [target / f.relative_to(fake.folder) for f in fake.required]
+    fake.folder = target
+    return fake
+
+
 FAKE_NAMES = [*_COOP_FILES, "fgvc_aircraft", *IMAGENET_NAMES, "cifar10", "cifar100", *DOMAINS, *DOMAINBED]
 
 
 def make_fake_dataset(
-    name: str, root: Path | str, num_classes: int = 3, per_class: int = 4, label_format: str = "text"
+    name: str,
+    root: Path | str,
+    num_classes: int = 3,
+    per_class: int = 4,
+    label_format: str = "text",
+    layout: str | None = None,
 ) -> FakeDataset:
     """Write a tiny instance of dataset `name` under `root`, in its real on-disk format.
 
@@ -443,20 +582,24 @@ def make_fake_dataset(
     max(1, per_class // 2) test images (CoOp datasets and Aircraft: one more per class in
     `val`); the test-only ImageNet variants get `per_class` test images and no train split.
     `label_format` ("text" or "int") picks the label type in the DomainNet/Office pkls.
+    `layout` places it as another code base does: "pFedMMA" (CIFAR one folder down, SUN397
+    as `SUN397`), "DomainBed" or "FedMVP" (the DomainBed datasets, see `DOMAINBED_RELEASE`).
     """
     root = Path(root)
     if not 1 <= num_classes <= 6 and name in _COOP_FILES:
         raise ValueError(f"fake {name} supports 1..6 classes, got {num_classes}")
     if name in _COOP_FILES:
-        return _make_coop(name, root, num_classes, per_class)
+        fake = _make_coop(name, root, num_classes, per_class)
+        return rename_folder(fake, "SUN397") if layout == "pFedMMA" and name == "sun397" else fake
     if name == "fgvc_aircraft":
         return _make_aircraft(root, num_classes, per_class)
     if name in IMAGENET_NAMES:
         return _make_imagenet(name, root, num_classes, per_class)
     if name in ("cifar10", "cifar100"):
-        return _make_cifar(name, root, num_classes, per_class)
+        fake = _make_cifar(name, root, num_classes, per_class)
+        return place_as_fedotp(fake, root) if layout == "pFedMMA" else fake
     if name in DOMAINS:
         return _make_domains(name, root, num_classes, per_class, label_format)
     if name in DOMAINBED:
-        return _make_domainbed(name, root, num_classes)
+        return _make_domainbed(name, root, num_classes, layout)
     raise ValueError(f"no fake layout for {name!r}; known: {', '.join(FAKE_NAMES)}")

@@ -118,17 +118,25 @@ def summary(doc: str | None) -> str:
 
 
 def datasets() -> dict[str, dict[str, Any]]:
-    """name -> {'folder', 'protocol', 'generated'} for every registered dataset, in
-    registration order (the order `fedbench datasets` prints)."""
+    """name -> {'folder', 'placements', 'protocol', 'generated'} for every registered dataset,
+    in registration order (the order `fedbench datasets` prints); `placements` lists every
+    [folder, whose layout] the suite looks in (`DatasetInfo.placements`)."""
     path = None if "data.loaders" in sys.modules else memo_path()
     if path is not None and "datasets" in (memo := _read_memo(path)):
         return {name: entry for name, entry in memo["datasets"]}
     from data.catalog import all_datasets
 
-    found = {
-        name: {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}
-        for name, info in all_datasets().items()
-    }
+    found = {name: listing_entry(info) for name, info in all_datasets().items()}
     if path is not None:
         _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order
     return found
+
+
+def listing_entry(info) -> dict[str, Any]:
+    """What a listing needs of a `DatasetInfo`, as JSON."""
+    return {
+        "folder": info.folder,
+        "placements": [list(p) for p in info.placements],
+        "protocol": info.protocol,
+        "generated": info.generated,
+    }

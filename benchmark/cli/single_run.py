@@ -3,7 +3,36 @@ folder under its lock, tracked, its table printed."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+
+def run_header(config) -> str:
+    """The first line of a run: what runs, on what, with which backbone and weights."""
+    weights = "none (random initialization)" if str(config.pretrained).lower() in ("none", "") else config.pretrained
+    return (
+        f"fedbench run: {config.method} on {config.dataset} ({config.protocol}, {config.shots}-shot, seed "
+        f"{config.seed}), backbone {config.backbone}, weights {weights}"
+    )
+
+
+def toy_backbone_on_real_data(config) -> str:
+    """A warning when one of the suite's small CLIPs (made for the toy world and the tests)
+    runs on a real dataset: the default backbone is the toy CLIP, so forgetting --backbone
+    would otherwise give numbers that look like a real run's."""
+    from benchmark.backbone import suite_backbones
+    from data.catalog import dataset_info
+
+    if config.backbone not in suite_backbones():
+        return ""
+    real = [d for d in config.datasets + config.test_datasets if not dataset_info(d).generated]
+    if not real:
+        return ""
+    return (
+        f"backbone {config.backbone} is the suite's small CLIP (for the toy world and tests), but {', '.join(real)} "
+        "is real data: its numbers say nothing about CLIP. For a paper cell pass --backbone ViT-B-16-quickgelu "
+        "--pretrained openai (or run the preset: `fedbench reproduce base2novel --datasets ...`)."
+    )
 
 
 def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) -> int:
@@ -29,6 +58,10 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     notes = validate_run(config)  # before W&B starts or a backbone is built
     check_device(config.device)  # this machine runs it
     check_weights_reachable(config.backbone, config.pretrained)  # offline: say how to pass a file, now
+    print(run_header(config))
+    warning = toy_backbone_on_real_data(config)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     for note in notes:
         print(f"note: {note}")
     check_output_location(Path(config.out))

@@ -18,13 +18,16 @@ from benchmark.progress import progress_bar
 from benchmark.runs.checkpoints import resume_note, saved_round
 from benchmark.runs.identity import run_name
 from benchmark.runs.prechecks import validate_run
+from benchmark.runs.readiness import DataCheck, check_attributes, check_dataset
 from benchmark.runs.results import is_complete
 from benchmark.runs.tracking import Tracker
+from benchmark.sweeps.cost import data_counts, preset_cost
 from benchmark.sweeps.executors.cells import CellJob
 from benchmark.sweeps.executors.local import LocalExecutor
 from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
+from benchmark.sweeps.scope import TableScope, table_scope
 from benchmark.sweeps.tables import (
     collect,
     differences,
@@ -36,7 +39,7 @@ from benchmark.sweeps.tables import (
     summarize,
 )
 from data.base import DatasetError
-from data.catalog import dataset_info, resolve_data_root
+from data.catalog import resolve_data_root
 
 HEADLINE_METHOD = "pfedmma"  # the row the paired differences compare with every other row
 
@@ -54,6 +57,12 @@ class SweepPlan:
     weights_notes: list[str] = field(default_factory=list)  # weights to build or download first
     invalid: dict[str, str] = field(default_factory=dict)  # method label -> why its cells cannot run
     force: bool = False  # rerun the cells even where a finished folder exists (`reproduce --force`)
+    # Datasets whose folder is there but that a run cannot read yet (a subset of missing_datasets).
+    not_ready: set[str] = field(default_factory=set)
+    partial: dict[str, str] = field(default_factory=dict)  # dataset -> "6 of the release's 100 classes"
+    blocked: dict[tuple, str] = field(default_factory=dict)  # needs_key(cell) -> why it cannot start
+    checks: dict[tuple, DataCheck] = field(default_factory=dict)  # (dataset, data root) -> what a run finds
+    overrides: dict[str, Any] = field(default_factory=dict)  # `reproduce --set`: the table says so
 
     def describe(self, every_cell: bool = False) -> str:
         failed_before = len(failed_cells(self.todo))
@@ -75,28 +84,69 @@ class SweepPlan:
             counts[0] += 1
             counts[1] += cell in self.done
         for name, (total, done) in by_dataset.items():
-            lacking = [d for d in needed_datasets([name], self.cells) if d in self.missing_datasets]
-            status = f"MISSING {', '.join(lacking)}" if lacking else "present"
-            lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {status}")
+            lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {self.data_status(name)}")
         if every_cell:
             lines.append("cells (label | dataset | grid | target | seed | status):")
             for cell in self.cells:
                 lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
                 status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
+                if status == "to run" and needs_key(cell) in self.blocked:
+                    status = "cannot start: " + self.blocked[needs_key(cell)].split(":")[0]
                 grid = ", ".join(f"{k}={v}" for k, v in cell.grid) or "-"
                 lines.append(
                     f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
                 )
         for name, how in self.missing_datasets.items():
-            lines.append(f"missing dataset {name}: {how}")
+            lines.append(f"{'dataset not ready' if name in self.not_ready else 'missing dataset'} {name}: {how}")
+        for name, what in self.partial.items():
+            lines.append(
+                f"partial dataset {name}: {what}; its cells run, but they are not the paper's cells (the table says so)"
+            )
+        for why in dict.fromkeys(self.blocked.values()):
+            lines.append(f"cells that cannot start: {why}")
         for note in self.weights_notes:
             lines.append(f"missing weights: {note}")
+        lines.extend(self.cost_lines())
         for label, why in self.invalid.items():
             lines.append(f"cannot run {label}: {why}")
         return "\n".join(lines)
 
+    def cost_lines(self) -> list[str]:
+        """The preset's estimated FLOPs and GPU-hours (`benchmark/sweeps/cost.py`), and of what is left."""
+        counts = data_counts(self.checks)
+        lines = [preset_cost(self.cells, counts).line()]
+        if self.done and self.todo:
+            lines.append("left to run: " + preset_cost(self.todo, counts).line())
+        return lines
+
+    def data_status(self, section: str) -> str:
+        """'present' only when every cell of the section would start on its data."""
+        needed = needed_datasets([section], self.cells)
+        absent = [d for d in needed if d in self.missing_datasets and d not in self.not_ready]
+        unreadable = [d for d in needed if d in self.not_ready]
+        blocked = [c for c in self.cells if c.dataset == section and needs_key(c) in self.blocked]
+        partial = [f"{d}: {self.partial[d]}" for d in needed if d in self.partial]
+        said = []
+        if absent:
+            said.append(f"MISSING {', '.join(absent)}")
+        if unreadable:
+            said.append(f"NOT READY {', '.join(unreadable)} (see below)")
+        if blocked:
+            said.append(f"NOT READY for {len(blocked)} cells (see below)")
+        if partial:
+            said.append(f"NOT READY for the paper's table: {'; '.join(partial)}")
+        return "; ".join(said) or "present"
+
     def can_run(self, cell: Cell) -> bool:
+        if needs_key(cell) in self.blocked:
+            return False
         return not any(d in self.missing_datasets for d in needed_datasets([cell.dataset], [cell]))
+
+
+def needs_key(cell: Cell) -> tuple:
+    """What a cell's extra inputs depend on: its method, dataset and attribute folder."""
+    config = cell.config
+    return (config.method, tuple(config.datasets), config.attributes, config.data_root)
 
 
 def _planned_clients(config) -> int | None:
@@ -119,19 +169,35 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
 
     done = [] if force else [c for c in cells if is_complete(run_dir(c))]
     todo = [c for c in cells if c not in done]
-    missing = {}
+    missing: dict[str, str] = {}
+    not_ready: set[str] = set()
+    partial: dict[str, str] = {}
+    checks: dict[tuple, DataCheck] = {}
     for cell in cells:
+        root = resolve_data_root(cell.config.data_root)
         for name in cell.config.datasets + cell.config.test_datasets:
-            if name in missing:
+            if (name, root) in checks:
                 continue
             try:
-                info = dataset_info(name)
-            except DatasetError as exc:
+                check = checks[name, root] = check_dataset(name, root)
+            except DatasetError as exc:  # an unknown dataset
+                checks[name, root] = DataCheck(absent=True, why=str(exc))
                 missing[name] = str(exc)
                 continue
-            folder = info.path(resolve_data_root(cell.config.data_root))
-            if not info.generated and not folder.is_dir():
-                missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
+            if not check.ready:
+                missing[name] = check.why
+                if not check.absent:
+                    not_ready.add(name)
+            elif check.partial:
+                partial[name] = check.partial
+    blocked: dict[tuple, str] = {}
+    for cell in todo:
+        key = needs_key(cell)
+        check = checks.get((cell.config.datasets[0], resolve_data_root(cell.config.data_root)))
+        if key not in blocked and check is not None and check.ready:
+            why = check_attributes(cell.config, check.class_names)
+            if why:
+                blocked[key] = why
     # Method, hyperparameters, protocol and weights of every cell, before anything is built.
 
     weights_notes: list[str] = []
@@ -147,7 +213,9 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
                 weights_notes.append(note)
     names = {run_name(c.config) for c in shown or []}
     shown = list(shown or []) + [c for c in cells if run_name(c.config) not in names]
-    return SweepPlan(preset, cells, done, todo, missing, shown, weights_notes, invalid, force)
+    return SweepPlan(
+        preset, cells, done, todo, missing, shown, weights_notes, invalid, force, not_ready, partial, blocked, checks
+    )
 
 
 @dataclass
@@ -262,8 +330,10 @@ def render_tables(
             else "Tuned rows use the values chosen by `fedbench tune`."
         )
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
+    finished = [c for c in plan.shown if is_complete(run_dir(c))]
+    scope = table_scope(plan.preset, plan.shown, finished, plan.overrides, plan.partial)
     rendered = render_cells(
-        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes
+        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes, scope=scope
     )
     if rendered is None:
         return {}
@@ -281,6 +351,7 @@ def render_cells(
     preset_methods: list[str] = (),
     notes: list[str] = (),
     reference: str = HEADLINE_METHOD,
+    scope: TableScope | None = None,
 ):
     """The table (md/csv/tex), the paper comparison, `reference` minus each other row
     (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
@@ -292,6 +363,9 @@ def render_cells(
         return None
     numbers = reference_numbers(paper_table) if paper_table else None
     comparison = paper_comparison(stats, numbers if numbers is not None else _empty(), list(preset_methods))
+    if scope is not None:  # a subset or a changed table: says so, and compares only what is the paper's
+        comparison = scope.comparison(comparison, stats)
+        title, notes = scope.title(title), [*scope.notes(), *notes]
     headline = get_protocol(cells[0].config.protocol).headline
     diffs = differences(long, reference, headline)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix

@@ -93,6 +93,9 @@ def read_cifar(
 
 _C10_LAYOUT = "cifar-10-batches-py/{data_batch_1..5, test_batch, batches.meta} (torchvision pickles)"
 _C100_LAYOUT = "cifar-100-python/{train, test, meta} (torchvision pickles)"
+# pFedMMA, FedOTP and FedPGP pass `<root>/cifar-10` (`cifar-100`) to torchvision as its root
+# (their datasets/cifar10.py: dataset_dir = "cifar-10"), so the batches land one level down.
+_FEDOTP = "pFedMMA/FedOTP/FedPGP"
 
 
 @register_dataset(
@@ -102,6 +105,8 @@ _C100_LAYOUT = "cifar-100-python/{train, test, meta} (torchvision pickles)"
     how_to_get=_HOW.format(name="cifar10"),
     protocol="dirichlet",
     num_classes=10,
+    source="torchvision",
+    also_at=(("cifar-10/cifar-10-batches-py", _FEDOTP),),
     # The class names; the batches are the images (with their labels).
     data_files=lambda folder: (folder / "batches.meta",),
 )
@@ -126,6 +131,8 @@ def load_cifar10(folder: Path, transforms: ImageTransforms) -> DatasetSplits:
     how_to_get=_HOW.format(name="cifar100"),
     protocol="dirichlet",
     num_classes=100,
+    source="torchvision",
+    also_at=(("cifar-100/cifar-100-python", _FEDOTP),),
     data_files=lambda folder: (folder / "meta",),
 )
 def load_cifar100(folder: Path, transforms: ImageTransforms) -> DatasetSplits:

@@ -32,6 +32,9 @@ COOP_DATASETS: dict[str, tuple[str, str, str]] = {
     "stanford_cars": ("stanford_cars", "", "split_zhou_StanfordCars.json"),
     "eurosat": ("eurosat", "2750", "split_zhou_EuroSAT.json"),
 }
+# Where other code bases keep the same folder: pFedMMA's datasets/sun397.py names it `SUN397`
+# (images in SUN397/SUN397/, the split beside them), CoOp, FedTPG and FedMVP `sun397`.
+COOP_ALSO_AT: dict[str, tuple[tuple[str, str], ...]] = {"sun397": (("SUN397", "pFedMMA"),)}
 # Classes in each full release (CoOp's splits).
 COOP_NUM_CLASSES = {
     "caltech101": 100,
@@ -119,6 +122,8 @@ def _coop(name: str) -> None:
         how_to_get=_COOP.format(name=name),
         num_classes=COOP_NUM_CLASSES[name],
         data_files=_data_files(name),
+        source="CoOp",
+        also_at=COOP_ALSO_AT.get(name, ()),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         if name == "oxford_flowers":

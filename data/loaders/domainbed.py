@@ -1,10 +1,17 @@
 """The DomainBed datasets: PACS, OfficeHome, VLCS, TerraIncognita and the full DomainNet.
 
-Images are `<folder>/<domain>/<class>/*` as the public releases unpack. Each domain has
-its own train/val/test split in a CoOp split file `<folder>/split_<tag>_<domain>.json`
-({"train": [[path relative to <folder>, label, class folder], ...], "val": ..., "test": ...}).
-FedMVP's authors never published theirs, so when a domain's file is absent the suite makes
-one: every class's images (sorted by name) shuffled with a seed derived from `SPLIT_SEED`,
+Images are `<folder>/<domain>/<class>/*` as the public releases unpack. The folder is
+found under FedMVP's name (`pacs`, `officehome`, `domainnet`) or under the one DomainBed's
+`scripts/download.py` leaves (`PACS`, `office_home`, `domain_net`); both at once is an error.
+
+Each domain has its own train/val/test split in a CoOp split file ({"train": [[path, label,
+class folder], ...], "val": ..., "test": ...}), in one of two places:
+- FedMVP's: inside the domain folder, `<folder>/<domain>/split_<tag>_<domain>.json`
+  (VLCS: `VLCS/<D>/split_VLCS_<D>.json` beside `<D>/full/`), paths relative to the domain's
+  image folder (FedMVP's dataloader/fed_datasets.py);
+- the suite's: `<folder>/split_<tag>_<domain>.json`, paths relative to `<folder>`.
+A domain with a file in both places is an error naming both. FedMVP's authors never
+published theirs, so when a domain has neither the suite makes one: every class's images (sorted by name) shuffled with a seed derived from `SPLIT_SEED`,
 the dataset, domain and class, and cut 50 / 20 / 30 % into train / val / test (the
 proportions of CoOp's own split maker). The file is written beside the data, a warning
 names it, and `fedbench datasets` notes it; delete the file to make it again. A file found
@@ -33,6 +40,7 @@ from pathlib import Path
 
 from benchmark.files import atomic_write
 from data.base import DatasetError, DatasetSplits, FileImages
+from data.download import DUPLICATES_URL  # DomainBed's duplicate list; the suite leaves them out of every split
 from data.loaders.image_folders import image_files, subfolders
 from data.registry import register_dataset
 from data.transforms import ImageTransforms
@@ -51,20 +59,48 @@ class Domain:
 @dataclass(frozen=True)
 class DomainBedSpec:
     name: str
-    folder: str
+    folder: str  # FedMVP's name for the dataset folder
     tag: str
     domains: tuple[Domain, ...]
     num_classes: int
+    domainbed_folder: str = ""  # the name DomainBed's download.py gives it, when another
+    # A list of images to leave out of every split (paths relative to the folder), read from
+    # the dataset folder: DomainBed's, for DomainNet (see DUPLICATES_URL).
+    duplicates: str = ""
 
     def split_file(self, root: Path, domain: Domain) -> Path:
+        """The suite's split file of `domain` (paths relative to the dataset folder)."""
         return root / f"split_{self.tag}_{domain.split_tag}.json"
+
+    def fedmvp_split_file(self, root: Path, domain: Domain) -> Path:
+        """FedMVP's place for it: inside the domain folder (paths relative to `fedmvp_images`)."""
+        return root / domain.folders[0].split("/")[0] / f"split_{self.tag}_{domain.split_tag}.json"
+
+    def fedmvp_images(self, root: Path, domain: Domain) -> Path:
+        return root / domain.folders[0]
+
+    def split_files(self, root: Path) -> tuple[Path, ...]:
+        """The files a load reads besides the images: per domain FedMVP's split file where there
+        is one, else the suite's (made when absent); the duplicate list."""
+        files = tuple(
+            fedmvp if (fedmvp := self.fedmvp_split_file(root, d)).is_file() else self.split_file(root, d)
+            for d in self.domains
+        )
+        return files + ((root / self.duplicates,) if self.duplicates else ())
 
     @property
     def layout(self) -> str:
         names = ",".join(d.folders[0] for d in self.domains)
+        folders = (
+            f"{self.folder}/ (FedMVP) or {self.domainbed_folder}/ (DomainBed)"
+            if self.domainbed_folder
+            else f"{self.folder}/ (FedMVP, DomainBed)"
+        )
+        first = self.domains[0].folders[0].split("/")[0]
         return (
-            f"{self.folder}/{{{names}}}/<class>/* images; split files {self.folder}/split_{self.tag}_<domain>.json "
-            "(made by the suite when absent)"
+            f"{folders} holding {{{names}}}/<class>/* images; per domain a split file "
+            f"{first}/split_{self.tag}_<domain>.json (FedMVP's place) or split_{self.tag}_<domain>.json "
+            "(the suite's, made when absent)" + (f"; {self.duplicates} beside them" if self.duplicates else "")
         )
 
 
@@ -86,6 +122,7 @@ DOMAINBED: dict[str, DomainBedSpec] = {
                 ("sketch", ["sketch"], "sketch"),
             ),
             7,
+            domainbed_folder="PACS",
         ),
         DomainBedSpec(
             "office_home",
@@ -98,6 +135,7 @@ DOMAINBED: dict[str, DomainBedSpec] = {
                 ("realworld", ["realworld", "Real World"], "realworld"),
             ),
             65,
+            domainbed_folder="office_home",
         ),
         DomainBedSpec(
             "vlcs",
@@ -124,6 +162,8 @@ DOMAINBED: dict[str, DomainBedSpec] = {
             "domainnet",
             _domains(*((d, [d], d) for d in ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"))),
             345,
+            domainbed_folder="domain_net",
+            duplicates="domain_net_duplicates.txt",
         ),
     )
 }
@@ -141,14 +181,35 @@ def split_counts(n: int) -> tuple[int, int, int]:
     return n_train, n_val, n - n_train - n_val
 
 
-def make_domain_split(spec: DomainBedSpec, root: Path, domain: Domain, image_dir: Path, classes: list[str]) -> dict:
-    """The suite's split of one domain: per class, sorted files shuffled with a seed of
-    (SPLIT_SEED, dataset, domain, class), then cut by `split_counts`."""
+def read_duplicates(spec: DomainBedSpec, root: Path) -> frozenset[str]:
+    """The images to leave out, as paths relative to the dataset folder ('clipart/x/y.jpg')."""
+    if not spec.duplicates:
+        return frozenset()
+    path = root / spec.duplicates
+    if not path.is_file():
+        raise DatasetError(
+            f"{spec.name}: {path} is missing: DomainBed's list of the images that duplicate others, left out of "
+            f"every split as DomainBed does. Download it there: curl -o {path} {DUPLICATES_URL}"
+        )
+    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+
+
+def make_domain_split(
+    spec: DomainBedSpec,
+    root: Path,
+    domain: Domain,
+    image_dir: Path,
+    classes: list[str],
+    leave_out: frozenset[str] = frozenset(),
+) -> dict:
+    """The suite's split of one domain: per class, sorted files (less `leave_out`) shuffled
+    with a seed of (SPLIT_SEED, dataset, domain, class), then cut by `split_counts`."""
     split: dict = {"train": [], "val": [], "test": []}
     for label, cls in enumerate(classes):
         if not (image_dir / cls).is_dir():
             continue  # a domain may lack a class
         files = [p.relative_to(root).as_posix() for p in image_files(image_dir / cls)]
+        files = [f for f in files if f not in leave_out]
         seed = zlib.crc32(f"{SPLIT_SEED}/{spec.name}/{domain.name}/{cls}".encode())
         random.Random(seed).shuffle(files)
         n_train, n_val, _ = split_counts(len(files))
@@ -219,16 +280,40 @@ def _classes(spec: DomainBedSpec, root: Path) -> tuple[dict[str, Path], list[str
     return image_dirs, classes
 
 
+@dataclass(frozen=True)
+class SplitSource:
+    path: Path  # the split file
+    base: Path  # its paths are relative to this folder
+    whose: str  # "FedMVP" or "the suite"
+
+
+def split_source(spec: DomainBedSpec, root: Path, domain: Domain) -> SplitSource | None:
+    """The split file a load of `domain` reads, None when there is none yet; one in both
+    places is a DatasetError naming both."""
+    suite, fedmvp = spec.split_file(root, domain), spec.fedmvp_split_file(root, domain)
+    if suite.is_file() and fedmvp.is_file():
+        raise DatasetError(
+            f"{spec.name}: domain {domain.name!r} has two split files: {fedmvp} (FedMVP's place, paths relative "
+            f"to {spec.fedmvp_images(root, domain)}) and {suite} (the suite's, paths relative to {root}). Keep one: "
+            "move or delete the other."
+        )
+    if fedmvp.is_file():
+        return SplitSource(fedmvp, spec.fedmvp_images(root, domain), "FedMVP")
+    return SplitSource(suite, root, "the suite") if suite.is_file() else None
+
+
 def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
     """Make and write the split file of every domain that has none (a warning names them)."""
-    if all(spec.split_file(root, d).is_file() for d in spec.domains):
+    if all(split_source(spec, root, d) is not None for d in spec.domains):
         return
+    leave_out = read_duplicates(spec, root)
     image_dirs, classes = _classes(spec, root)
     written = []
     for domain in spec.domains:
         path = spec.split_file(root, domain)
-        if not path.is_file():
-            _write_split(spec, path, make_domain_split(spec, root, domain, image_dirs[domain.name], classes))
+        if split_source(spec, root, domain) is None:
+            split = make_domain_split(spec, root, domain, image_dirs[domain.name], classes, leave_out)
+            _write_split(spec, path, split)
             written.append(str(path))
     warnings.warn(
         f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
@@ -237,18 +322,50 @@ def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
     )
 
 
+def inspect_domainbed(spec: DomainBedSpec, root: Path) -> list[str]:
+    """The class names a load would give, every check of a load made but without writing the
+    suite's split files (a dry run must not write into the data folder): the duplicate list,
+    the domain and class folders, and each split file present against them."""
+    leave_out = read_duplicates(spec, root)
+    _, classes = _classes(spec, root)
+    for domain in spec.domains:
+        source = split_source(spec, root, domain)
+        if source is None:
+            continue  # made from the images on the first load
+        split, _ = _read_split(spec, source.path, classes)
+        for part, entries in split.items():
+            for rel, _, _ in entries:
+                path = source.base / rel
+                if path.relative_to(root).as_posix() not in leave_out and not path.is_file():
+                    raise DatasetError(
+                        f"{spec.name}: {source.path.name} lists {path}, which does not exist (the {part} split of "
+                        f"{domain.name}). Expected layout: {spec.layout}. Re-extract the images, or delete the "
+                        "split file to make a new one from the images present."
+                    )
+    return [c.replace("_", " ") for c in classes]
+
+
 def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
     write_missing_splits(spec, root)
+    leave_out = read_duplicates(spec, root)
     _, classes = _classes(spec, root)
     rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "val": [], "test": []}
-    notes = []
+    notes, fedmvp, removed = [], [], 0
     for domain in spec.domains:
-        path = spec.split_file(root, domain)
-        split, made_by_suite = _read_split(spec, path, classes)
+        source = split_source(spec, root, domain)
+        assert source is not None  # written above
+        split, made_by_suite = _read_split(spec, source.path, classes)
         if made_by_suite:
             notes.append(domain.name)
+        if source.whose == "FedMVP":
+            fedmvp.append(domain.name)
         for part, entries in split.items():
-            rows[part].extend((root / rel, label, domain.name) for rel, label, _ in entries)
+            for rel, label, _ in entries:
+                path = source.base / rel
+                if leave_out and path.relative_to(root).as_posix() in leave_out:
+                    removed += 1
+                    continue
+                rows[part].append((path, label, domain.name))
     class_names = [c.replace("_", " ") for c in classes]
     splits = {}
     for part, part_rows in rows.items():
@@ -268,7 +385,10 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
             domains=[d for _, _, d in part_rows],
             cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
         )
-    extra = {"notes": [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"]} if notes else {}
+    said = [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"] if notes else []
+    said += [f"FedMVP's split files for {', '.join(fedmvp)}"] if fedmvp else []
+    said += [f"{removed} images of {spec.duplicates} left out of the splits"] if removed else []
+    extra = {"notes": said} if said else {}
     return DatasetSplits(
         spec.name,
         splits["train"],
@@ -287,7 +407,8 @@ _HOW = {
     "vlcs": "VLCS (DomainBed's copy: https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8).",
     "terra_incognita": "TerraIncognita: Caltech Camera Traps (https://lila.science/datasets/caltech-camera-traps), "
     "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
-    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/).",
+    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/), with DomainBed's list of duplicate "
+    f"images ({DUPLICATES_URL}) in the folder.",
 }
 
 
@@ -300,9 +421,12 @@ def _register(spec: DomainBedSpec) -> None:
         num_classes=spec.num_classes,
         domains=tuple(d.name for d in spec.domains),
         how_to_get=f"{_HOW[spec.name]} Run `fedbench data download {spec.name}` for the steps.",
-        data_files=lambda root: tuple(spec.split_file(root, d) for d in spec.domains),
+        data_files=spec.split_files,
+        source="FedMVP" if spec.domainbed_folder else "FedMVP, DomainBed",
+        also_at=((spec.domainbed_folder, "DomainBed"),) if spec.domainbed_folder else (),
         # A cell is named by the split it will read: the suite's split is made before naming.
         prepare=lambda root: write_missing_splits(spec, root),
+        inspect=lambda root: inspect_domainbed(spec, root),
     )
     def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
         return load_domainbed(spec, root, transforms)

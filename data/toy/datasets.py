@@ -33,7 +33,7 @@ import torch
 
 from data.attributes import register_attribute_generator
 from data.base import DatasetSplits, TensorImages
-from data.catalog import register_dataset
+from data.registry import register_dataset
 from data.toy import world
 from data.transforms import ImageTransforms
 

@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
         "datasets",
         help="list every dataset and whether it is found under the data root",
         description="Table of every registered dataset: found / missing / incomplete under the data root, "
-        "with image and class counts.",
+        "with image and class counts and where it was found (the suite's, CoOp's, pFedMMA's, DomainBed's or "
+        "FedMVP's layout).",
     )
     listing.add_argument(
         "--data-root", type=Path, default=None, help="data root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)"
@@ -70,7 +71,11 @@ def _shorten(text: str, width: int = _MESSAGE_WIDTH) -> str:
 
 def listed_status(name: str, entry: dict, root: Path) -> dict:
     """A row of the table from the listing alone (benchmark/cli/listing.py: no torch) for a
-    generated or missing dataset; a dataset whose folder exists is loaded (dataset_status)."""
+    generated or missing dataset, or one found in two places; a dataset whose folder exists
+    once is loaded (dataset_status)."""
+    from data.registry import found_placements, two_layouts_message
+
+    found = found_placements(Path(root), [tuple(p) for p in entry.get("placements") or [(entry["folder"], "")]])
     row = {
         "dataset": name,
         "protocol": entry["protocol"],
@@ -83,19 +88,30 @@ def listed_status(name: str, entry: dict, root: Path) -> dict:
     }
     if entry["generated"]:
         row.update(status="generated", **{"folder / note": "made by code, not read from the data root"})
-    elif not (Path(root) / entry["folder"]).is_dir():
+    elif not found:
         row["status"] = "missing"
+        if len(entry.get("placements") or ()) > 1:
+            row["folder / note"] = "looked for " + " or ".join(
+                f"{folder} ({who})" for folder, who in entry["placements"]
+            )
+    elif len(found) > 1:
+        message = two_layouts_message(name, Path(root), found).replace(f"{root}/", "")
+        row.update(status="incomplete", **{"folder / note": _shorten(message)})
+    else:
+        folder, who = found[0]
+        row["folder / note"] = f"{folder} ({who} layout)" if who else folder
     return row
 
 
 def dataset_status(name: str, root: Path) -> dict:
     """One row of the table: status found / missing / incomplete / generated, with counts."""
+    from benchmark.cli.listing import listing_entry
     from data.base import DatasetError
     from data.catalog import all_datasets, load_dataset
     from data.transforms import clip_transforms
 
     info = all_datasets()[name]
-    row = listed_status(name, {"folder": info.folder, "protocol": info.protocol, "generated": info.generated}, root)
+    row = listed_status(name, listing_entry(info), root)
     if row["status"]:  # generated or missing: nothing to load
         return row
     try:
@@ -111,7 +127,7 @@ def dataset_status(name: str, root: Path) -> dict:
         test=len(splits.test),
         domains=len(splits.domain_names) if splits.domain_names else "",
     )
-    notes = []
+    notes = [row["folder / note"]]  # where it was found, whose layout
     if info.num_classes and len(splits.class_names) != info.num_classes:
         notes.append(f"{len(splits.class_names)} of the release's {info.num_classes} classes")
     notes += splits.extra.get("notes", [])

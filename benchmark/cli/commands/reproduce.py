@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="list every cell, which are done, and the missing data with how to get it",
+        help="list every cell, which are done, the data that is missing or not ready (split files, class counts, "
+        "attribute files) with how to get it, and the table's estimated FLOPs and GPU-hours",
     )
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
@@ -129,6 +130,7 @@ def run(args) -> int:
     filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
     shown = preset.cells(overrides) if filtered else None
     plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+    plan.overrides = parse_set(args.set)
     print(plan.describe(every_cell=args.dry_run))
     if args.dry_run:
         return 0
@@ -137,9 +139,10 @@ def run(args) -> int:
     for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in plan.todo):
         check_weights_reachable(backbone, weights)  # offline: say how to pass a file before any cell runs
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
-    built += [prepare_data(c.config) for c in plan.todo]
+    built += [prepare_data(c.config) for c in plan.todo if plan.can_run(c)]  # not-ready data is skipped
     if any(built):  # the cells are named by their weights' bytes and split files, which exist only now
         plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+        plan.overrides = parse_set(args.set)
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
         raise ConfigError(
@@ -178,14 +181,19 @@ def run(args) -> int:
     # A cell that was asked for and did not run is never a silent success.
     problems = []
     if report.skipped:
+        from benchmark.sweeps.sweep import needs_key
+
+        reasons = [
+            f"{d}: {plan.missing_datasets[d]}"
+            for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
+            if d in plan.missing_datasets
+        ]
+        reasons += list(
+            dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked)
+        )
         problems.append(
-            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing ("
-            + "; ".join(
-                f"{d}: {plan.missing_datasets[d]}"
-                for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
-                if d in plan.missing_datasets
-            )
-            + ")"
+            f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing "
+            f"or not ready ({'; '.join(reasons)})"
         )
     if report.failed:
         problems.append(f"{len(report.failed)} cells failed (see FAILED above)")
