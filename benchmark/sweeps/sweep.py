@@ -113,13 +113,10 @@ def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
     return list(names)
 
 
-def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
-    """A cell is done when a finished run folder of its identity exists (`force`: none is).
-    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
-
-    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
-    todo = [c for c in cells if c not in done]
-    missing = {}
+def missing_datasets(cells: list[Cell]) -> dict[str, str]:
+    """The datasets the cells load that are not on this machine: name -> where it was looked
+    for and how to get it (generated datasets, such as the toy world's, are never missing)."""
+    missing: dict[str, str] = {}
     for cell in cells:
         for name in cell.config.datasets + cell.config.test_datasets:
             if name in missing:
@@ -132,6 +129,16 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
             folder = info.path(resolve_data_root(cell.config.data_root))
             if not info.generated and not folder.is_dir():
                 missing[name] = f"expected {folder} ({info.layout}). {info.how_to_get}"
+    return missing
+
+
+def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
+    """A cell is done when a finished run folder of its identity exists (`force`: none is).
+    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
+
+    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
+    todo = [c for c in cells if c not in done]
+    missing = missing_datasets(cells)
     # Method, hyperparameters, protocol and weights of every cell, before anything is built.
 
     weights_notes: list[str] = []
