@@ -34,6 +34,7 @@ from benchmark.config import (
     RunConfig,
     parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
 )
+from benchmark.hyperparameters import ROOT as _ROOT
 from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_value: re-exported)
     Hyperparameter,
     MethodError,
@@ -42,7 +43,6 @@ from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_val
     is_method_file,
     to_record,
 )
-from benchmark.hyperparameters import ROOT as _ROOT
 from benchmark.hyperparameters import source_digests as _source_digests
 from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 

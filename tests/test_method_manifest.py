@@ -14,8 +14,8 @@ import pytest
 
 from benchmark import hyperparameters as manifest
 from benchmark.cli.args import method_hyperparameters
-from benchmark.hyperparameters import MethodError, check_values
 from benchmark.errors import SetupWarning
+from benchmark.hyperparameters import MethodError, check_values
 from benchmark.registry import builtin_methods, hyperparameters, stale_manifest
 
 
@@ -44,7 +44,10 @@ def test_a_stale_manifest_is_not_used_and_says_so(monkeypatch, tmp_path):
         assert manifest.builtin_hyperparameters("promptfl") is None
     with pytest.warns(SetupWarning, match="python scripts/write_method_manifest.py"):
         assert check_method_args("promptfl", {"lr": 0.5}) == {"lr": 0.5}
-    assert stale_manifest() == ["methods/promptfl.py changed", "method promptfl's hyperparameters differ from its class's"]
+    assert stale_manifest() == [
+        "methods/promptfl.py changed",
+        "method promptfl's hyperparameters differ from its class's",
+    ]
     # With current digests the (edited) manifest is what is checked against.
     stale.write_text(json.dumps(stored))
     with pytest.raises(MethodError, match="'lr' must be > 1"):

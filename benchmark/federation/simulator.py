@@ -358,7 +358,8 @@ class FederatedSimulator:
             aggregate, bank, first_round = resume.aggregate, resume.bank, resume.next_round
             result.rounds, result.rounds_trained = list(resume.rounds), dict(resume.rounds_trained)
             restore_rng_states(resume.rng)
-        bar = _progress(len(self.schedule), "rounds", self.progress, first_round)
+        name = getattr(self.method, "name", type(self.method).__name__)
+        bar = _progress(len(self.schedule), "rounds", self.progress, first_round, f"training {name}")
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
@@ -572,5 +573,5 @@ def all_finite(state: State) -> bool:
     return math.isfinite(total) and all(bool(torch.isfinite(v).all()) for v in wide)
 
 
-def _progress(total: int, unit: str, enabled: bool, initial: int = 0):
-    return progress_bar(total=total, unit=unit, enabled=enabled, initial=initial, leave=False)
+def _progress(total: int, unit: str, enabled: bool, initial: int = 0, desc: str = ""):
+    return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, initial=initial, leave=False)

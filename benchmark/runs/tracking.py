@@ -126,7 +126,9 @@ class Tracker:
             import wandb
 
             artifact = wandb.Artifact(Path(run_dir).name, type="run-folder")
-            artifact.add_dir(str(run_dir))
+            # File by file: add_dir prints "Adding directory to artifact ... Done." on every run.
+            for path in sorted(p for p in Path(run_dir).rglob("*") if p.is_file()):
+                artifact.add_file(str(path), name=path.relative_to(run_dir).as_posix())
             self.run.log_artifact(artifact)
 
         self._guard("artifact", log)

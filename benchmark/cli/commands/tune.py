@@ -129,4 +129,3 @@ def check_before_tuning(plan) -> None:
         )
     for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in cells):
         check_weights_reachable(backbone, weights)
-
