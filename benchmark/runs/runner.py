@@ -286,6 +286,8 @@ def _run_counted(
 ) -> RunResult:
     started = time.perf_counter()
     run = prepare_run(config, progress, train_features=engine is None)
+    if tracker is not None and hasattr(tracker, "start"):
+        tracker.start()  # a deferred W&B run starts now, with the run built: never for a refused one
     protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
     dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
     rows: list[MetricRow] = []
