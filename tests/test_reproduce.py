@@ -233,6 +233,16 @@ def test_wandb_dashboard_spec_has_the_panels(tmp_path, capsys, monkeypatch):
     assert "no report was made: not logged in to W&B: run `wandb login`" in err
 
 
+def test_a_failed_wandb_dashboard_writes_nothing_unless_spec_asks(tmp_path, capsys, monkeypatch):
+    """Issue 38: a failed call wrote results/TABLE/dashboard.json into the checkout."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # not logged in
+    monkeypatch.chdir(tmp_path)
+    assert main(["wandb-dashboard", "base2novel"]) == 1
+    assert not (tmp_path / "results").exists()
+    assert "(--spec FILE writes the specification without a report)" in capsys.readouterr().err
+
+
 def test_wandb_dashboard_without_wandb_workspaces_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb_workspaces", None)  # as when the package is not installed
     monkeypatch.setenv("WANDB_API_KEY", "f" * 40)  # logged in: only the package is missing
