@@ -278,3 +278,59 @@ def test_an_unwritable_folder_gets_its_reason(tmp_path):
     assert "mounted read-only" in read_only and "EROFS" in read_only
     denied = _why_unwritable(tmp_path, PermissionError(errno.EACCES, "Permission denied"))
     assert f"this user (uid {os.getuid()}) has no permission to write there" in denied
+
+
+def test_a_signal_stops_the_whole_test_session_even_inside_main(tmp_path):
+    """Issue 38: `make test` did not stop on SIGINT or SIGTERM: a test running main() in
+    pytest's process got the signal, main() returned 143 and the session went on. With
+    tests/signal_guard.py (conftest.py loads it) the session stops: the second test never runs."""
+    import textwrap
+    import time
+
+    (tmp_path / "fake.failed.json").write_text('{"error": "boom"}')
+    marker = tmp_path / "second test ran"
+    (tmp_path / "test_stopped.py").write_text(
+        textwrap.dedent(
+            f"""
+            import time
+
+            import benchmark.sweeps.compare as compare
+            from benchmark.cli import main
+
+
+            def test_a_long_listing(monkeypatch):
+                def slow_scan(root):
+                    open({str(tmp_path / "started")!r}, "w").close()
+                    time.sleep(60)
+                    return []
+
+                monkeypatch.setattr(compare, "scan", slow_scan)
+                main(["runs", {str(tmp_path)!r}])
+
+
+            def test_after_it():
+                open({str(marker)!r}, "w").close()
+            """
+        )
+    )
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        (tmp_path / "started").unlink(missing_ok=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "signal_guard", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline and not (tmp_path / "started").exists() and process.poll() is None:
+            time.sleep(0.1)
+        assert (tmp_path / "started").exists(), process.communicate()[0]
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode != 0, output
+        assert "KeyboardInterrupt" in output and f"stopped by {signal.Signals(signum).name}" in output, output
+        assert not marker.exists(), output
