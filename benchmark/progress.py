@@ -101,9 +101,8 @@ class PlainProgress:
         self._printed: int | None = None  # the count of the last line
         self._lock = threading.RLock()  # the heartbeat thread prints too
         self._stopped = threading.Event()
-        if not silent and not nested:  # where it starts (a resumed run: the rounds already done)
-            self._line(self.started)
         if not silent and not nested:  # a nested bar runs inside one that has a heartbeat
+            self._line(self.started)  # where it starts (a resumed run: the rounds already done)
             # The thread holds the bar weakly: a bar dropped without close() (an error) stops it.
             threading.Thread(target=_heartbeat, args=(weakref.ref(self), self._stopped), daemon=True).start()
 
