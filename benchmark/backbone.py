@@ -67,6 +67,8 @@ PRETRAINED_PROVIDERS: dict[str, Callable[[], Path]] = {}
 PRETRAINED_IDENTITIES: dict[str, Callable[[], str]] = {}
 # name -> function returning the checkpoint path if it is already built, else None.
 PRETRAINED_CACHED: dict[str, Callable[[], "Path | None"]] = {}
+# name -> the backbone its weights are for, where the provider said (error messages list them).
+PRETRAINED_BACKBONES: dict[str, str] = {}
 
 
 class BackboneError(UserError, RuntimeError):
@@ -74,14 +76,20 @@ class BackboneError(UserError, RuntimeError):
 
 
 def register_pretrained(
-    name: str, identity: Callable[[], str] | None = None, cached: Callable[[], "Path | None"] | None = None
+    name: str,
+    identity: Callable[[], str] | None = None,
+    cached: Callable[[], "Path | None"] | None = None,
+    backbone: str | None = None,
 ) -> Callable[[Callable[[], Path]], Callable[[], Path]]:
     """Register a provider so `--pretrained NAME` resolves to the checkpoint it returns.
     `identity` names the weights without building them; `cached` returns the checkpoint
-    when it exists already (so a dry run can say what would be built)."""
+    when it exists already (so a dry run can say what would be built); `backbone`: the
+    backbone they are for (an unknown --pretrained then names them among its weights)."""
 
     def decorate(provider: Callable[[], Path]) -> Callable[[], Path]:
         PRETRAINED_PROVIDERS[name] = provider
+        if backbone is not None:
+            PRETRAINED_BACKBONES[name] = backbone
         PRETRAINED_IDENTITIES[name] = identity or (lambda: name)
         if cached is not None:
             PRETRAINED_CACHED[name] = cached
@@ -701,10 +709,24 @@ def _checkpoint_file(name: str, pretrained: str) -> Path | None:
     tags = open_clip.list_pretrained_tags_by_model(name)
     if pretrained not in tags:
         raise BackboneError(
-            f"backbone {name!r} has no pretrained tag {pretrained!r}. Its tags: {', '.join(tags) or 'none'}. "
+            f"backbone {name!r} has no pretrained weights {pretrained!r}. {_weights_of(name, tags)} "
             "Pass one of them, a local checkpoint path, or 'none' for random weights."
         )
     return None
+
+
+def _weights_of(name: str, tags: list[str]) -> str:
+    """The weights `--pretrained` may name for backbone `name`, in words: open_clip's tags
+    and the suite's own weights (`register_pretrained`) made for it, or for a backbone
+    their provider did not name."""
+    own = [n for n in PRETRAINED_PROVIDERS if PRETRAINED_BACKBONES.get(n) == name]
+    unsaid = [n for n in PRETRAINED_PROVIDERS if n not in PRETRAINED_BACKBONES]
+    words = [f"open_clip's tags for it: {', '.join(tags)}" if tags else "open_clip has no tags for it"]
+    if own:
+        words.append(f"the suite's weights for it: {', '.join(own)}")
+    if unsaid:
+        words.append(f"the suite's weights {', '.join(unsaid)} (each for the backbone it was made for)")
+    return "; ".join(words) + "."
 
 
 def _load_failure(name: str, pretrained: str | None, checkpoint: Path | None, exc: Exception) -> str:

@@ -8,6 +8,7 @@ flags (`--lr 0.01`); both are validated against the method's `__init__` signatur
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import typing
@@ -222,6 +223,8 @@ def parse_yaml(text: str, source: str) -> Any:
 
 def load_yaml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder; expected a YAML file, e.g. {path / 'config.yaml'}")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     data = parse_yaml(_read_text(path), f"config file {path}") or {}
@@ -255,9 +258,10 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
             elif key in known:
                 merged[key] = value
             else:
+                close = difflib.get_close_matches(key, sorted(known - {"method_args"}), n=1, cutoff=0.75)
                 raise ConfigError(
-                    f"unknown option {key!r}. Run options: {', '.join(sorted(known - {'method_args'}))}; "
-                    "method hyperparameters go under method_args: in YAML."
+                    f"unknown option {key!r}{f' (did you mean {close[0]!r}?)' if close else ''}. Run options: "
+                    f"{', '.join(sorted(known - {'method_args'}))}; method hyperparameters go under method_args: in YAML."
                 )
     for f in config_fields():
         if f.name in merged:

@@ -4,7 +4,8 @@
 (several seconds). The classes say what the hyperparameters are (`benchmark.registry`
 reads their `__init__` signatures, docstrings and `ranges`); for the built-in methods that
 reading is also kept in `methods/hyperparameters.json`, which the command line uses while
-it matches the method sources it was written from (a digest of them is stored beside it).
+the files it was written from are unchanged (the sha256 of each is stored in it; a method
+file added since is read from its class and leaves the others fast).
 `python scripts/write_method_manifest.py` writes it; a test fails when it is out of date.
 """
 
@@ -166,14 +167,30 @@ def is_method_file(spec: str) -> bool:
     return isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)
 
 
-def sources_digest() -> str:
-    """sha256 over the files the built-in methods' hyperparameters are read from."""
-    digest = hashlib.sha256()
-    files = sorted(p for s in SOURCES for p in ([s] if s.is_file() else s.rglob("*.py")))
-    for path in files:
-        digest.update(path.relative_to(ROOT).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+def source_files() -> list[Path]:
+    """The files the built-in methods' hyperparameters are read from (SOURCES), sorted."""
+    return sorted(p for s in SOURCES for p in ([s] if s.is_file() else s.rglob("*.py")))
+
+
+def source_digests(files: list[Path] | None = None) -> dict[str, str]:
+    """sha256 of each file in `files` (default: `source_files()`), by its path in the checkout."""
+    return {
+        path.relative_to(ROOT).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in (source_files() if files is None else files)
+    }
+
+
+def changed_sources(recorded: dict[str, str]) -> list[str]:
+    """The files of a manifest's `sources` whose content is not what it was written from
+    (deleted ones included). A file added since is not among them: it cannot change what the
+    recorded files declare, and its own methods are not in the manifest (they are read from
+    their classes), so a new method file leaves the manifest good for every other method."""
+    changed = []
+    for name, digest in recorded.items():
+        path = ROOT / name
+        if not path.is_file() or hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+            changed.append(name)
+    return changed
 
 
 def to_record(h: Hyperparameter) -> dict[str, Any]:
@@ -197,15 +214,57 @@ def from_record(record: dict[str, Any]) -> Hyperparameter:
 
 
 def builtin_hyperparameters(method: str) -> list[Hyperparameter] | None:
-    """Method `method`'s hyperparameters from the manifest; None when it is not a built-in
-    method or the manifest does not match the sources (the caller then imports the classes)."""
+    """Method `method`'s hyperparameters from the manifest; None when it is not a method the
+    manifest holds (a plugin, a method file added to methods/ since) or a file the manifest
+    was written from has changed (the caller then imports the classes, and a warning says
+    how to make the command line fast again)."""
     try:
         manifest = json.loads(MANIFEST.read_text())
     except (OSError, ValueError):
         return None
-    if method not in manifest.get("methods", {}) or manifest.get("sources_sha256") != sources_digest():
+    if method not in manifest.get("methods", {}):
+        return None
+    changed = changed_sources(manifest.get("sources") or {"the manifest's format": ""})
+    if changed:
+        _warn_stale(changed)
         return None
     return [from_record(r) for r in manifest["methods"][method]]
+
+
+def _warn_stale(changed: list[str]) -> None:
+    import warnings
+
+    from benchmark.errors import SetupWarning
+
+    shown = MANIFEST.relative_to(ROOT).as_posix() if MANIFEST.is_relative_to(ROOT) else MANIFEST
+    warnings.warn(
+        f"{shown} is out of date ({', '.join(changed)} changed since it was "
+        "written), so the command line imports the method classes to check flags (seconds instead of a "
+        "fraction of one); `python scripts/write_method_manifest.py` writes it again",
+        SetupWarning,
+        stacklevel=3,
+    )
+
+
+def manifest_problems(manifest: dict[str, Any], methods: dict[str, list], files: dict[str, str]) -> list[str]:
+    """What makes a stored `manifest` disagree with the classes (`methods`: each built-in
+    method's records, as `hyperparameter_manifest` reads them; `files`: its module file): a
+    recorded file changed or deleted, a method of a recorded file missing or different.
+    A method of a file added since is no problem (it is read from its class), so a new method
+    file keeps `make test` green; `make test` fails on any of the others."""
+    recorded = manifest.get("sources") or {}
+    if not recorded:
+        return ["it records no source files (an older format)"]
+    problems = [f"{name} changed" for name in changed_sources(recorded)]
+    for name, records in methods.items():
+        if files[name] not in recorded:
+            continue  # a file added since the manifest was written
+        if name not in manifest.get("methods", {}):
+            problems.append(f"method {name} ({files[name]}) is missing")
+        elif manifest["methods"][name] != records:
+            problems.append(f"method {name}'s hyperparameters differ from its class's")
+    problems += [f"method {name} is gone" for name in manifest.get("methods", {}) if name not in methods]
+    return problems
 
 
 def check_values(

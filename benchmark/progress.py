@@ -4,8 +4,10 @@ bar's stream (stderr) is redirected to a file or a pipe, nothing under `--quiet`
 A tqdm bar redraws itself with carriage returns and escape codes; in a log file (`fedbench
 run ... 2> log`, a Slurm job's output) every redraw stays, so a log fills with them. Redirected,
 a bar prints a line at the start, at each tenth of the way and at the end instead, and one every
-LINE_SECONDS in between; a nested bar (the feature cache, the evaluation of the clients:
-`nested=True`) prints only the timed lines, so short inner loops leave nothing in the log.
+LINE_SECONDS in between -- also while one step takes longer than that (a thread prints it: a
+sweep's cell runs for minutes between two updates of the sweep's bar); a nested bar (the
+feature cache, the evaluation of the clients: `nested=True`) prints only the timed lines, and
+its last line once it printed one, so short inner loops leave nothing in the log.
 
 `--quiet` (run, reproduce, tune, demo) sets FEDBENCH_QUIET=1 (benchmark.cli.main), which the
 workers of a sweep inherit: no bar and no progress line anywhere; results, notes and errors still print.
@@ -15,7 +17,9 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
+import weakref
 from typing import Any, Iterable, TextIO
 
 QUIET_ENV = "FEDBENCH_QUIET"
@@ -72,8 +76,9 @@ def progress_bar(
 
 class PlainProgress:
     """A progress bar as plain lines ('features train: 3/10 batches (30%), 12s'): one at the
-    start, one per tenth of the total, one at the end and one every LINE_SECONDS between;
-    nested, only the timed ones."""
+    start, one per tenth of the total, one at the end and one every LINE_SECONDS between
+    (printed by a thread while a step is slower than that); nested, only the timed ones, and
+    the last once a timed one was printed."""
 
     def __init__(
         self,
@@ -94,20 +99,29 @@ class PlainProgress:
         self._tenth = self._tenths(self.n)
         self._closed = False
         self._printed: int | None = None  # the count of the last line
-        if not silent and not nested:  # where it starts (a resumed run: the rounds already done)
-            self._line(self.started)
+        self._lock = threading.RLock()  # the heartbeat thread prints too
+        self._stopped = threading.Event()
+        if not silent and not nested:  # a nested bar runs inside one that has a heartbeat
+            self._line(self.started)  # where it starts (a resumed run: the rounds already done)
+            # The thread holds the bar weakly: a bar dropped without close() (an error) stops it.
+            threading.Thread(target=_heartbeat, args=(weakref.ref(self), self._stopped), daemon=True).start()
 
     def __iter__(self):
-        for item in self.iterable if self.iterable is not None else ():
-            yield item
-            self.update()
-        self.close()
+        try:
+            for item in self.iterable if self.iterable is not None else ():
+                yield item
+                self.update()
+        finally:
+            self.close()
 
     def __enter__(self) -> PlainProgress:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        self._stopped.set()
 
     def _tenths(self, n: int) -> int:
         return (10 * n) // self.total if self.total else 0
@@ -133,14 +147,40 @@ class PlainProgress:
         if self._closed:
             return
         self._closed = True
-        # Where it ended (the last tenth may have said so already); a bar stopped short says where it stopped.
-        if not self.silent and not self.nested and self.n != self._printed:
+        self._stopped.set()
+        # Where it ended (the last tenth may have said so already); a bar stopped short says where
+        # it stopped; a nested bar that said where it was says where it ended (never '1/2 clients' last).
+        if not self.silent and self.n != self._printed and (not self.nested or self._printed is not None):
             self._line(time.monotonic())
 
+    def beat(self) -> float:
+        """The heartbeat: a line when LINE_SECONDS passed since the last; the seconds to the next."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._closed and now - self.last_line >= LINE_SECONDS:
+                self._line(now)
+            return max(0.01, self.last_line + LINE_SECONDS - now)
+
     def _line(self, now: float) -> None:
-        self.last_line, self._printed = now, self.n
-        count = f"{self.n}/{self.total}" if self.total else str(self.n)
-        share = f" ({100 * self.n // self.total}%)" if self.total else ""
-        label = f"{self.desc}: " if self.desc else ""
-        postfix = f" [{self.postfix}]" if self.postfix else ""
-        print(f"{label}{count} {self.unit}{share}, {now - self.started:.0f}s{postfix}", file=self.stream, flush=True)
+        with self._lock:
+            self.last_line, self._printed = now, self.n
+            count = f"{self.n}/{self.total}" if self.total else str(self.n)
+            share = f" ({100 * self.n // self.total}%)" if self.total else ""
+            label = f"{self.desc}: " if self.desc else ""
+            postfix = f" [{self.postfix}]" if self.postfix else ""
+            line = f"{label}{count} {self.unit}{share}, {now - self.started:.0f}s{postfix}"
+            print(line, file=self.stream, flush=True)
+
+
+def _heartbeat(bar: "weakref.ref[PlainProgress]", stopped: threading.Event) -> None:
+    """Until the bar is closed or dropped: a line every LINE_SECONDS without one."""
+    wait = LINE_SECONDS
+    while not stopped.wait(wait):
+        alive = bar()
+        if alive is None:
+            return
+        try:
+            wait = alive.beat()
+        except ValueError:  # its stream was closed (a test's captured stream): nothing left to tell
+            return
+        del alive

@@ -34,6 +34,7 @@ from benchmark.config import (
     RunConfig,
     parse_bool,  # noqa: F401  (re-exported: methods and tests import it from here)
 )
+from benchmark.hyperparameters import ROOT as _ROOT
 from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_value: re-exported)
     Hyperparameter,
     MethodError,
@@ -42,7 +43,7 @@ from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_val
     is_method_file,
     to_record,
 )
-from benchmark.hyperparameters import sources_digest as _sources_digest
+from benchmark.hyperparameters import source_digests as _source_digests
 from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
 # What a method may override (docstrings on FederatedMethod say when each runs and what it
@@ -297,9 +298,33 @@ def check_method_args(name: str, method_args: dict[str, Any] | None) -> dict[str
 
 def hyperparameter_manifest() -> dict[str, Any]:
     """What methods/hyperparameters.json holds: the built-in methods' hyperparameters as
-    their classes say, and the digest of the sources they were read from."""
+    their classes say, and the sha256 of each source file they were read from."""
     methods = {name: [to_record(h) for h in hyperparameters(cls)] for name, cls in builtin_methods().items()}
-    return {"sources_sha256": _sources_digest(), "methods": methods}
+    return {"sources": _source_digests(), "methods": methods}
+
+
+def stale_manifest() -> list[str]:
+    """What is out of date in methods/hyperparameters.json (empty: nothing); see
+    `manifest_problems`."""
+    import json
+
+    from benchmark.hyperparameters import MANIFEST, manifest_problems
+
+    try:
+        stored = json.loads(MANIFEST.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"it cannot be read ({exc})"]
+    current = json.loads(json.dumps(hyperparameter_manifest()))  # as written: tuples as lists
+    return manifest_problems(stored, current["methods"], method_files())
+
+
+def method_files() -> dict[str, str]:
+    """Each built-in method's module file, by its path in the checkout (as the manifest's
+    `sources` names it)."""
+    return {
+        name: Path(inspect.getsourcefile(cls)).resolve().relative_to(_ROOT).as_posix()
+        for name, cls in builtin_methods().items()
+    }
 
 
 def fit_method_args(name: str, method_args: dict[str, Any] | None, shape) -> dict[str, Any]:

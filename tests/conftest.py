@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from signal_guard import pytest_sessionstart  # noqa: F401  (SIGINT/SIGTERM stop the session)
 from toy_fixtures import toy_splits, toy_test_backbone, toy_test_checkpoint, toy_transforms  # noqa: F401
 
 # Nothing in the tests may reach the network (W&B, Hugging Face).

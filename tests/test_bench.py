@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -55,6 +57,30 @@ def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbe
         assert section in report
     assert "| promptfl |" in report and "| pfedmoap |" in report
     assert done.returncode == (1 if "NOT met" in report else 0)
+    assert done.stdout.startswith(f"fedbench bench: seconds; writes {out} when it is done\n")
+    assert "fedbench bench: 0/5 steps (0%)" in done.stderr and "fedbench bench: 5/5 steps (100%)" in done.stderr
+
+
+def test_bench_says_what_it_rewrites_and_how_long_it_took_last_time(tmp_path):
+    """Issue 38: `fedbench bench` ran for minutes and rewrote the tracked results/perf.md
+    without a word; it now says so first, with the time the report it replaces took."""
+    from benchmark.cli.commands.bench import announce
+
+    shipped = Path(__file__).resolve().parents[1] / "results" / "perf.md"
+    took = re.search(r"in (\d+) s\. Machine", shipped.read_text()).group(1)
+    assert announce(shipped, quick=False) == (
+        f"fedbench bench: {int(took) // 60 + 1} minutes or so (the report there took {took} s); rewrites {shipped}, "
+        "this repository's report (--out FILE writes elsewhere) when it is done"
+    )
+    mine = tmp_path / "perf.md"
+    assert (
+        announce(mine, quick=False)
+        == f"fedbench bench: 10 minutes or more on a laptop CPU; writes {mine} when it is done"
+    )
+    mine.write_text("Written by `fedbench bench` on 2026-12-02 08:35 UTC in 61 s. Machine: ...")
+    assert announce(mine, quick=False) == (
+        f"fedbench bench: 2 minutes or so (the report there took 61 s); writes {mine} over the report there when it is done"
+    )
 
 
 @pytest.mark.parametrize("local_epochs", [1, 2], ids=["cosine", "warm-up then cosine"])

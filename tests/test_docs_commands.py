@@ -1,7 +1,8 @@
 """Every shell command of README.md and docs/ that is marked runnable works as typed.
 
-The convention: an HTML comment `<!-- runnable -->` on the line before a ```bash block.
-Each line of such a block is one command (a trailing `\\` continues it; `#` starts a
+The convention: an HTML comment `<!-- runnable -->` on the line before a ```bash block;
+`<!-- runnable with FEDBENCH_PLUGINS=docs/examples/x.py -->` runs it with that file of the
+checkout as a plugin (what the guide tells the reader to do first). Each line of such a block is one command (a trailing `\\` continues it; `#` starts a
 comment, as in bash), run from a fresh folder in order, so later commands see what earlier
 ones wrote (runs/, run.yaml). `fedbench` is this checkout's CLI."""
 
@@ -17,20 +18,30 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "<!-- runnable -->"
+MARKER_PATTERN = r"^<!-- runnable(?: with FEDBENCH_PLUGINS=(\S+))? -->$"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def runnable_blocks() -> list[tuple[str, list[str] | None]]:
     """(file:line, commands) of every marker alone on its line; commands None when no bash
-    block follows it on the next line."""
+    block follows it on the next line. A marker naming plugins puts `where` as
+    'file:line with FEDBENCH_PLUGINS=path'."""
     blocks = []
     for path in DOCS:
         text = path.read_text()
-        for found in re.finditer(rf"^{re.escape(MARKER)}$", text, re.M):
+        for found in re.finditer(MARKER_PATTERN, text, re.M):
             where = f"{path.relative_to(ROOT)}:{text.count(chr(10), 0, found.start()) + 1}"
+            if found.group(1):
+                where += f" with FEDBENCH_PLUGINS={found.group(1)}"
             block = re.match(r"\n```bash\n(.*?)\n```", text[found.end() :], re.S)
             blocks.append((where, commands(block.group(1)) if block else None))
     return blocks
+
+
+def plugins_of(where: str) -> str:
+    """The FEDBENCH_PLUGINS a block runs with: its marker's files, in the checkout."""
+    named = where.partition(" with FEDBENCH_PLUGINS=")[2]
+    return ",".join(str(ROOT / name) for name in named.split(",")) if named else ""
 
 
 def commands(block: str) -> list[str]:
@@ -41,6 +52,11 @@ def commands(block: str) -> list[str]:
 def test_the_runnable_blocks_are_marked_and_call_fedbench():
     blocks = runnable_blocks()
     assert len(blocks) >= 3, "README.md, docs/index.md and docs/running.md mark their toy commands runnable"
+    guide = [where for where, _ in blocks if where.startswith("docs/writing-a-method.md")]
+    assert len(guide) == 3, "the guide's describe, run and reproduce commands run as typed"
+    for where, _ in blocks:
+        for plugin in filter(None, plugins_of(where).split(",")):
+            assert Path(plugin).is_file(), f"{where}: no file {plugin}"
     for where, block in blocks:
         assert block is not None, f"{where}: {MARKER} must be followed on the next line by a ```bash block"
         assert block, f"{where}: an empty runnable block"
@@ -58,6 +74,7 @@ def test_every_runnable_command_exits_0(where, block, tmp_path):
         "WANDB_MODE": "disabled",  # what a command passes wins; nothing may reach the network
         "WANDB_DIR": str(tmp_path / "wandb"),
         "FEDBENCH_DATA": str(tmp_path / "data"),
+        "FEDBENCH_PLUGINS": plugins_of(where),
     }
     shim = f'fedbench() {{ "{sys.executable}" -m benchmark.cli "$@"; }}\n'
     for command in block:

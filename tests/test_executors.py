@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+from signal_guard import signal_self
 
 from benchmark.cli import main
 
@@ -235,7 +236,7 @@ def test_ctrl_c_stops_a_ray_sweep_and_cancels_its_tasks(tmp_path, monkeypatch, t
             tmp_path,
             write_sweep(tmp_path, sweep),
             lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,  # both cells are running
-            lambda: os.kill(os.getpid(), signal.SIGINT),
+            lambda: signal_self(signal.SIGINT),
             "--executor",
             "ray",
             "--methods",
@@ -439,7 +440,7 @@ def test_a_stopped_worker_sweep_keeps_each_running_cells_round_and_resumes_to_th
         stopped,
         write_sweep(stopped, sweep),
         lambda: len(list(runs.glob(".*.checkpoint.json"))) == 2,
-        lambda: os.kill(os.getpid(), signal.SIGTERM),
+        lambda: signal_self(signal.SIGTERM),
         "--workers",
         "2",
         *flags,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
+import pytest
 
 from benchmark.sweeps.tables import latex_table, paper_comparison
 
@@ -81,3 +83,119 @@ def test_dashboard_keeps_per_dataset_filters_in_their_own_panel_grids():
     ]
     assert "HM per round" in [p["title"] for p in grids["Group = 'base2novel'"]]
     assert len(grids) == 1 + 7  # the whole table, and one grid per dataset
+
+
+# -- figures (issue 38: what a reader of radar.png and curves.png misread) -----------------
+
+
+def cielab(colour) -> np.ndarray:
+    """sRGB -> CIELAB (D65), for how far apart two colours look."""
+    from matplotlib.colors import to_rgb
+
+    rgb = np.array(to_rgb(colour))
+    linear = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ linear
+    f = np.cbrt(np.maximum(xyz / np.array([0.95047, 1.0, 1.08883]), 0.008856))
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+FOURTEEN = [
+    "zeroshot", "promptfl", "fedotp", "fedpgp", "pfedmoap", "clip_adapter", "lora",
+    "pfedmma", "fedmaple", "fedclip", "fedcocoop", "fedmvp", "fedtpg", "fedvpt",
+]  # fmt: skip
+
+
+def test_fourteen_methods_get_colours_a_reader_tells_apart():
+    """tab20 gave promptfl and zeroshot, fedclip and fedmaple one hue in two shades; every two
+    of the 14 colours are now >= 25 CIELAB units apart, and the four past tab10 are dashed."""
+    from itertools import combinations
+
+    from benchmark.sweeps.plots import method_colours, method_dashes
+
+    colours, dashes = method_colours(FOURTEEN), method_dashes(FOURTEEN)
+    closest = min(np.linalg.norm(cielab(colours[a]) - cielab(colours[b])) for a, b in combinations(FOURTEEN, 2))
+    assert closest >= 25, closest
+    assert [dashes[m] for m in FOURTEEN] == ["-"] * 10 + ["--"] * 4
+    assert len({(colours[m], dashes[m]) for m in FOURTEEN}) == 14
+
+
+def radar_stats(means: dict[str, dict[str, float]]) -> pd.DataFrame:
+    return pd.DataFrame([row for label, values in means.items() for row in stats_rows(label, "", values)])
+
+
+def test_a_radar_has_one_radial_range_and_its_legend_covers_no_axis_label():
+    """Each axis had its own range (66.25 drawn on the outer ring, 65.83 at the centre) and the
+    legend sat over the Local label. Now one range per panel, rings labelled, legend below."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmark.sweeps.plots import radar_figure
+
+    rng = np.random.default_rng(0)
+    means = {m: {k: float(rng.uniform(20, 95)) for k in ("Local", "Base", "Novel", "HM")} for m in FOURTEEN}
+    means["zeroshot"] = {"Local": 66.25, "Base": 65.83, "Novel": 38.12, "HM": 52.99}
+    fig = radar_figure(radar_stats(means))
+    try:
+        (ax,) = fig.axes
+        low, high = ax.get_ylim()
+        every = [v for values in means.values() for v in values.values()]
+        assert low <= min(every) and max(every) <= high <= 100 and low >= 0
+        assert low % 5 == 0 and high % 5 == 0
+        (zeroshot,) = [line for line in ax.get_lines() if line.get_label() == "zeroshot"]
+        assert list(zeroshot.get_ydata()[:2]) == [66.25, 65.83]  # radius = the accuracy itself, on every axis
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["Local", "Base", "Novel", "HM"]
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        (legend,) = fig.legends
+        box = legend.get_window_extent(renderer)
+        assert len(legend.get_texts()) == 14
+        for label in ax.get_xticklabels():
+            assert not box.overlaps(label.get_window_extent(renderer)), label.get_text()
+        assert not box.overlaps(ax.get_window_extent(renderer))
+    finally:
+        plt.close(fig)
+
+
+def test_the_axis_range_helpers():
+    from benchmark.sweeps.plots import MIN_SPAN, shared_range, y_range
+
+    assert shared_range(np.array([65.83, 66.25])) == (60.0, 70.0)  # ten points at least, whole fives
+    assert shared_range(np.array([1.0, 99.5])) == (0.0, 100.0)
+    low, high = y_range([66.25, 66.65])  # a 0.4-point change must not fill the panel
+    assert high - low == pytest.approx(MIN_SPAN) and low < 66.25 and high > 66.65
+    assert y_range([99.0, 99.5])[1] == 100.0 and y_range([0.5, 1.0])[0] == 0.0
+    low, high = y_range([20.0, 80.0])
+    assert low < 20.0 and high > 80.0 and high - low < 70
+
+
+def test_a_single_runs_curves_are_titled_with_its_method_and_seed(fedbench, fake_data_root, tmp_path):
+    """curves.png of one run said "mean over clients, seeds and datasets" and named neither the
+    method nor the seed; its y-axis spanned 0.4 points."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from conftest import run_tiny_cell
+
+    from benchmark.sweeps import plots
+    from benchmark.sweeps.compare import run_curves
+
+    run_tiny_cell(fedbench, "promptfl", fake_data_root, tmp_path / "runs", "--seed", "3")
+    (folder,) = (tmp_path / "runs").glob("promptfl_*")
+    figures = []
+    original = plt.close
+    plt.close = lambda fig=None: figures.append(fig)  # keep the figure to read it back
+    try:
+        assert run_curves(folder) == folder / "curves.png"
+    finally:
+        plt.close = original
+    (fig,) = figures
+    try:
+        assert fig._suptitle.get_text() == "promptfl on dtd, seed 3: accuracy by round (over its clients)"
+        for ax in fig.axes:
+            low, high = ax.get_ylim()
+            assert high - low >= plots.MIN_SPAN - 1e-9 and 0 <= low and high <= 100
+    finally:
+        original(fig)

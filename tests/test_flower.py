@@ -240,3 +240,29 @@ def test_the_server_names_partition_ids_held_twice_or_by_no_node(fedbench, toy_t
     done = fedbench("flower", "--method", "promptfl", *TOY_FLAGS, "--out", tmp_path / "missing")
     assert done.returncode == 2, done.stderr
     assert "partition-ids held twice [], missing [2] (3 nodes connected within 3 s)" in " ".join(done.stderr.split())
+
+
+def test_flower_prints_its_rounds_and_results_once_and_nothing_else(toy_test_checkpoint, tmp_path):
+    """Issue 38: 2 rounds printed 91 lines (Flower's log twice, its DEBUG lines, its deprecation
+    of run_simulation twice, Ray's FutureWarning, every Ray worker's "Manually terminating").
+    As a user runs it, output to a file: the round lines, the table and the run folder."""
+    import os
+    import subprocess
+
+    log = tmp_path / "flower.log"
+    with log.open("w") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmark.cli", "flower", "--method", "promptfl", *TOY_FLAGS, "--out", tmp_path],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            timeout=600,
+        )
+    lines = log.read_text().splitlines()
+    assert done.returncode == 0, lines
+    assert len(lines) <= 15, lines
+    assert len(set(lines)) == len(lines), lines
+    assert not [line for line in lines if re.search(r"DEBUG|WARNING|Warning|DEPRECATED", line)], lines
+    assert lines[0].startswith("training promptfl: 0/2 rounds")
+    assert [line for line in lines if line.startswith("training promptfl: 2/2 rounds (100%)")]
+    assert lines[-1].startswith("run folder: ")

@@ -69,6 +69,46 @@ def test_a_stopped_bar_says_where_and_a_nested_bar_only_when_slow(monkeypatch):
     ]
 
 
+def test_a_slow_step_still_gets_a_line_every_line_seconds(monkeypatch):
+    """Issue 38: `reproduce` with its output in a file printed nothing for 185 s while one cell
+    ran (its bar moves once per cell). A bar whose step outlasts LINE_SECONDS still prints a
+    line every LINE_SECONDS (here 0.2 s) saying where it is and what runs; none after close."""
+    import time
+
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.2)
+    stream = io.StringIO()
+    bar = progress.progress_bar(total=3, desc="reproduce mini", unit="cells", stream=stream)
+    bar.set_postfix_str("promptfl / dtd / seed 1")
+    time.sleep(1.1)  # the slow fake step: one cell, 5.5 LINE_SECONDS long
+    bar.update()
+    bar.close()
+    time.sleep(0.5)  # the heartbeat has stopped
+    lines = stream.getvalue().splitlines()
+    beats = [line for line in lines if line.startswith("reproduce mini: 0/3 cells (0%)") and "promptfl / dtd" in line]
+    assert 4 <= len(beats) <= 6, lines  # about one per 0.2 s of the 1.1 s step
+    assert lines[-1].startswith("reproduce mini: 1/3 cells (33%)")  # the last line says where it stopped
+    seconds = [int(line.split(", ")[1].split("s")[0]) for line in lines]
+    assert seconds == sorted(seconds)
+
+
+def test_a_nested_bar_that_printed_says_where_it_ended(monkeypatch):
+    """The last evaluation line read '1/2 clients (50%)' although the run had finished: a nested
+    bar that printed a timed line prints its last one too."""
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    stream = io.StringIO()
+    bar = progress.progress_bar(total=2, desc="evaluating clients", unit="clients", nested=True, stream=stream)
+    monkeypatch.setattr(progress, "LINE_SECONDS", 0.0)  # the first client was slow
+    bar.update()
+    monkeypatch.setattr(progress, "LINE_SECONDS", 30.0)  # the second was not
+    bar.update()
+    bar.close()
+    assert [line.split(",")[0] for line in stream.getvalue().splitlines()] == [
+        "evaluating clients: 1/2 clients (50%)",
+        "evaluating clients: 2/2 clients (100%)",
+    ]
+
+
 def test_a_terminal_gets_tqdm_and_quiet_silences_every_bar(monkeypatch):
     from tqdm.auto import tqdm
 
@@ -238,3 +278,59 @@ def test_an_unwritable_folder_gets_its_reason(tmp_path):
     assert "mounted read-only" in read_only and "EROFS" in read_only
     denied = _why_unwritable(tmp_path, PermissionError(errno.EACCES, "Permission denied"))
     assert f"this user (uid {os.getuid()}) has no permission to write there" in denied
+
+
+def test_a_signal_stops_the_whole_test_session_even_inside_main(tmp_path):
+    """Issue 38: `make test` did not stop on SIGINT or SIGTERM: a test running main() in
+    pytest's process got the signal, main() returned 143 and the session went on. With
+    tests/signal_guard.py (conftest.py loads it) the session stops: the second test never runs."""
+    import textwrap
+    import time
+
+    (tmp_path / "fake.failed.json").write_text('{"error": "boom"}')
+    marker = tmp_path / "second test ran"
+    (tmp_path / "test_stopped.py").write_text(
+        textwrap.dedent(
+            f"""
+            import time
+
+            import benchmark.sweeps.compare as compare
+            from benchmark.cli import main
+
+
+            def test_a_long_listing(monkeypatch):
+                def slow_scan(root):
+                    open({str(tmp_path / "started")!r}, "w").close()
+                    time.sleep(60)
+                    return []
+
+                monkeypatch.setattr(compare, "scan", slow_scan)
+                main(["runs", {str(tmp_path)!r}])
+
+
+            def test_after_it():
+                open({str(marker)!r}, "w").close()
+            """
+        )
+    )
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        (tmp_path / "started").unlink(missing_ok=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-p", "signal_guard", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.time() + 120
+        while time.time() < deadline and not (tmp_path / "started").exists() and process.poll() is None:
+            time.sleep(0.1)
+        assert (tmp_path / "started").exists(), process.communicate()[0]
+        process.send_signal(signum)
+        output, _ = process.communicate(timeout=60)
+        assert process.returncode != 0, output
+        assert "KeyboardInterrupt" in output and f"stopped by {signal.Signals(signum).name}" in output, output
+        assert not marker.exists(), output

@@ -206,3 +206,26 @@ def test_the_framework_roots_are_modules_of_the_project():
     from benchmark.runs.identity import FRAMEWORK_ROOTS, ROOT, _module_file
 
     assert [m for m in FRAMEWORK_ROOTS if not (_module_file(m) and _module_file(m).is_relative_to(ROOT))] == []
+
+
+def test_an_untracked_method_file_makes_the_checkout_dirty(tmp_path):
+    """Issue 38: a run of a new, untracked methods/NAME.py recorded git_dirty: false. An
+    untracked file where the code lives counts; one elsewhere (runs/, notes) does not."""
+    import subprocess
+
+    from benchmark.runs.results import code_version
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / "promptfl.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one method")
+    assert code_version(tmp_path)["git_dirty"] is False
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "notes.txt").write_text("not code\n")
+    assert code_version(tmp_path)["git_dirty"] is False
+    (tmp_path / "methods" / "half_prompt.py").write_text("y = 2\n")
+    assert code_version(tmp_path)["git_dirty"] is True

@@ -207,7 +207,7 @@ YAML_CASES = {
     "- rounds\n": "must hold a mapping of option: value",
     "rounds: 3\n  seed: 2\n": "is not valid YAML",
     "1: 2\n": "option names are text",
-    "roundz: 3\n": "unknown option 'roundz'",
+    "roundz: 3\n": "unknown option 'roundz' (did you mean 'rounds'?)",
     "method_args: 3\n": "method_args must be a mapping",
     "method: promptfl\nmethod_args: {lr: .nan}\n": "hyperparameter 'lr' must be a finite number",
     "method: promptfl\nmethod_args: {lr: true}\n": "hyperparameter 'lr' expects float",
@@ -238,6 +238,8 @@ CLI_CASES = [
     (["run", "--n-ct", "4", "--method", "promptfl"], "unrecognized arguments --n-ct 4 (--n-ct: did you mean --n-ctx?)"),
     (["run", "--clients", "0"], "clients = 0 is invalid"),
     (["run", "--config", "/no/such.yaml"], "config file /no/such.yaml does not exist"),
+    (["run", "--config", "/"], "config file / is a folder; expected a YAML file, e.g. /config.yaml"),
+    (["reproduce", "toy", "--set", "roundz=3", "--dry-run"], "unknown option 'roundz' (did you mean 'rounds'?)"),
     (["reproduce", "toy", "--seed", "1"], "unrecognized arguments: --seed 1 (--seed: did you mean --seeds?)"),
     (["reproduce", "toy", "--rounds", "1"], "unrecognized arguments: --rounds 1\n"),  # nothing close: no guess
     (["reproduce", "toy", "--set", "rounds"], "--set takes OPTION=VALUE"),
@@ -602,3 +604,15 @@ def test_sigterm_stops_reproduce_with_143_listing_the_finished_cells(fake_data_r
     assert f"finished {finished}" in out and "finished in this call: 1" in out
     assert "stopped by SIGTERM" in err and "Traceback" not in err
     assert [p.name for p in runs.iterdir() if p.is_dir()] == [finished]
+
+
+def test_an_unknown_pretrained_name_lists_the_suites_weights_too(fedbench, tmp_path):
+    """Issue 38: `--pretrained nosuch` on the toy backbone said its tags were "none", though
+    `fedbench-toy` (the default) is weights it takes."""
+    done = fedbench("run", "--pretrained", "nosuch", "--rounds", "1", "--out", tmp_path, "--wandb", "disabled")
+    assert done.returncode == 2
+    assert done.stderr.startswith(
+        "fedbench run: error: backbone 'fedbench-toy-vit' has no pretrained weights 'nosuch'. open_clip has no tags "
+        "for it; the suite's weights fedbench-toy"
+    )
+    assert "Its tags: none" not in done.stderr and len(done.stderr.splitlines()) == 1

@@ -241,6 +241,16 @@ def test_wandb_dashboard_spec_has_the_panels(tmp_path, capsys, monkeypatch):
     assert "no report was made: not logged in to W&B: run `wandb login`" in err
 
 
+def test_a_failed_wandb_dashboard_writes_nothing_unless_spec_asks(tmp_path, capsys, monkeypatch):
+    """Issue 38: a failed call wrote results/TABLE/dashboard.json into the checkout."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # not logged in
+    monkeypatch.chdir(tmp_path)
+    assert main(["wandb-dashboard", "base2novel"]) == 1
+    assert not (tmp_path / "results").exists()
+    assert "(--spec FILE writes the specification without a report)" in capsys.readouterr().err
+
+
 def test_wandb_dashboard_without_wandb_workspaces_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb_workspaces", None)  # as when the package is not installed
     monkeypatch.setenv("WANDB_API_KEY", "f" * 40)  # logged in: only the package is missing
@@ -252,3 +262,39 @@ def test_wandb_dashboard_without_wandb_workspaces_says_how_to_install_it(tmp_pat
     assert "no report was made: wandb-workspaces is not installed: pip install -c constraints.txt -e '.[wandb]'" in err
     spec = json.loads(spec_path.read_text())
     assert spec["project"] == "from-env" and all(p["filters"]["group"] == "my-group" for p in spec["panels"])
+
+
+def test_a_subset_run_never_writes_over_the_presets_table(tmp_path, fake_data_root, monkeypatch, capsys):
+    """`fedbench reproduce TABLE --methods A --seeds 1` (as docs/writing-a-method.md suggests)
+    renders its table beside its run folders; results/TABLE, the full table (shipped in
+    this repository for the toy world), stays byte for byte as it was."""
+    monkeypatch.chdir(tmp_path)
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"), seeds=(1, 2))
+    shipped = tmp_path / "results" / "mini"
+    shipped.mkdir(parents=True)
+    for name in ("table.md", "table.csv", "radar.png"):
+        (shipped / name).write_bytes(f"the full table's {name}\n".encode())
+    before = {p.name: p.read_bytes() for p in shipped.iterdir()}
+    capsys.readouterr()
+    assert main(["reproduce", str(preset), "--methods", "zeroshot", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in shipped.iterdir()} == before
+    subset = Path("runs") / "mini" / "subset-table"
+    assert (tmp_path / subset / "table.md").is_file()
+    assert (
+        f"a subset of mini (--seeds, --methods): its table goes to {subset}, not {Path('results') / 'mini'} "
+        f"(the preset's full table); pass --results {Path('results') / 'mini'} to render it there"
+    ) in out
+
+
+def test_every_cell_of_the_preset_and_more_is_not_a_subset(tmp_path, capsys):
+    """`fedbench demo` (`reproduce toy --methods <every registered method>`) renders into
+    results/toy: its filter leaves no cell of the preset out. A --set run is another table."""
+    from benchmark.registry import available_methods
+
+    every = [m for m in available_methods() if not m.startswith("test_")]
+    out = tmp_path / "runs"
+    assert main(["reproduce", "toy", "--methods", *every, "--dry-run", "--out", str(out)]) == 0
+    assert "a subset of" not in capsys.readouterr().out
+    assert main(["reproduce", "toy", "--set", "rounds=2", "--dry-run", "--out", str(out)]) == 0
+    assert f"a subset of toy (--set): its table goes to {out / 'subset-table'}" in capsys.readouterr().out

@@ -93,3 +93,36 @@ def test_runs_on_a_folder_without_runs_says_what_it_looked_for(tmp_path, capsys)
     assert f"no runs under {tmp_path}" in capsys.readouterr().err
     assert main(["runs", str(tmp_path / "nope")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_runs_filters_and_shows_only_the_settings_that_differ_where_they_apply(fake_data_root, tmp_path, capsys):
+    """Issue 38: no filter, and a column per hyperparameter of every method (22 to 70 columns,
+    mostly dashes). A hyperparameter is a column when it differs among the runs that have it."""
+    out = tmp_path / "runs"
+    for lr in ("0.002", "0.01"):
+        assert main(tiny_run(fake_data_root, out, "--lr", lr)) == 0
+    flags = ["--local-epochs", "1", "--clients", "2", "--rounds", "2", "--eval-every", "1"]  # tiny_run's
+    assert main(tiny_run_args(fake_data_root, out, *flags, method="zeroshot")) == 0
+    capsys.readouterr()
+    assert main(["runs", str(out)]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    # method and lr differ (zeroshot has no lr); n_ctx (promptfl's) and template (zeroshot's) are no columns
+    assert header == ["run", "state", "method", "lr", "Local", "Base", "Novel", "HM"]
+    assert main(["runs", str(out), "--where", "method=promptfl", "lr=0.01"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 3 and rows[1].split()[0].startswith("promptfl_") and rows[-1] == "1 finished"
+    assert main(["runs", str(out), "--where", "lrr=0.01"]) == 2
+    assert "--where lrr=0.01: no run has a setting 'lrr' (did you mean 'lr'?)" in capsys.readouterr().err
+    assert main(["runs", str(out), "--where", "state=failed"]) == 2
+    assert "no run under" in capsys.readouterr().err
+
+
+def test_runs_on_an_empty_folder_answers_without_torch(tmp_path):
+    """It took 15 s (pandas, torch) to say there were no runs."""
+    import subprocess
+    import sys
+
+    script = "import sys\nfrom benchmark.cli import main\ncode = main(['runs', sys.argv[1]])\nprint(code, 'torch' in sys.modules)\n"
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True)
+    assert done.stdout.split() == ["2", "False"], done.stderr
+    assert f"no runs under {tmp_path}" in done.stderr

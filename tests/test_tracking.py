@@ -125,37 +125,57 @@ def test_offline_run_logs_its_folder_and_prints_how_to_sync(tracked_run):
     assert f"W&B: offline run saved in {folder}; upload it with: wandb sync {folder}" in done.stderr
 
 
+def tiny_offline_run(tmp_path: Path, data_root: Path, *extra) -> subprocess.CompletedProcess:
+    return fedbench_process(
+        "run", "--dataset", "dtd", "--backbone", TINY, "--data-root", data_root, "--out", tmp_path / "runs",
+        "--shots", "2", "--rounds", "1", "--clients", "3", "--local-epochs", "1", "--wandb", "offline", *extra,
+    )  # fmt: skip
+
+
 def test_a_failed_run_is_recorded_with_a_non_zero_exit_code(tmp_path, fake_data_root):
-    damaged = tmp_path / "damaged.pt"
-    damaged.write_bytes(b"not a checkpoint")  # exists, so it fails only once the run has started
-    done = fedbench_process(
-        "run",
-        "--method",
-        "promptfl",
-        "--dataset",
-        "dtd",
-        "--backbone",
-        TINY,
-        "--pretrained",
-        damaged,
-        "--data-root",
+    """A run that fails once its rounds have begun (here pFedMMA diverging at lr 1e9) is a
+    failed W&B run and a failed cell (NAME.failed.json)."""
+    done = tiny_offline_run(
+        tmp_path,
         fake_data_root,
-        "--out",
-        tmp_path / "runs",
-        "--shots",
-        "2",
-        "--rounds",
-        "1",
-        "--clients",
-        "3",
-        "--local-epochs",
-        "1",
-        "--wandb",
-        "offline",
+        *("--method", "pfedmma", "--first-block", "2", "--lr", "1e9", "--pretrained", "none"),
+        *("--shots", "4", "--rounds", "2"),  # as test_batched_training's diverging run (the last flag wins)
     )
-    assert done.returncode == 2 and f"could not load checkpoint {damaged}" in done.stderr
+    assert done.returncode == 1 and "diverged" in done.stderr, done.stderr
     (folder,) = offline_runs(tmp_path / "runs")
     assert read_offline_run(folder).exit_code == 1
+    assert len(list((tmp_path / "runs").glob("pfedmma_*.failed.json"))) == 1
+
+
+@pytest.mark.parametrize("why", ["damaged checkpoint", "1000 clients", "no configure_optimizers"])
+def test_a_run_refused_while_it_is_built_leaves_no_wandb_run_and_no_failure(tmp_path, fake_data_root, why):
+    """Issue 38: `--clients 1000` and a plugin without configure_optimizers left an offline W&B
+    run and a .failed.json for a run that never trained. W&B starts with the first round."""
+    damaged = tmp_path / "damaged.pt"
+    damaged.write_bytes(b"not a checkpoint")  # exists, so it fails only when the backbone is built
+    plugin = tmp_path / "noopt.py"
+    plugin.write_text(
+        "import torch\nfrom benchmark.method import FederatedMethod\n"
+        "class NoOptimizer(FederatedMethod):\n"
+        "    def __init__(self, backbone, scale: float = 1.0):\n"
+        "        super().__init__(backbone)\n"
+        "        self.bias = torch.nn.Parameter(torch.zeros(1))\n"
+    )
+    flags, message = {
+        "damaged checkpoint": (
+            ["--method", "promptfl", "--pretrained", damaged],
+            f"could not load checkpoint {damaged}",
+        ),
+        "1000 clients": (["--method", "promptfl", "--pretrained", "none", "--clients", "1000"], "1000 clients"),
+        "no configure_optimizers": (
+            ["--method", f"{plugin}:NoOptimizer", "--pretrained", "none"],
+            "does not override configure_optimizers",
+        ),
+    }[why]
+    done = tiny_offline_run(tmp_path, fake_data_root, *flags)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+    assert "W&B" not in done.stderr and not offline_runs(tmp_path / "runs")
+    assert not list((tmp_path / "runs").glob("*.failed.json"))
 
 
 def test_reproduce_tags_runs_with_preset_filters_and_overrides(tmp_path, fake_data_root):

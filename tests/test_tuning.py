@@ -597,3 +597,29 @@ def test_two_tuning_processes_create_a_new_study_file_together(tmp_path):
             w.join(60)
         assert [w.exitcode for w in workers] == [0, 0]
         assert (results / "tuning.db").is_file()
+
+
+def test_tune_without_data_exits_2_and_writes_nothing(tmp_path, fedbench):
+    """Checked as `fedbench reproduce` checks it, before any trial: no tuning.db, tuned.yaml
+    or lock file is left for a search that could not run one."""
+    preset = write_preset(tmp_path, tmp_path / "nodata", methods=("promptfl",))
+    done = fedbench(*tune_args(tmp_path, preset, "--trials", "8"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("fedbench tune: error: cannot tune mini: its trials need data that is not here")
+    assert str(tmp_path / "nodata" / "dtd") in done.stderr and len(done.stderr.splitlines()) == 1
+    assert not (tmp_path / "results").exists() and not (tmp_path / "runs").exists()
+
+
+def test_tune_exits_non_zero_when_every_trial_of_a_method_failed(tmp_path, fake_data_root, monkeypatch, fedbench):
+    import benchmark.runs.runner as runner
+
+    def diverges(config, *args, **kwargs):  # every run of every trial fails as a diverging one does
+        raise FloatingPointError(f"loss is nan at lr {config.method_args['lr']}")
+
+    monkeypatch.setattr(runner, "run_experiment", diverges)
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
+    done = fedbench(*tune_args(tmp_path, preset, "--trials", "2"))
+    assert done.returncode == 1
+    assert done.stdout.count("-> FAILED: FloatingPointError: loss is nan") == 2
+    assert "fedbench tune: every trial of promptfl failed (see FAILED above): nothing was chosen for it" in done.stderr
+    assert yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())["values"] == {}

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra and not getattr(args, "takes_method_flags", False):
         command.error(f"unrecognized arguments: {' '.join(extra)}{flag_suggestions(extra, args.command_flags)}")
     args.extra = extra
-    previous = _stop_on_signals()
+    delivered: list[int] = []  # the signals that stopped this call (not an interrupt raised by code)
+    previous = _stop_on_signals(delivered)
     quiet = _quiet_environment(getattr(args, "quiet", False))
     shown = warnings.showwarning
     warnings.showwarning = _one_line_setup_warnings(shown)
@@ -81,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {note}", file=sys.stderr)
         if not stop.notes:
             print("  no run had started its rounds (nothing to resume); the same command starts again", file=sys.stderr)
+        for signum in delivered[:1]:
+            # A host that runs main() in its process and asked to hear of signals (a test
+            # session: tests/signal_guard.py) stops too, instead of going on to its next call.
+            handler = previous.get(signum)
+            if getattr(handler, "fedbench_chain", False):
+                handler(signum, None)
         return stop.exit_code
     finally:
         warnings.showwarning = shown
@@ -132,14 +139,16 @@ def _restore_environment(saved: dict[str, str | None]) -> None:
             os.environ[name] = value
 
 
-def _stop_on_signals() -> dict[int, object]:
+def _stop_on_signals(delivered: list[int]) -> dict[int, object]:
     """SIGTERM (a scheduler's timeout, preemption) and SIGINT (Ctrl-C) raise RunInterrupted,
     which ends the command with 128 + the signal number instead of a success (SIGTERM used
-    to exit 0) or Lightning's silent exit 1. Returns the handlers to restore."""
+    to exit 0) or Lightning's silent exit 1; each one received is appended to `delivered`.
+    Returns the handlers to restore."""
 
     def stop(signum, frame):
         from benchmark.errors import RunInterrupted
 
+        delivered.append(signum)
         raise RunInterrupted(signum)
 
     if threading.current_thread() is not threading.main_thread():

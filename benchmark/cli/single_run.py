@@ -76,11 +76,12 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
                 "its table is above. Pass --force to run it again (it replaces the folder)."
             )
             return 0
-        with Tracker.for_run(config, tags=tags) as tracker:
+        with Tracker.for_run(config, tags=tags, deferred=True) as tracker:
             try:
                 result = run_experiment(config, tracker=tracker, engine=engine)
             except Exception as exc:  # recorded beside the folder: `fedbench runs` lists the cell as failed
-                record_failure(run_dir, f"{exc.__class__.__name__}: {exc}", config.to_dict())
+                if tracker.started:  # not a run refused while it was built: it never trained
+                    record_failure(run_dir, f"{exc.__class__.__name__}: {exc}", config.to_dict())
                 raise
     from benchmark.sweeps.compare import run_curves
 

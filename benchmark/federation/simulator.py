@@ -357,7 +357,8 @@ class FederatedSimulator:
         result = FederationResult(states, rounds_trained=server.rounds_trained)  # the server keeps the count
         if resume is not None:
             result.rounds = list(resume.rounds)
-        bar = _progress(len(self.schedule), "rounds", self.progress, first_round)
+        name = getattr(self.method, "name", type(self.method).__name__)
+        bar = _progress(len(self.schedule), "rounds", self.progress, first_round, f"training {name}")
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
@@ -525,5 +526,5 @@ class FederatedSimulator:
         return sum(cid in sampled for sampled in self.schedule[:round_index])
 
 
-def _progress(total: int, unit: str, enabled: bool, initial: int = 0):
-    return progress_bar(total=total, unit=unit, enabled=enabled, initial=initial, leave=False)
+def _progress(total: int, unit: str, enabled: bool, initial: int = 0, desc: str = ""):
+    return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, initial=initial, leave=False)

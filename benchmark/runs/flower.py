@@ -114,12 +114,30 @@ class ClientWorld:
     def __init__(self, config: RunConfig) -> None:
 
         self.run = run = prepare_run(config, progress=False)
+        _quiet_node_log()
         self.initial = run.method.client_state()  # every client starts here (the run seed)
         self.simulator = run.simulator()
         self.evaluator = run.evaluator()
 
 
 _WORLD: dict[str, ClientWorld] = {}  # one run per process at a time, keyed by its config
+
+
+def _not_a_simulation_actor_ending(record) -> bool:
+    return not record.getMessage().startswith("Manually terminating ClientAppActor")
+
+
+def _quiet_node_log() -> None:
+    """A node's Flower log once: open_clip's `logging.info` (building the backbone) gave the
+    root logger a handler, to which the `flwr` logger propagates every record, DEBUG ones
+    included, beside its own handler's copy. Nor the simulation's "Manually terminating
+    ClientAppActor" warning, printed by every Ray worker of `fedbench flower` at its normal end."""
+    import logging
+
+    logger = logging.getLogger("flwr")
+    logger.propagate = False
+    if _not_a_simulation_actor_ending not in logger.filters:
+        logger.addFilter(_not_a_simulation_actor_ending)
 
 
 @contextlib.contextmanager
@@ -371,6 +389,40 @@ def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[F
 
 
 # -- running it --------------------------------------------------------------------------
+@contextlib.contextmanager
+def quiet_flower() -> Iterator[None]:
+    """Flower's warnings and errors, once each, and nothing else: fedbench prints the rounds
+    (a labelled progress bar) and the results itself. Without this a 2-round run printed 89
+    lines: Flower's INFO strategy log (its own handler), every record again through the root
+    logger (open_clip's `logging.info` calls basicConfig, and the `flwr` logger, at DEBUG,
+    propagates to it), Flower's deprecation of `run_simulation` (the local simulation is what
+    `fedbench flower` is; `flwr run` is the way to a real federation, docs/scaling-out.md)
+    twice, and Ray's FutureWarning about accelerator variables for a CPU-only actor."""
+    import logging
+    import warnings
+
+    logger = logging.getLogger("flwr")
+    levels = [(h, h.level) for h in logger.handlers]
+    propagate = logger.propagate
+
+    def wanted(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("DEPRECATED FEATURE: The `run_simulation` function")
+
+    logger.propagate = False
+    logger.addFilter(wanted)
+    for handler, _ in levels:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Tip: In future versions of Ray", category=FutureWarning)
+            yield
+    finally:
+        logger.removeFilter(wanted)
+        logger.propagate = propagate
+        for handler, level in levels:
+            handler.setLevel(level)
+
+
 def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
     """A `benchmark.runs.runner.FederationEngine` running the federation on Flower's simulation
     runtime: one virtual SuperNode per client, `parallel` ClientApps at a time, each with
@@ -390,12 +442,13 @@ def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
         init = {"num_cpus": parallel * client_cpus}
         if client_gpus:
             init["num_gpus"] = parallel * client_gpus
-        run_simulation(
-            app,
-            client_app,
-            num_supernodes=len(run.partition.clients),
-            backend_config={"client_resources": resources, "init_args": init},
-        )
+        with quiet_flower():
+            run_simulation(
+                app,
+                client_app,
+                num_supernodes=len(run.partition.clients),
+                backend_config={"client_resources": resources, "init_args": init},
+            )
         if not outcome:
             raise RuntimeError("the Flower simulation ended without a result (its log above says why)")
         return outcome[0]

@@ -52,14 +52,22 @@ class MetricRow:
     value: float
 
 
-def code_version() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
+# The folders of the checkout whose files a run executes: a file there that git does not
+# track (a new method in methods/) makes the checkout dirty, as an edited one does; untracked
+# files elsewhere (runs/, a notes file) do not.
+CODE_FOLDERS = ("benchmark", "methods", "data", "flower")
+
+
+def code_version(root: Path | None = None) -> dict[str, Any]:
+    """The package version, the checkout's commit, and whether its code differs from that
+    commit (`git_dirty`: an edited tracked file, or an untracked one in CODE_FOLDERS)."""
+    root = Path(__file__).resolve().parents[2] if root is None else Path(root)
     version = {"fedbench": _package_version("fedbench")}
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
         ).stdout.strip()
-        dirty = subprocess.run(
+        edited = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=root,
             capture_output=True,
@@ -67,7 +75,15 @@ def code_version() -> dict[str, Any]:
             timeout=5,
             check=True,
         ).stdout.strip()
-        version.update(git_commit=commit, git_dirty=bool(dirty))
+        untracked = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        version.update(git_commit=commit, git_dirty=bool(edited or untracked))
     except (OSError, subprocess.SubprocessError):
         version.update(git_commit=None, git_dirty=None)
     return version

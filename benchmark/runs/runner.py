@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
+import numpy as np
 import torch
 
 from benchmark import flops, shortcuts
@@ -28,6 +29,7 @@ from benchmark.federation.simulator import (
     describe_sampling,
 )
 from benchmark.method import FederatedMethod, state_bytes
+from benchmark.progress import progress_bar
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
@@ -284,6 +286,8 @@ def _run_counted(
 ) -> RunResult:
     started = time.perf_counter()
     run = prepare_run(config, progress, train_features=engine is None)
+    if tracker is not None and hasattr(tracker, "start"):
+        tracker.start()  # a deferred W&B run starts now, with the run built: never for a refused one
     protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
     dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
     rows: list[MetricRow] = []
@@ -349,7 +353,20 @@ def _run_counted(
     eval_rounds = evaluation_rounds(config.rounds, config.eval_every)
     final_round = config.rounds
     if engine is not None:
-        federation, final_scores = engine(run, on_round_end, record_evaluation, eval_rounds)
+        # The rounds as `fedbench run` shows them (the engine's own log is quiet: benchmark.runs.flower).
+        bar = progress_bar(
+            total=len(run.schedule), desc=f"training {config.method}", unit="rounds", enabled=progress, leave=False
+        )
+
+        def on_engine_round(log) -> None:
+            on_round_end(log)
+            bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
+            bar.update()
+
+        try:
+            federation, final_scores = engine(run, on_engine_round, record_evaluation, eval_rounds)
+        finally:
+            bar.close()
         per_client, summary_metrics, details = record_evaluation(final_round, final_scores)
     else:
         simulator = run.simulator(

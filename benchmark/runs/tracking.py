@@ -47,8 +47,18 @@ DEFAULT_PROJECT = "fedbench"
 class Tracker:
     """Wraps one wandb run; every call is guarded so tracking failures only warn."""
 
-    def __init__(self, run: Any | None) -> None:
+    def __init__(self, run: Any | None, pending: tuple | None = None) -> None:
         self.run = run
+        self._pending = pending  # _start's arguments, until `start` (a deferred run)
+        self.started = pending is None
+
+    def start(self) -> None:
+        """Start a deferred W&B run: `run_experiment` calls it once the run is built (method,
+        data, partition) and its rounds begin, so that a run refused before then (a bad
+        --clients, a plugin without configure_optimizers) leaves no W&B run behind."""
+        if not self.started:
+            self.started = True
+            self.run = _start(*self._pending)
 
     @classmethod
     @contextmanager
@@ -59,9 +69,12 @@ class Tracker:
         name: str | None = None,
         run_config: dict[str, Any] | None = None,
         tags: list[str] | tuple[str, ...] = (),
+        deferred: bool = False,
     ) -> Iterator["Tracker"]:
-        """`name` and `run_config` replace the cell's run name and config (the table run)."""
-        tracker = cls(_start(config, job_type, name, run_config, tags))
+        """`name` and `run_config` replace the cell's run name and config (the table run).
+        `deferred`: W&B starts at `tracker.start()` (a run's first round), not now."""
+        arguments = (config, job_type, name, run_config, tags)
+        tracker = cls(None, arguments) if deferred else cls(_start(*arguments))
         try:
             yield tracker
         except BaseException:
@@ -126,7 +139,9 @@ class Tracker:
             import wandb
 
             artifact = wandb.Artifact(Path(run_dir).name, type="run-folder")
-            artifact.add_dir(str(run_dir))
+            # File by file: add_dir prints "Adding directory to artifact ... Done." on every run.
+            for path in sorted(p for p in Path(run_dir).rglob("*") if p.is_file()):
+                artifact.add_file(str(path), name=path.relative_to(run_dir).as_posix())
             self.run.log_artifact(artifact)
 
         self._guard("artifact", log)

@@ -107,12 +107,56 @@ def _config_of(folder: Path) -> dict[str, Any] | None:
 
 
 def differing(entries: list[RunEntry]) -> list[str]:
-    """The settings whose values are not the same in every run (a setting a run lacks, such
-    as another method's hyperparameter, differs), in the order they first appear."""
+    """The settings whose values are not the same in every run, in the order they first
+    appear: a run option that differs, and a method hyperparameter whose value differs
+    among the runs that have it (another method's hyperparameters do not make a column:
+    fourteen methods' defaults made 70 columns of dashes)."""
     known = [e.settings() for e in entries if e.config is not None]
+    hyperparameters = {k for e in entries if e.config is not None for k in (e.config.get("method_args") or {})}
     keys = list(dict.fromkeys(k for s in known for k in s))
-    missing = object()
-    return [k for k in keys if len({repr(s.get(k, missing)) for s in known}) > 1]
+
+    def differs(key: str) -> bool:
+        values = {repr(s[key]) for s in known if key in s}
+        return len(values) > 1 or (key not in hyperparameters and any(key not in s for s in known))
+
+    return [k for k in keys if differs(k)]
+
+
+def where(entries: list[RunEntry], conditions: list[str]) -> list[RunEntry]:
+    """The runs whose state, run name, run options or hyperparameters match every
+    KEY=VALUE of `conditions` (`fedbench runs --where method=pfedmma lr=0.01 state=failed`;
+    numbers compare as numbers, `run=` matches a part of the name)."""
+    for condition in conditions:
+        key, sep, wanted = condition.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--where takes KEY=VALUE, got {condition!r}")
+        known = {"run", "state", *(k for e in entries for k in e.settings())}
+        if key not in known:
+            import difflib
+
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            raise ConfigError(
+                f"--where {condition}: no run has a setting {key!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f". Settings of these runs: {', '.join(sorted(known))}"
+            )
+        entries = [e for e in entries if _matches(e, key, wanted)]
+    return entries
+
+
+def _matches(entry: RunEntry, key: str, wanted: str) -> bool:
+    if key == "run":
+        return wanted in entry.name
+    value = entry.state if key == "state" else entry.settings().get(key, _ABSENT)
+    if value is _ABSENT:
+        return False
+    try:
+        return float(value) == float(wanted)
+    except (TypeError, ValueError):
+        return _text(value) == wanted
+
+
+_ABSENT = object()
 
 
 def table(entries: list[RunEntry]) -> pd.DataFrame:

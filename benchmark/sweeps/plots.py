@@ -51,24 +51,62 @@ def radar_values(stats: pd.DataFrame, metrics: Sequence[str] | None = None) -> p
     return table.reindex(columns=list(metrics))
 
 
-def method_colours(labels: Sequence[str]) -> dict[str, tuple]:
+# Colours of the row labels, in table order: tab10's ten hues, then four a reader tells apart
+# from them (black, maroon, navy, magenta; each at least 25 CIELAB units from every other
+# colour here, `tests/test_figures.py`). tab20, used before for more than ten methods, pairs
+# each hue with a pale copy of it (promptfl/zeroshot, fedclip/fedmaple read as one method).
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#000000", "#800000", "#000075", "#f032e6",
+)  # fmt: skip
+# Past tab10, a label's line is also dashed (its colour is nearer one of tab10's), and past
+# the palette the colours come round again with another dash pattern.
+DASHES = ("-", "--", ":", "-.")
+
+
+def method_colours(labels: Sequence[str]) -> dict[str, str]:
     """One colour per row label, by its position in the table, shared by every figure."""
-    plt = _pyplot()
     labels = list(dict.fromkeys(labels))
-    palette = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20").colors
-    return {label: palette[i % len(palette)] for i, label in enumerate(labels)}
+    return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
+
+
+def method_dashes(labels: Sequence[str]) -> dict[str, str]:
+    """The radar's line style per row label: solid for tab10's colours, dashed for the four
+    after them, then another pattern each time the colours come round again."""
+    labels = list(dict.fromkeys(labels))
+    return {label: DASHES[(i >= 10) + i // len(PALETTE)] for i, label in enumerate(labels)}
+
+
+def shared_range(values: np.ndarray) -> tuple[float, float]:
+    """One radial range for every axis of a radar panel: the values' min and max, with a
+    margin, widened to whole multiples of 5 within [0, 100]. With one range a ring means
+    the same accuracy on every axis: 66.25 on one axis and 65.83 on another sit side by
+    side, not on the outer ring and at the centre."""
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    span = max(high - low, 10.0)
+    return max(0.0, 5 * np.floor((low - 0.15 * span) / 5)), min(100.0, 5 * np.ceil((high + 0.05 * span) / 5))
 
 
 def radar(
     stats: pd.DataFrame,
     path: Path,
-    colours: dict[str, tuple] | None = None,
+    colours: dict[str, str] | None = None,
     metrics: Sequence[str] | None = None,
 ) -> Path | None:
     """One polygon per table row (`radar_values`: the numbers of table.md) over `metrics`
-    (default Local, Base, Novel or New, HM), one panel per grid value. Each axis spans its
-    own range (the rows' min to max with a margin, printed on the axis), so methods a few
-    points apart do not overlap."""
+    (default Local, Base, Novel or New, HM), one panel per grid value. Every axis of a panel
+    spans the same range (`shared_range`, its rings labelled), and the legend sits below the
+    panels, clear of every axis label."""
+    fig = radar_figure(stats, colours, metrics)
+    if fig is None:
+        return None
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    _pyplot().close(fig)
+    return path
+
+
+def radar_figure(stats: pd.DataFrame, colours: dict[str, str] | None = None, metrics: Sequence[str] | None = None):
+    """`radar`'s figure (None when there is nothing to draw), left open."""
     values_by_row = radar_values(stats, metrics)
     if values_by_row.empty:
         return None
@@ -77,40 +115,60 @@ def radar(
     metrics = list(values_by_row.columns)
     if len(metrics) < 3:
         return None
-    labels = values_by_row.index.get_level_values("label")
+    labels = list(dict.fromkeys(values_by_row.index.get_level_values("label")))
     colours = colours or method_colours(labels)
+    dashes = method_dashes(list(colours) if set(labels) <= set(colours) else labels)
     grids = list(dict.fromkeys(values_by_row.index.get_level_values("grid")))
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(grids), figsize=(7.5 * len(grids), 6), subplot_kw={"polar": True}, squeeze=False)
-    fig.subplots_adjust(wspace=0.6)
+    fig, axes = plt.subplots(1, len(grids), figsize=(6.5 * len(grids), 6.5), subplot_kw={"polar": True}, squeeze=False)
+    fig.subplots_adjust(wspace=0.45)
     angles = np.linspace(0, 2 * np.pi, len(metrics), endpoint=False).tolist()
+    handles: dict[str, object] = {}
     for ax, grid in zip(axes[0], grids):
         means = values_by_row.xs(grid, level="grid")
-        low, high = means.min(), means.max()
-        spans = {m: max(high[m] - low[m], 1.0) for m in metrics}
-        lows = {m: max(0.0, low[m] - 0.25 * spans[m]) for m in metrics}  # the worst row near 20 % radius
-        highs = {m: min(100.0, high[m] + 0.05 * spans[m]) for m in metrics}
+        low, high = shared_range(means[metrics].to_numpy(dtype=float))
         for (label, hyperparameters), row in means.iterrows():
-            radius = [(float(row[m]) - lows[m]) / (highs[m] - lows[m]) for m in metrics]
+            radius = [float(row[m]) for m in metrics]
             name = label if hyperparameters == "paper" else f"{label} ({hyperparameters})"
-            ax.plot(angles + angles[:1], radius + radius[:1], label=name, color=colours.get(label))
-            ax.fill(angles + angles[:1], radius + radius[:1], alpha=0.06, color=colours.get(label))
+            (line,) = ax.plot(
+                angles + angles[:1],
+                radius + radius[:1],
+                label=name,
+                color=colours.get(label),
+                linestyle=dashes.get(label, "-"),
+                marker="o",
+                ms=3,
+                linewidth=1.6,
+            )
+            ax.fill(angles + angles[:1], radius + radius[:1], alpha=0.03, color=colours.get(label))
+            handles.setdefault(name, line)
         ax.set_xticks(angles)
-        ax.set_xticklabels([f"{m}\n[{lows[m]:.1f}, {highs[m]:.1f}]" for m in metrics])
-        ax.tick_params(axis="x", pad=12)
-        ax.set_yticklabels([])
-        ax.set_ylim(0, 1)
+        ax.set_xticklabels(metrics, fontsize=11)
+        ax.tick_params(axis="x", pad=10)
+        ax.set_ylim(low, high)
+        step = next(d for d in (2, 5, 10, 20, 25) if (high - low) / d <= 5)  # at most 5 rings, round numbers
+        rings = [r for r in np.arange(np.ceil(low / step) * step, high + 1e-9, step) if r > low]
+        ax.set_yticks(rings)
+        ax.set_yticklabels([f"{r:g}" for r in rings], fontsize=8, color="0.35")
+        ax.set_rlabel_position(180 / len(metrics))  # between the first two axes, on no polygon's vertex
         ax.set_title(
-            f"{dataset}{f' ({grid})' if grid else ''}: each axis spans its own range", fontsize=10, pad=36
-        )  # above the top axis label
-        ax.legend(loc="upper right", bbox_to_anchor=(1.35, 1.1), fontsize=8)
-    fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.1)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+            f"{dataset}{f' ({grid})' if grid else ''}: accuracy (%), {low:g} at the centre", fontsize=10, pad=28
+        )
+    columns = min(4, max(1, (len(handles) + 3) // 4))
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="upper center",
+        bbox_to_anchor=(0.5, 0.02),
+        ncol=columns,
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.06)
+    return fig
 
 
-MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p")
+MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8")
 
 
 def curve_looks(labels: Sequence[str]) -> dict[str, dict]:
@@ -129,10 +187,46 @@ def curve_looks(labels: Sequence[str]) -> dict[str, dict]:
     }
 
 
-def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | None = None) -> Path | None:
+MIN_SPAN = 10.0  # accuracy points the y-axis spans at least: a 0.4-point wiggle must not look like a cliff
+
+
+def y_range(values: Sequence[float]) -> tuple[float, float]:
+    """The y-axis of an accuracy panel: the values with a margin, at least MIN_SPAN points
+    tall (centred on them), within [0, 100]."""
+    low, high = float(np.nanmin(values)), float(np.nanmax(values))
+    margin = max(0.05 * (high - low), (MIN_SPAN - (high - low)) / 2, 0.0)
+    low, high = low - margin, high + margin
+    if low < 0:
+        low, high = 0.0, min(100.0, high - low)
+    if high > 100:
+        low, high = max(0.0, low - (high - 100)), 100.0
+    return low, high
+
+
+def what_is_averaged(cells: Sequence[Cell]) -> str:
+    """The curves' title: a single run by its method, dataset and seed; else what the
+    values are means over (clients always; seeds and datasets when there are several)."""
+    if len(cells) == 1:
+        config = cells[0].config
+        return f"{cells[0].label} on {config.dataset}, seed {config.seed}: accuracy by round (over its clients)"
+    seeds = {c.config.seed for c in cells}
+    datasets = {c.dataset for c in cells}
+    over = ["clients"]
+    if len(seeds) > 1:
+        over.append(f"{len(seeds)} seeds")
+    if len(datasets) > 1:
+        over.append(f"{len(datasets)} datasets")
+    where = "" if len(datasets) > 1 else f" on {next(iter(datasets))}"
+    seed = f", seed {next(iter(seeds))}" if len(seeds) == 1 else ""
+    return f"Accuracy by round{where}{seed} (mean over {', '.join(over[:-1]) + ' and ' if len(over) > 1 else ''}{over[-1]})"
+
+
+def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | None = None) -> Path | None:
     """Accuracy by round, one panel per metric: the over-clients value of every evaluated
-    round, mean over seeds and datasets, one line per method label (and grid value)."""
-    frames = []
+    round, mean over seeds and datasets, one line per method label (and grid value). The
+    title says what it is (a single run: its method, dataset and seed); each panel's y-axis
+    spans at least MIN_SPAN points."""
+    frames, finished = [], []
     for cell in cells:
         folder = run_dir(cell)
         if not is_complete(folder):
@@ -142,6 +236,7 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | 
         if not m.empty:
             m = m.assign(label=cell.label, grid=", ".join(f"{k}={v}" for k, v in cell.grid))
             frames.append(m)
+            finished.append(cell)
     if not frames:
         return None
     data = pd.concat(frames).groupby(["label", "grid", "metric", "round"], as_index=False, sort=False)["value"].mean()
@@ -154,7 +249,8 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | 
 
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics):
-        for (label, grid), rows in data[data["metric"] == metric].groupby(["label", "grid"], sort=False):
+        part = data[data["metric"] == metric]
+        for (label, grid), rows in part.groupby(["label", "grid"], sort=False):
             ax.plot(
                 rows["round"],
                 rows["value"],
@@ -166,9 +262,11 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, tuple] | 
         ax.set_title(metric)
         ax.set_xlabel("round")
         ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(*y_range(part["value"].to_numpy(dtype=float)))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.suptitle("Accuracy by round (mean over clients, seeds and datasets)")
+    if data["label"].nunique() > 1 or data["grid"].nunique() > 1:
+        axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    fig.suptitle(what_is_averaged(finished))
     fig.tight_layout()
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)

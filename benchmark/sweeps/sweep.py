@@ -163,12 +163,10 @@ def needed_datasets(sections: list[str], cells: list[Cell]) -> list[str]:
     return list(names)
 
 
-def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
-    """A cell is done when a finished run folder of its identity exists (`force`: none is).
-    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
-
-    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
-    todo = [c for c in cells if c not in done]
+def check_data(cells: list[Cell]) -> tuple[dict[str, str], set[str], dict[str, str], dict[tuple, DataCheck]]:
+    """What a run of each cell would find of its data, each dataset checked once per data
+    root: (missing: dataset -> what to do to get it, not ready: present but unreadable (a
+    subset of missing), partial: dataset -> what is lacking, every check)."""
     missing: dict[str, str] = {}
     not_ready: set[str] = set()
     partial: dict[str, str] = {}
@@ -190,6 +188,22 @@ def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: li
                     not_ready.add(name)
             elif check.partial:
                 partial[name] = check.partial
+    return missing, not_ready, partial, checks
+
+
+def missing_datasets(cells: list[Cell]) -> dict[str, str]:
+    """The datasets the cells load that a run could not start on: name -> where it was looked
+    for and how to get it (generated datasets, such as the toy world's, are never missing)."""
+    return check_data(cells)[0]
+
+
+def plan_sweep(preset: Preset, cells: list[Cell], force: bool = False, shown: list[Cell] | None = None) -> SweepPlan:
+    """A cell is done when a finished run folder of its identity exists (`force`: none is).
+    `shown` (default `cells`) are the cells the rendered table reads; `cells` are added to it."""
+
+    done = [] if force else [c for c in cells if is_complete(run_dir(c))]
+    todo = [c for c in cells if c not in done]
+    missing, not_ready, partial, checks = check_data(cells)
     blocked: dict[tuple, str] = {}
     for cell in todo:
         key = needs_key(cell)

@@ -22,6 +22,7 @@ from benchmark.registry import register_method
 class HalfPrompt(FederatedMethod):
     """CoOp context: the first n_shared vectors FedAvg'd, the rest personal."""
 
+    lr_schedule = "SGD, cosine from lr to 0 over each client-round's steps (CoOp's recipe)"
     upload_keys = ("shared_ctx",)  # fnmatch patterns over state_dict keys; the rest stays home
     frozen_image_features = True  # only the text side learns: image features can be cached
     tunable = {"lr": LogUniform.around(0.002)}  # what `fedbench tune` searches: lr in [0.0002, 0.06]
@@ -37,6 +38,14 @@ class HalfPrompt(FederatedMethod):
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
     ) -> None:
+        """Args:
+        n_ctx: number of learned context vectors before the class name (CoOp: 16).
+        n_shared: how many of them, the first ones, are uploaded and averaged each round.
+        init_std: standard deviation of the context's normal initialization.
+        lr: SGD learning rate, decayed by a cosine over the client-round.
+        momentum: SGD momentum.
+        weight_decay: SGD weight decay.
+        """
         super().__init__(backbone)
         if not 0 < n_shared < n_ctx:
             raise ValueError(f"n_shared must be between 1 and n_ctx - 1 = {n_ctx - 1}, got {n_shared}")

@@ -38,6 +38,7 @@ def run(args) -> int:
 
     import torch
 
+    from benchmark.progress import progress_bar
     from benchmark.sweeps import perf
 
     started = time.perf_counter()
@@ -48,21 +49,34 @@ def run(args) -> int:
     else:
         backbone, schedule, method_args = args.backbone, perf.Schedule(), {}
     methods = [(m, {"method_args": method_args.get(m, {})}) for m in args.methods]
+    out = Path(args.out)
+    print(announce(out, args.quick), flush=True)
+    configs = _overhead_configs(args.quick)
+    # One bar over the steps: redirected, it prints a line every 30 s within a long step too.
+    steps = progress_bar(total=len(configs) + 4, desc="fedbench bench", unit="steps")
     # Timed first, in the state a run starts from: after the ViT-B/16 counting below, the same
     # tiny-CLIP client-round took 1.4x as long in one process (14.1 against 10.1 ms; the
     # framework's 0.44 against 0.41 ms), which made its share look smaller than a run's.
-    print("timing the framework's share of a client-round ...", flush=True)
-    overhead = [_overhead(name, config) for name, config in _overhead_configs(args.quick)]
-    print(f"counting per-unit FLOPs on {backbone} (random weights) for {len(methods)} methods ...", flush=True)
+    overhead = []
+    for name, config in configs:
+        steps.set_postfix_str(f"the framework's share of a client-round: {name}")
+        overhead.append(_overhead(name, config))
+        steps.update()
+    steps.set_postfix_str(f"per-unit FLOPs on {backbone} (random weights), {len(methods)} methods")
     reports = perf.table_costs(methods, backbone, schedule, progress=True)
     worst, worst_ratio = perf.worst_ratio(reports)
-    print("timing runs with the shortcuts on and off ...", flush=True)
+    steps.update()
+    steps.set_postfix_str("runs with the shortcuts on and off")
     walls = _shortcut_walls(args.quick)
-    print("timing evaluation with the clients batched and one by one ...", flush=True)
+    steps.update()
+    steps.set_postfix_str("evaluation with the clients batched and one by one")
     batched = _batched_evaluation_walls(args.quick)
     peak = matmul_gflops(MATMUL_SIZE)
-    print("timing training with a round's clients batched and one by one ...", flush=True)
+    steps.update()
+    steps.set_postfix_str("training with a round's clients batched and one by one")
     trained = _batched_training_walls(args.quick)
+    steps.update()
+    steps.close()
     for b in batched:
         if b["apart"]:  # fp32 on a CPU: batching may move last bits, never a prediction here
             raise RuntimeError(f"{b['name']}: batched evaluation scored a client {b['apart']} points apart")
@@ -186,13 +200,41 @@ def run(args) -> int:
         "",
     ]
     report = "\n".join(lines)
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(report)
     print(report)
-    print(f"wrote {out}")
+    print(f"wrote {out}" + (" (this repository's report: `git diff` shows what moved)" if _shipped(out) else ""))
     met = worst_ratio <= TARGET_RATIO and all(o["share"] <= TARGET_OVERHEAD for o in overhead)
     return 0 if met else 1
+
+
+def announce(out, quick: bool) -> str:
+    """What the command is about to do: how long it took last time (from the report it
+    rewrites) and which file it rewrites, said before the minutes it runs."""
+    import re
+
+    previous = out.read_text() if out.is_file() else ""
+    took = re.search(r"in (\d+) s\. Machine", previous)
+    how_long = (
+        "seconds"
+        if quick
+        else f"{int(took.group(1)) // 60 + 1} minutes or so (the report there took {took.group(1)} s)"
+        if took
+        else "10 minutes or more on a laptop CPU"
+    )
+    rewrites = (
+        f"rewrites {out}, this repository's report (--out FILE writes elsewhere)"
+        if _shipped(out)
+        else f"writes {out}" + (" over the report there" if previous else "")
+    )
+    return f"fedbench bench: {how_long}; {rewrites} when it is done"
+
+
+def _shipped(out) -> bool:
+    """Whether `out` is the results/perf.md of this checkout (tracked: the shipped report)."""
+    from pathlib import Path
+
+    return Path(out).resolve() == Path(__file__).resolve().parents[3] / "results" / "perf.md"
 
 
 def _cpu_name() -> str:

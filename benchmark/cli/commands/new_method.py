@@ -52,13 +52,13 @@ def run(args) -> int:
         print(
             f"next: edit {module}, then either `pip install -e {package}` (with fedbench installed from its "
             "checkout, `pip install -e /path/to/fedbench`: the PyPI project named fedbench is another one) and "
-            f"`fedbench methods --describe {name} --backbone fedbench-tiny-vit`, or without installing: "
+            f"`fedbench methods --describe {name} --backbone fedbench-toy-vit`, or without installing: "
             f"`fedbench run --method {module}:{class_name(name)} ...`"
         )
         return 0
     path = write_skeleton(name, Path(args.out or "methods"))
     print(f"wrote {path}")
-    print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-tiny-vit`")
+    print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-toy-vit`")
     return 0
 
 

@@ -38,7 +38,11 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
-    p.add_argument("--results", help="folder of the rendered table (default: results/TABLE)")
+    p.add_argument(
+        "--results",
+        help="folder of the rendered table (default: results/TABLE; for a subset -- --seeds, --datasets, "
+        f"--methods or --set -- OUT/{SUBSET_TABLE}, so that a part of the table never writes over the full one)",
+    )
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--wandb", choices=["auto", "online", "offline", "disabled"], help="W&B mode (default: auto)")
@@ -69,6 +73,10 @@ def add_parser(subparsers) -> None:
     add_quiet_argument(p)
     p.set_defaults(func=run)
 
+
+# Where a subset's table goes by default: beside its run folders, never over results/TABLE,
+# which holds (and in this repository ships) the preset's full table.
+SUBSET_TABLE = "subset-table"
 
 # W&B naming flags of every cell (and of the table's run); the environment variables fill in the rest.
 WANDB_NAMING = {
@@ -108,6 +116,15 @@ def run_tags(preset: str, args) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def subset_flags(args, cells: list, every_cell: list | None) -> list[str]:
+    """The flags that make this call a part of the preset's table (filters that leave out some
+    of `every_cell`), or another table (--set); none when the call runs the whole table, extra
+    methods included (`fedbench demo`: every registered method)."""
+    filters = [f"--{key}" for key in ("seeds", "datasets", "methods") if getattr(args, key)]
+    partial = every_cell is not None and any(cell not in cells for cell in every_cell)
+    return (filters if partial else []) + (["--set"] if args.set else [])
+
+
 def run(args) -> int:
     from benchmark.backbone import check_weights_reachable
     from benchmark.config import ConfigError
@@ -118,9 +135,9 @@ def run(args) -> int:
 
     executor = make_executor(args)
     preset = load_preset(args.table)
-    results = Path(args.results or Path("results") / preset.name)
+    full_table = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
-        preset = preset.with_tuned(load_tuned(results / TUNED_YAML), f"see {results / TUNED_YAML}")
+        preset = preset.with_tuned(load_tuned(full_table / TUNED_YAML), f"see {full_table / TUNED_YAML}")
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
     for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
@@ -129,9 +146,16 @@ def run(args) -> int:
     cells = preset.cells(overrides, args.seeds, args.datasets, args.methods)
     filtered = any(getattr(args, k) for k in ("seeds", "datasets", "methods"))
     shown = preset.cells(overrides) if filtered else None
+    subset = subset_flags(args, cells, shown)
+    results = full_table if args.results or not subset else Path(overrides["out"]) / SUBSET_TABLE
     plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     plan.overrides = parse_set(args.set)
     print(plan.describe(every_cell=args.dry_run))
+    if results != full_table:
+        print(
+            f"a subset of {preset.name} ({', '.join(subset)}): its table goes to {results}, not {full_table} "
+            f"(the preset's full table); pass --results {full_table} to render it there"
+        )
     if args.dry_run:
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built

@@ -17,6 +17,14 @@ def add_parser(subparsers) -> None:
         "dir", metavar="DIR", nargs="?", default="runs", help="folder holding the run folders (default: runs)"
     )
     p.add_argument(
+        "--where",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only the runs matching every KEY=VALUE: state, a run option or a hyperparameter "
+        "(method=pfedmma lr=0.01 state=failed); run=TEXT matches a part of the run's name",
+    )
+    p.add_argument(
         "--plot",
         nargs="?",
         const="",
@@ -31,15 +39,22 @@ def run(args) -> int:
     from pathlib import Path
 
     from benchmark.config import ConfigError
-    from benchmark.sweeps.compare import render, scan, table
 
     root = Path(args.dir)
+    nothing = (
+        f"no runs under {root}: a run folder holds summary.json (finished), a round checkpoint "
+        ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs"
+    )
+    if root.is_dir() and not any(_could_be_a_run(path) for path in root.iterdir()):
+        raise ConfigError(nothing)  # said before pandas and torch load (seconds)
+    from benchmark.sweeps.compare import render, scan, table, where
+
     entries = scan(root)
     if not entries:
-        raise ConfigError(
-            f"no runs under {root}: a run folder holds summary.json (finished), a round checkpoint "
-            ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs"
-        )
+        raise ConfigError(nothing)
+    entries = where(entries, args.where)
+    if not entries:
+        raise ConfigError(f"no run under {root} matches --where {' '.join(args.where)}")
     listing = table(entries)
     with_pandas_options(lambda: print(listing.to_string(index=False)))
     counts = {s: sum(e.state == s for e in entries) for s in ("finished", "resumable", "failed")}
@@ -50,6 +65,14 @@ def run(args) -> int:
         for path in files.values():
             print(f"wrote {path}")
     return 0
+
+
+def _could_be_a_run(path) -> bool:
+    """What `benchmark.sweeps.compare.scan` reads as a run, by name alone."""
+    name = path.name
+    if name.startswith("."):
+        return name.endswith(".checkpoint.pt")
+    return name.endswith(".failed.json") or (path / "summary.json").is_file()
 
 
 def with_pandas_options(show) -> None:

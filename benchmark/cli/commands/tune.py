@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 DEFAULT_TRIALS = 8
@@ -80,6 +81,7 @@ def run(args) -> int:
     if not plan.variants:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
+    check_before_tuning(plan)  # nothing is written (no tuning.db, no lock) for trials that cannot run
     print(
         f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
         f"selecting by the mean {plan.headline} over seeds {', '.join(map(str, plan.seeds))}; studies in {results / 'tuning.db'}"
@@ -93,4 +95,37 @@ def run(args) -> int:
             f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})"
         )
     print(f"wrote {results / 'tuning.csv'}, {results / 'tuned.yaml'}")
+    # Every method's budget is spent now: one without values had no trial that finished.
+    failed = [v.label for v in plan.variants if v.label not in tuned["values"]]
+    if failed:
+        print(
+            f"fedbench tune: every trial of {', '.join(failed)} failed (see FAILED above): nothing was chosen for "
+            f"{'it' if len(failed) == 1 else 'them'}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
+
+
+def check_before_tuning(plan) -> None:
+    """What `fedbench reproduce` checks before its first cell, for every trial's cells: the
+    method, its hyperparameters, the protocol and the backbone (`validate_run`), the data and
+    the weights, each a user error (exit 2) naming what is missing and how to get it."""
+    from benchmark.backbone import check_weights_reachable
+    from benchmark.config import ConfigError
+    from benchmark.runs.prechecks import validate_run
+    from benchmark.sweeps.sweep import missing_datasets
+
+    cells = [cell for variant in plan.variants for cell in plan.cells(variant, {})]
+    for cell in cells:
+        validate_run(cell.config, check_data=False)
+    missing = missing_datasets(cells)
+    if missing:
+        raise ConfigError(
+            f"cannot tune {plan.preset.name}: its trials need data that is not here ("
+            + "; ".join(f"{name}: {how}" for name, how in missing.items())
+            + "). Get it, or pass --datasets with the ones you have (`fedbench reproduce "
+            f"{plan.preset.name} --dry-run` lists them)"
+        )
+    for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in cells):
+        check_weights_reachable(backbone, weights)

@@ -144,7 +144,7 @@ def _run_cell(job: CellJob) -> Outcome:
         with cell_lock(folder):
             if not job.force and is_complete(folder):  # another sweep finished it meanwhile
                 return Outcome("done_elsewhere")
-            with Tracker.for_run(cell.config, job_type=cell.label, tags=job.tags) as tracker:
+            with Tracker.for_run(cell.config, job_type=cell.label, tags=job.tags, deferred=True) as tracker:
                 run_experiment(cell.config, tracker=tracker, progress=False)
         return Outcome("ran")
     except CellBusy as busy:  # another process is running it now: never twice
