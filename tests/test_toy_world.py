@@ -61,7 +61,7 @@ def test_class_names_are_attribute_names():
     assert "red striped object" in world.toy_specs()["toy"].class_names
     assert "red circle" in world.toy_specs()["toy_shapes"].class_names
     assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
-    assert "cyan concentric object" in world.toy_specs()["toy"].class_names
+    assert "orange concentric object" in world.toy_specs()["toy"].class_names
     assert world.object_name(colour=0, pattern=1, synonyms={"colour", "pattern"}) == "crimson banded object"
 
 
