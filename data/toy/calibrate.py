@@ -270,7 +270,7 @@ def to_markdown(rows: list[dict], command: str, checkpoint: str, sha256: str, st
             f"{r['coop_base'] - r['zs_base']:+.1f} | {r['coop_novel'] - r['zs_novel']:+.1f} | "
             f"{'all' if len(met) == len(TARGETS) else f'{len(met)} of {len(TARGETS)}: not ' + ', '.join(t.name for t in TARGETS if t.name not in met)} |"
         )
-    if len(lines) > 10:
+    if any("styles" not in r for r in rows):
         lines += [
             "",
             "Targets (real CLIP's base-to-novel regime): " + "; ".join(f"{t.name}: {t.rule}" for t in TARGETS) + ".",
