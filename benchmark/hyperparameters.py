@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.config import parse_bool
-from benchmark.errors import UserError
+from benchmark.errors import SetupWarning, UserError
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = ROOT / "methods" / "hyperparameters.json"
@@ -233,8 +233,6 @@ def builtin_hyperparameters(method: str) -> list[Hyperparameter] | None:
 
 def _warn_stale(changed: list[str]) -> None:
     import warnings
-
-    from benchmark.errors import SetupWarning
 
     shown = MANIFEST.relative_to(ROOT).as_posix() if MANIFEST.is_relative_to(ROOT) else MANIFEST
     warnings.warn(

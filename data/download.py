@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from data.catalog import dataset_info
+from data.loaders.domainbed import DUPLICATES_URL
 from data.loaders.split_zhou import SPLIT_ZHOU_LINKS
 
 _COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
@@ -99,11 +100,6 @@ TORCHVISION_FILES = {
 STANFORD_CARS_FILES = ("cars_train.tgz", "cars_test.tgz", "car_devkit.tgz", "cars_test_annos_withlabels.mat")
 STANFORD_CARS_MIRROR = "https://www.kaggle.com/datasets/jessicali9530/stanford-cars-dataset"
 DOMAINBED_DOWNLOAD = "https://github.com/facebookresearch/DomainBed/blob/main/domainbed/scripts/download.py"
-# DomainBed's list of DomainNet images that duplicate others (its download.py deletes them
-# after unpacking; domainbed/misc/domain_net_duplicates.txt, 9,431 lines).
-DUPLICATES_URL = (
-    "https://raw.githubusercontent.com/facebookresearch/DomainBed/main/domainbed/misc/domain_net_duplicates.txt"
-)
 # TerraIncognita's sources as DomainBed's download.py fetches them since its June 2024 fix.
 _LILA = "https://storage.googleapis.com/public-datasets-lila/caltechcameratraps"
 TERRA_IMAGES = f"{_LILA}/eccv_18_all_images_sm.tar.gz"
