@@ -363,7 +363,7 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
 # -- selection over seeds -----------------------------------------------------------------------
 # Validation HM by (lr, seed): 0.2 is on the edge of stability -- the best single run (seed 1)
 # but collapses at seed 2 -- while the paper's 0.002 is good at both.
-EDGE_HM = {(0.002, 1): 70.0, (0.002, 2): 68.0, (0.2, 1): 80.0, (0.2, 2): 20.0}
+EDGE_HM = {(0.002, 101): 70.0, (0.002, 102): 68.0, (0.2, 101): 80.0, (0.2, 102): 20.0}
 
 
 def test_tuning_selects_the_best_mean_over_seeds_not_the_best_single_run(tmp_path, fake_data_root, monkeypatch):
@@ -386,12 +386,12 @@ def test_tuning_selects_the_best_mean_over_seeds_not_the_best_single_run(tmp_pat
     monkeypatch.setattr(runner, "run_experiment", known_scores)
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))  # lists seed 1 only
     assert main(tune_args(tmp_path, preset, "--trials", "4")) == 0
-    assert {seed for _, seed, _ in ran} == {1, 2} and {split for *_, split in ran} == {"val"}
+    assert {seed for _, seed, _ in ran} == {101, 102} and {split for *_, split in ran} == {"val"}
     frame = trials(tmp_path / "results")
     assert set(frame["param_lr"]) == {0.002, 0.2}, "both values must be tried for the test to mean anything"
     edge = frame[frame.param_lr == 0.2].iloc[0]
-    assert (edge.value_seed1, edge.value_seed2, edge.value) == (80.0, 20.0, 50.0)
-    assert frame["value_seed1"].max() == 80.0  # a single-seed search (seed 1) would have chosen 0.2
+    assert (edge.value_seed101, edge.value_seed102, edge.value) == (80.0, 20.0, 50.0)
+    assert frame["value_seed101"].max() == 80.0  # a single-seed search (seed 101) would have chosen 0.2
     (chosen,) = frame[frame.chosen].itertuples()
     assert chosen.param_lr == 0.002 and chosen.value == 69.0
     tuned = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
