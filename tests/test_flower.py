@@ -148,8 +148,11 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
         assert summaries["flower"] == summaries["run"], method  # metrics, bytes, never-trained clients, counts
         metrics = {e: (f / "metrics.csv").read_text() for e, f in folders.items()}
         assert metrics["flower"] == metrics["run"], method
-    per_client = pd.read_csv(folders["run"] / "metrics.csv").query("metric == 'Base' and client >= 0 and round == 2")
-    assert per_client["value"].nunique() > 1  # pFedMMA's clients differ: their personal state counts
+    # pFedMMA's clients differ over the same class sets (Base, Novel): their personal state counts
+    per_client = pd.read_csv(folders["run"] / "metrics.csv").query(
+        "metric in ['Base', 'Novel'] and client >= 0 and round == 2"
+    )
+    assert per_client.groupby("metric")["value"].nunique().max() > 1
 
 
 @pytest.mark.slow
