@@ -63,26 +63,16 @@ def code_version(root: Path | None = None) -> dict[str, Any]:
     commit (`git_dirty`: an edited tracked file, or an untracked one in CODE_FOLDERS)."""
     root = Path(__file__).resolve().parents[2] if root is None else Path(root)
     version = {"fedbench": _package_version("fedbench")}
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
-        ).stdout.strip()
-        edited = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
-        untracked = subprocess.run(
-            ["git", "ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=True,
-        ).stdout.strip()
+        commit = git("rev-parse", "HEAD")
+        edited = git("status", "--porcelain", "--untracked-files=no")
+        untracked = git("ls-files", "--others", "--exclude-standard", "--", *CODE_FOLDERS)
         version.update(git_commit=commit, git_dirty=bool(edited or untracked))
     except (OSError, subprocess.SubprocessError):
         version.update(git_commit=None, git_dirty=None)
