@@ -49,8 +49,10 @@ def protocol_option_help(name: str) -> str:
     """A protocol option flag's `--help`: what each protocol that declares it says."""
     from benchmark.protocol import available_protocols, option_owners
 
-    protocols = available_protocols()
-    return "; ".join(f"{p}: {protocols[p].options[name].describe()}" for p in option_owners()[name])
+    protocols, said = available_protocols(), {}
+    for protocol in option_owners()[name]:  # protocols that declare it alike share one text
+        said.setdefault(protocols[protocol].options[name].describe(), []).append(protocol)
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in said.items())
 
 
 def run_option_help(name: str) -> str:
