@@ -292,3 +292,40 @@ def test_partition_command_draws_a_coop_dataset_reproducibly(fedbench, tmp_path,
         assert all(sum(1 for v in row if v) == 2 for row in first)  # two classes each
     figure = matplotlib.image.imread(tmp_path / "a.png")
     assert figure.ndim == 3 and figure.shape[0] > 50 and figure.shape[1] > 50
+
+
+def test_zero_shot_runs_the_pathological_protocol_and_keeps_its_partition(tmp_path):
+    from conftest import tiny_config
+    from fake_layouts import make_fake_dataset
+
+    from benchmark.runs.runner import run_experiment
+
+    make_fake_dataset("oxford_pets", tmp_path / "data", num_classes=6, per_class=8)
+    config = tiny_config(
+        tmp_path / "data", tmp_path, dataset="oxford_pets", protocol="pathological", method="zeroshot",
+        clients=3, shots=0, rounds=1, classes_per_client=2,
+    )  # fmt: skip
+    result = run_experiment(config, progress=False)
+    assert list(result.summary["metrics"]) == ["Acc"] and 0.0 <= result.summary["metrics"]["Acc"] <= 100.0
+    rows = (result.run_dir / "partition.csv").read_text().splitlines()[1:]
+    assert [sum(1 for v in row.split(",")[1:] if int(v)) for row in rows] == [2, 2, 2]
+    assert (result.run_dir / "partition.png").stat().st_size > 0
+
+
+def test_a_protocol_declaration_is_checked_at_registration():
+    from benchmark.config import ConfigError
+    from benchmark.protocol import Option, Protocol, available_protocols, register_protocol
+
+    class Bad(Protocol):
+        metrics, headline = ("Acc",), "Acc"
+        options = {"k": Option(int, 0, "a count", ge=1)}
+
+    with pytest.raises(ConfigError, match="k = 0 is invalid: expected an integer >= 1"):
+        register_protocol("bad_default")(Bad)
+
+    class NoHeadline(Protocol):
+        metrics, headline = ("Acc",), "HM"
+
+    with pytest.raises(ValueError, match="headline 'HM' must be one of its metrics"):
+        register_protocol("no_headline")(NoHeadline)
+    assert not {"bad_default", "no_headline"} & set(available_protocols())
