@@ -131,3 +131,16 @@ def test_no_protocol_name_is_written_into_the_framework():
     }
     # `fedbench datasets`' column of a dataset's domains shares a word with the protocol.
     assert found == {"benchmark/cli/commands/datasets.py: 'domains'"}
+
+
+def test_protocol_options_are_part_of_the_cell_identity():
+    from benchmark.config import build_config
+    from benchmark.runs.identity import cell_hash, run_name
+
+    default = build_config({"protocol": "dirichlet"})
+    assert cell_hash(default) == cell_hash(build_config({"protocol": "dirichlet", "beta": 0.5}))  # defaults resolved
+    flat = build_config({"protocol": "dirichlet", "beta": 0.1})
+    assert cell_hash(flat) == cell_hash(build_config({"protocol": "dirichlet", "protocol_args": {"beta": 0.1}}))
+    assert cell_hash(flat) != cell_hash(default)
+    msst = build_config({"protocol": "msst", "dataset": "toy_domains", "target": "dusk"})
+    assert run_name(msst).startswith("promptfl_toy_domains_to-dusk_msst_")  # the protocol's run_name_part
