@@ -29,8 +29,6 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-import numpy as np
-
 from benchmark.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -177,6 +175,8 @@ class Protocol:
 
     def summarize(self, per_client: dict[int, dict[str, float]], partition: Partition) -> dict[str, float]:
         """Unweighted mean over clients of each client metric."""
+        import numpy as np  # lazy: `fedbench --help` imports this registry and stays fast without numpy
+
         names = next(iter(per_client.values())).keys()
         return {m: float(np.mean([v[m] for v in per_client.values()])) for m in names}
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from benchmark.evaluation.protocols.helpers import chunk_partition, mean_by_group, member_named, planned_chunks
+from benchmark.evaluation.protocols.helpers import chunk_partition, mean, mean_by_group, member_named, planned_chunks
 from benchmark.evaluation.requests import Request, harmonic_mean, indices_of_classes
 from benchmark.protocol import Option, Protocol, register_protocol
 from data.partition import ChunkGroup, base_novel_split, chunk_count
@@ -62,9 +60,7 @@ class ClassChunkBase2New(Protocol):
         }
 
     def summarize(self, per_client, partition):
-        summary = {
-            m: float(np.mean(list(mean_by_group(per_client, partition, m).values()))) for m in ("Local", "Base", "New")
-        }
+        summary = {m: mean(mean_by_group(per_client, partition, m).values()) for m in ("Local", "Base", "New")}
         summary["HM"] = harmonic_mean(summary["Local"], summary["Base"], summary["New"])
         return summary
 

@@ -3,9 +3,8 @@ class-chunk federations' partition, planned client count and per-group means."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable, Iterable
-
-import numpy as np
 
 from benchmark.errors import ConfigError
 from data.catalog import dataset_info
@@ -16,10 +15,17 @@ if TYPE_CHECKING:
     from data.combined import Member
 
 
+def mean(values: Iterable[float]) -> float:
+    """numpy's mean (its pairwise summation: the tables' numbers were made with it)."""
+    import numpy as np  # lazy: the registry imports the protocols for `fedbench --help`, which stays without numpy
+
+    return float(np.mean(list(values)))
+
+
 def nanmean(values: Iterable[float]) -> float:
     """Mean ignoring clients whose test shard is empty (their accuracy is NaN)."""
-    values = [v for v in values if not np.isnan(v)]
-    return float(np.mean(values)) if values else float("nan")
+    values = [v for v in values if not math.isnan(v)]
+    return mean(values) if values else float("nan")
 
 
 def member_named(dataset: DatasetSplits, name: str) -> Member:
@@ -60,4 +66,4 @@ def mean_by_group(per_client: dict[int, dict[str, float]], partition: Partition,
     for client in partition.clients:
         if client.client_id in per_client:
             groups.setdefault(client.domain, []).append(per_client[client.client_id][metric])
-    return {group: float(np.mean(values)) for group, values in groups.items()}
+    return {group: mean(values) for group, values in groups.items()}

@@ -6,11 +6,9 @@ to its variants: the variants only)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from benchmark.config import dataset_list
 from benchmark.errors import ConfigError
-from benchmark.evaluation.protocols.helpers import chunk_partition, member_named, planned_chunks
+from benchmark.evaluation.protocols.helpers import chunk_partition, mean, member_named, planned_chunks
 from benchmark.evaluation.requests import Request, indices_of_classes
 from benchmark.protocol import Option, Protocol, register_protocol
 from data.partition import ChunkGroup, chunk_count
@@ -73,5 +71,5 @@ class Transfer(Protocol):
         summary = super().summarize(per_client, partition)
         trained = {c.domain for c in partition.clients}
         unseen = [summary[name] for name in partition.targets if name not in trained]
-        summary["Avg"] = float(np.mean(unseen)) if unseen else float("nan")
+        summary["Avg"] = mean(unseen) if unseen else float("nan")
         return summary
