@@ -18,7 +18,8 @@ from typing import Any
 
 import yaml
 
-from benchmark.errors import UserError
+from benchmark.errors import ConfigError
+from benchmark.protocol import option_owners, protocol_class, resolve_protocol_args
 
 # The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
 # so that `fedbench methods` can tell whether any is installed before it imports the registry.
@@ -30,10 +31,6 @@ SAMPLING_RULES = (
 )  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 
 
-class ConfigError(UserError, ValueError):
-    """A configuration value is wrong; the message names it and says what is expected."""
-
-
 @dataclass
 class RunConfig:
     """One run: a method on a dataset under a protocol. Field docs become `--help` texts."""
@@ -43,8 +40,8 @@ class RunConfig:
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
     dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
-    # protocol's {protocols}: the names registered in evaluation/protocols.py (cli/args.py reads them)
-    protocol: str = "base2novel"  # {protocols}
+    # protocol's {protocols}: the registered protocols (benchmark.protocol; cli/args.py fills them in)
+    protocol: str = "base2novel"  # {protocols}; its options: --protocol P --protocol-help
     shots: int = 16  # training images per class (0 = all)
     rounds: int = 50  # communication rounds
     local_epochs: int = 2  # local epochs per round
@@ -52,16 +49,10 @@ class RunConfig:
     participation: float = 1.0  # fraction of clients sampled each round
     client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
     aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
-    class_dealing: str = "balanced"  # base2novel: balanced (sizes differ by at most one class) | authors (round(n/N) each, the last client takes the rest; the paper's partitions)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
     backbone: str = "fedbench-toy-vit"  # open_clip model name
     pretrained: str = "fedbench-toy"  # open_clip tag, local checkpoint path, or 'none'
-    beta: float = 0.5  # Dirichlet concentration (dirichlet / domains protocols)
-    min_client_size: int = 2  # minimum images per client (dirichlet / domains)
-    classes_per_client: int = 20  # classes per client (classchunk / msst / transfer; sets the client count)
-    target: str = ""  # held-out target domain (msst; '' = the protocol's fixed target for the dataset)
-    eval_datasets: str = ""  # datasets tested after training on `dataset` (transfer), joined by '+'
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_split: str = "test"  # test | val: score on the validation split instead (`fedbench tune`; the test split is then never read)
     eval_batch_size: int = 256  # evaluation batch size
@@ -84,6 +75,7 @@ class RunConfig:
     wandb_tags: str = ""  # W&B tags, joined by ',', added to the suite's own ('' = $WANDB_TAGS)
     wandb_name: str = ""  # W&B run name ('' = $WANDB_NAME, else the run folder's name)
     method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
+    protocol_args: dict[str, Any] = field(default_factory=dict)  # the protocol's options, every one resolved
     # fmt: on
 
     def __post_init__(self) -> None:
@@ -100,24 +92,25 @@ class RunConfig:
             (self.shots >= 0, "shots", "an integer >= 0 (0 = all images)"),
             (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
-            (self.classes_per_client >= 1, "classes_per_client", "an integer >= 1"),
             (self.aggregation in {"samples", "uniform"}, "aggregation", "samples or uniform"),
-            (0 < self.beta < math.inf, "beta", "a positive, finite number"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
-            (self.class_dealing in {"balanced", "authors"}, "class_dealing", "balanced or authors"),
             (self.checkpoint_every >= -1, "checkpoint_every", "K >= 1 rounds, 0 (never) or -1 (every 5 minutes)"),
             (self.eval_split in {"test", "val"}, "eval_split", "test or val"),
         ]
         for ok, name, expected in checks:
             if not ok:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
-        for name in ("dataset", "eval_datasets"):
-            parts = dataset_list(getattr(self, name))
-            if (name == "dataset" and not parts) or any(not p for p in parts) or len(set(parts)) != len(parts):
-                raise ConfigError(
-                    f"{name} = {getattr(self, name)!r} is invalid: expected dataset names joined by '+', "
-                    "each once, e.g. caltech101+dtd"
-                )
+        parts = dataset_list(self.dataset)
+        if not parts or any(not p for p in parts) or len(set(parts)) != len(parts):
+            raise ConfigError(
+                f"dataset = {self.dataset!r} is invalid: expected dataset names joined by '+', "
+                "each once, e.g. caltech101+dtd"
+            )
+        if not isinstance(self.protocol_args, dict):
+            raise ConfigError(f"protocol_args must be a mapping, got {self.protocol_args!r}")
+        # Every option of the protocol, checked against its declaration, defaults written out:
+        # what a run records and its cell hashes.
+        self.protocol_args = protocol_arguments(self.protocol, self.protocol_args)
 
     @property
     def datasets(self) -> list[str]:
@@ -126,8 +119,9 @@ class RunConfig:
 
     @property
     def test_datasets(self) -> list[str]:
-        """Datasets tested without being trained on (`eval_datasets` split at '+')."""
-        return dataset_list(self.eval_datasets)
+        """Datasets tested without being trained on (the protocol's say: transfer's `eval_datasets`)."""
+
+        return protocol_class(self.protocol).test_datasets(self.protocol_args)
 
     # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
     NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
@@ -164,7 +158,16 @@ def dataset_list(value: str) -> list[str]:
 
 
 def config_fields() -> list[dataclasses.Field]:
-    return [f for f in fields(RunConfig) if f.name != "method_args"]
+    return [f for f in fields(RunConfig) if f.name not in ("method_args", "protocol_args")]
+
+
+def protocol_arguments(protocol: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Every option of `protocol`, `given` checked against its declaration (ConfigError)."""
+
+    clash = sorted(set(protocol_class(protocol).options) & {f.name for f in fields(RunConfig)})
+    if clash:
+        raise ConfigError(f"protocol {protocol}: its option {clash[0]!r} has the name of a run option; rename it")
+    return resolve_protocol_args(protocol, given)
 
 
 def field_help(name: str) -> str:
@@ -242,31 +245,45 @@ def _read_text(path: Path) -> str:
 
 
 def build_config(*layers: dict[str, Any]) -> RunConfig:
-    """Merge layers (later wins) into a RunConfig. Unknown keys are errors, not ignored."""
+    """Merge layers (later wins) into a RunConfig. Unknown keys are errors, not ignored.
+    The protocol's options go under `protocol_args:` or flat (`beta: 0.3`, as their flags)."""
     known = {f.name for f in fields(RunConfig)}
     merged: dict[str, Any] = {}
     method_args: dict[str, Any] = {}
+    protocol_args: dict[str, Any] = {}
+    flat: list[str] = []  # keys that are no run option: the protocol's, or unknown
     for layer in layers:
         for key, value in layer.items():
             if not isinstance(key, str):
                 raise ConfigError(f"option names are text, got {key!r}: {value!r}")
             key = key.replace("-", "_")
-            if key == "method_args":
+            if key in ("method_args", "protocol_args"):
                 if not isinstance(value, dict):
-                    raise ConfigError(f"method_args must be a mapping, got {value!r}")
-                method_args.update(value)
+                    raise ConfigError(f"{key} must be a mapping, got {value!r}")
+                (method_args if key == "method_args" else protocol_args).update(value)
             elif key in known:
                 merged[key] = value
             else:
-                close = difflib.get_close_matches(key, sorted(known - {"method_args"}), n=1, cutoff=0.75)
-                raise ConfigError(
-                    f"unknown option {key!r}{f' (did you mean {close[0]!r}?)' if close else ''}. Run options: "
-                    f"{', '.join(sorted(known - {'method_args'}))}; method hyperparameters go under method_args: in YAML."
-                )
+                protocol_args[key] = value
+                flat.append(key)
+    protocol = str(merged.get("protocol", RunConfig.protocol))
+
+    options = protocol_class(protocol).options
+    for key in flat:
+        if key not in options:
+            run_options = sorted(known - {"method_args", "protocol_args"})
+            close = difflib.get_close_matches(key, run_options + list(options), n=1, cutoff=0.75)
+            owners = option_owners().get(key)
+            raise ConfigError(
+                f"unknown option {key!r}{f' (did you mean {close[0]!r}?)' if close else ''}"
+                + (f": an option of protocol {', '.join(owners)}, not of {protocol}" if owners else "")
+                + f". Run options: {', '.join(run_options)}; protocol {protocol}'s options: "
+                f"{', '.join(options) or 'none'}; method hyperparameters go under method_args: in YAML."
+            )
     for f in config_fields():
         if f.name in merged:
             merged[f.name] = _coerce(f.name, field_type(f), merged[f.name])
-    return RunConfig(**merged, method_args=method_args)
+    return RunConfig(**merged, method_args=method_args, protocol_args=protocol_args)
 
 
 def parse_bool(value: Any) -> bool:
@@ -284,7 +301,7 @@ def parse_bool(value: Any) -> bool:
 def _coerce(name: str, kind: type, value: Any) -> Any:
     """`value` as a `kind`, or a ConfigError. Stricter than Python's constructors: YAML
     `rounds: true` is not 1, `rounds: null` is no number, `rounds: 2.5` is no integer."""
-    if name in ("dataset", "eval_datasets") and isinstance(value, (list, tuple)):
+    if name == "dataset" and isinstance(value, (list, tuple)):
         value = "+".join(str(v) for v in value)  # a YAML list of datasets: one canonical string
     try:
         if kind is bool:

@@ -3,14 +3,21 @@ divergence and a stop signal.
 
 Every error whose message tells the user what to change subclasses `UserError`: the CLI
 prints its message without a traceback, and a sweep reports the cell instead of retrying it.
-The config, backbone, registry and dataset errors are defined beside the code that raises
-them (`ConfigError`, `BackboneError`, `MethodError`, `DatasetError`)."""
+The backbone, registry and dataset errors are defined beside the code that raises
+them (`BackboneError`, `MethodError`, `DatasetError`); `ConfigError` is here, shared by
+`benchmark.config` and the protocol registry (`benchmark.protocol`)."""
 
 import signal
 
 
 class UserError(Exception):
     """Bad input the user can fix; the message names the thing, what was expected and how to fix it."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration value is wrong; the message names it and says what is expected.
+    Here rather than in `benchmark.config` so that the protocol registry, which the config
+    reads its protocol options from, can raise it without importing the config back."""
 
 
 class SetupWarning(UserWarning):

@@ -104,7 +104,10 @@ def register_method(name: str) -> Callable[[M], M]:
 def reserved_flag_names() -> set[str]:
     """Names a hyperparameter may not take: the run options and `fedbench run`'s own flags."""
 
-    return set(RunConfig.__dataclass_fields__) | {"config", "method_help", "print_config", "help", "force"}
+    from benchmark.protocol import option_owners  # lazy: the protocol registry imports its protocols
+
+    names = set(RunConfig.__dataclass_fields__) | set(option_owners())  # a protocol option is a run flag too
+    return names | {"config", "method_help", "protocol_help", "print_config", "help", "force"}
 
 
 def available_methods() -> dict[str, type[FederatedMethod]]:

@@ -396,3 +396,74 @@ def domain_partition(
                 )
             )
     return Partition("domains", tuple(clients))
+
+
+def pathological_partition(
+    train_labels: Sequence[int],
+    test_labels: Sequence[int],
+    num_clients: int,
+    classes_per_client: int,
+    seed: int,
+    shots: int = 0,
+    num_classes: int | None = None,
+) -> Partition:
+    """Pathological label shift (McMahan et al.'s shards; FL-bench's and Flower Datasets'
+    k-classes partitioner): client i holds class i mod C and `classes_per_client` - 1 other
+    classes drawn at random, so classes overlap between clients when N * k > C. Each class's
+    train images, and its test images, are split evenly at random among the clients that
+    hold it; a class no client holds is left out. A client's label space is every class."""
+    import numpy as np
+
+    num_classes = num_classes or max([*train_labels, *test_labels]) + 1
+    if not 1 <= classes_per_client <= num_classes:
+        raise ValueError(f"classes_per_client = {classes_per_client} must be between 1 and the {num_classes} classes")
+    if num_clients < 1:
+        raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+    rng = np.random.default_rng(seed)
+    held = []
+    for client in range(num_clients):
+        first = client % num_classes
+        others = rng.choice([c for c in range(num_classes) if c != first], classes_per_client - 1, replace=False)
+        held.append(sorted({first, *(int(c) for c in others)}))
+    holders = {c: [i for i, classes in enumerate(held) if c in classes] for c in range(num_classes)}
+
+    def deal(labels: Sequence[int]) -> list[list[int]]:
+        shares: list[list[int]] = [[] for _ in range(num_clients)]
+        labels_arr = np.asarray(labels, dtype=np.int64)
+        for label, clients in holders.items():
+            if not clients:
+                continue
+            positions = np.flatnonzero(labels_arr == label)
+            rng.shuffle(positions)
+            for share, chunk in zip((shares[i] for i in clients), np.array_split(positions, len(clients))):
+                share.extend(int(p) for p in chunk)
+        return [sorted(share) for share in shares]
+
+    train_shares, test_shares = deal(train_labels), deal(test_labels)
+    empty = [i for i, share in enumerate(train_shares) if not share]
+    if empty:
+        raise ValueError(
+            f"client {empty[0]} got no training image ({num_clients} clients x {classes_per_client} classes "
+            "share classes too thin); use fewer clients or more classes per client"
+        )
+    all_classes = tuple(range(num_classes))
+    clients = tuple(
+        ClientShard(
+            client_id,
+            tuple(_client_few_shot(train_labels, train, shots, seed * 100_003 + client_id)),
+            tuple(held[client_id]),
+            test_indices=tuple(test),
+            label_space=all_classes,
+        )
+        for client_id, (train, test) in enumerate(zip(train_shares, test_shares))
+    )
+    return Partition("pathological", clients)
+
+
+def class_counts(partition: Partition, train_labels: Sequence[int], num_classes: int) -> list[list[int]]:
+    """clients x classes: how many training images of each class each client holds."""
+    counts = [[0] * num_classes for _ in partition.clients]
+    for row, client in zip(counts, partition.clients):
+        for index in client.train_indices:
+            row[train_labels[index]] += 1
+    return counts

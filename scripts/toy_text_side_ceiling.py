@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 import data.toy  # noqa: F401  (registers the toy CLIP's weights)
 from benchmark.backbone import load_backbone
-from benchmark.evaluation.protocols import base_novel_split
+from data.partition import base_novel_split
 from data.toy import world
 from data.toy.datasets import generate_split
 from data.toy.pretrain import normalize_images

@@ -238,3 +238,94 @@ def test_domains_protocol_config_errors(tmp_path):
         get_protocol("domains").partition(
             load_dataset("dtd", tmp_path, transforms), tiny_config(tmp_path, tmp_path, clients=4)
         )
+
+
+# -- pathological (k classes per client) and the partition figure (issue 37 item 6) -------
+
+
+def test_pathological_gives_each_client_k_classes_with_overlap_and_every_image_once():
+    from data.partition import pathological_partition
+
+    labels = [c for c in range(5) for _ in range(12)]
+    partition = pathological_partition(labels, labels[:30], num_clients=8, classes_per_client=2, seed=3)
+    assert [len(c.class_ids) for c in partition.clients] == [2] * 8
+    assert all(c.client_id % 5 in c.class_ids for c in partition.clients)  # client i holds class i mod C
+    assert sum(len(c.class_ids) for c in partition.clients) > 5  # 8 x 2 > 5 classes: clients share classes
+    dealt = sorted(i for c in partition.clients for i in c.train_indices)
+    held = {k for c in partition.clients for k in c.class_ids}
+    assert dealt == [i for i, label in enumerate(labels) if label in held]  # each held class's images once
+    for client in partition.clients:
+        assert {labels[i] for i in client.train_indices} == set(client.class_ids)
+        assert {labels[i] for i in client.test_indices} <= set(client.class_ids)
+    assert partition == pathological_partition(labels, labels[:30], 8, 2, seed=3)
+    assert partition.hash != pathological_partition(labels, labels[:30], 8, 2, seed=4).hash
+    with pytest.raises(ValueError, match="classes_per_client = 6 must be between 1 and the 5 classes"):
+        pathological_partition(labels, labels, 2, 6, seed=1)
+
+
+@pytest.mark.parametrize(
+    "protocol, options",
+    [("dirichlet", ["--beta", "0.2"]), ("pathological", ["--classes-per-client", "2"])],
+)
+def test_partition_command_draws_a_coop_dataset_reproducibly(fedbench, tmp_path, protocol, options):
+    """`fedbench partition` on a CoOp-layout dataset (Oxford Pets, split_zhou): the counts
+    as CSV and figure; the same seed gives the same partition, another seed another."""
+    import matplotlib.image
+    from fake_layouts import make_fake_dataset
+
+    make_fake_dataset("oxford_pets", tmp_path / "data", num_classes=6, per_class=8)
+
+    def partition(seed: int, name: str) -> list[list[int]]:
+        args = ["partition", "oxford_pets", "--protocol", protocol, *options, "--clients", 3, "--shots", 0]
+        done = fedbench(*args, "--seed", seed, "--data-root", tmp_path / "data", "--plot", tmp_path / f"{name}.png",
+                        "--csv", tmp_path / f"{name}.csv")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"{protocol} on oxford_pets" in done.stdout and "3 clients" in done.stdout
+        rows = (tmp_path / f"{name}.csv").read_text().splitlines()
+        assert rows[0].split(",")[0] == "client" and len(rows[0].split(",")) == 1 + 6  # one column per class
+        return [[int(v) for v in row.split(",")[1:]] for row in rows[1:]]
+
+    first, again, other = partition(1, "a"), partition(1, "b"), partition(2, "c")
+    assert first == again and first != other
+    assert len(first) == 3 and all(sum(row) > 0 for row in first)
+    if protocol == "pathological":
+        assert all(sum(1 for v in row if v) == 2 for row in first)  # two classes each
+    figure = matplotlib.image.imread(tmp_path / "a.png")
+    assert figure.ndim == 3 and figure.shape[0] > 50 and figure.shape[1] > 50
+
+
+def test_zero_shot_runs_the_pathological_protocol_and_keeps_its_partition(tmp_path):
+    from conftest import tiny_config
+    from fake_layouts import make_fake_dataset
+
+    from benchmark.runs.runner import run_experiment
+
+    make_fake_dataset("oxford_pets", tmp_path / "data", num_classes=6, per_class=8)
+    config = tiny_config(
+        tmp_path / "data", tmp_path, dataset="oxford_pets", protocol="pathological", method="zeroshot",
+        clients=3, shots=0, rounds=1, classes_per_client=2,
+    )  # fmt: skip
+    result = run_experiment(config, progress=False)
+    assert list(result.summary["metrics"]) == ["Acc"] and 0.0 <= result.summary["metrics"]["Acc"] <= 100.0
+    rows = (result.run_dir / "partition.csv").read_text().splitlines()[1:]
+    assert [sum(1 for v in row.split(",")[1:] if int(v)) for row in rows] == [2, 2, 2]
+    assert (result.run_dir / "partition.png").stat().st_size > 0
+
+
+def test_a_protocol_declaration_is_checked_at_registration():
+    from benchmark.config import ConfigError
+    from benchmark.protocol import Option, Protocol, available_protocols, register_protocol
+
+    class Bad(Protocol):
+        metrics, headline = ("Acc",), "Acc"
+        options = {"k": Option(int, 0, "a count", ge=1)}
+
+    with pytest.raises(ConfigError, match="k = 0 is invalid: expected an integer >= 1"):
+        register_protocol("bad_default")(Bad)
+
+    class NoHeadline(Protocol):
+        metrics, headline = ("Acc",), "HM"
+
+    with pytest.raises(ValueError, match="headline 'HM' must be one of its metrics"):
+        register_protocol("no_headline")(NoHeadline)
+    assert not {"bad_default", "no_headline"} & set(available_protocols())

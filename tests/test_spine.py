@@ -206,7 +206,9 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
         "config.yaml",
         "environment.json",
         "metrics.csv",
+        "partition.csv",
         "partition.json",
+        "partition.png",
         "summary.json",
         "timing.json",
     ]

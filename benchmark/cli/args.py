@@ -6,11 +6,7 @@ the protocol names `--help` lists, read without importing torch."""
 from __future__ import annotations
 
 import argparse
-import ast
 import difflib
-import functools
-import importlib.util
-from pathlib import Path
 from typing import Any
 
 from benchmark.config import (
@@ -41,23 +37,22 @@ __all__ = [
 ]
 
 
-@functools.lru_cache(maxsize=1)
 def protocol_names() -> tuple[str, ...]:
-    """The protocols registered in benchmark/evaluation/protocols.py (its PROTOCOLS keys, in
-    order), read from the `@register_protocol("name")` decorators of its source: that module
-    loads torch, and `fedbench --help` must not (tests/test_validation.py)."""
-    source = Path(importlib.util.find_spec("benchmark.evaluation.protocols").origin).read_text()
-    names = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.ClassDef):
-            for decorator in node.decorator_list:
-                if (
-                    isinstance(decorator, ast.Call)
-                    and getattr(decorator.func, "id", None) == "register_protocol"
-                    and isinstance(decorator.args[0], ast.Constant)
-                ):
-                    names.append((node.lineno, decorator.args[0].value))
-    return tuple(name for _, name in sorted(names))
+    """The registered protocols (benchmark.protocol's registry: it and the protocol modules
+    load no torch, which `fedbench --help` must not: tests/test_validation.py)."""
+    from benchmark.protocol import available_protocols
+
+    return tuple(available_protocols())
+
+
+def protocol_option_help(name: str) -> str:
+    """A protocol option flag's `--help`: what each protocol that declares it says."""
+    from benchmark.protocol import available_protocols, option_owners
+
+    protocols, said = available_protocols(), {}
+    for protocol in option_owners()[name]:  # protocols that declare it alike share one text
+        said.setdefault(protocols[protocol].options[name].describe(), []).append(protocol)
+    return "; ".join(f"{', '.join(names)}: {text}" for text, names in said.items())
 
 
 def run_option_help(name: str) -> str:
@@ -67,6 +62,10 @@ def run_option_help(name: str) -> str:
     if "{protocols}" in text:
         text = text.replace("{protocols}", " | ".join(protocol_names()))
     return text
+
+
+# Protocol option flags land under this prefix in the parsed arguments, apart from run options.
+PROTOCOL_FLAG_PREFIX = "protocol_option:"
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,8 +88,24 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                 default=argparse.SUPPRESS,
                 help=f"the same as --{f.name.replace('_', '-')} false",
             )
+    from benchmark.protocol import option_owners
+
+    options = parser.add_argument_group(
+        "protocol options", "each protocol's own options (`--protocol P --protocol-help` lists one protocol's)"
+    )
+    for name in option_owners():
+        options.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=PROTOCOL_FLAG_PREFIX + name,
+            default=argparse.SUPPRESS,
+            metavar="VALUE",  # converted and checked against the chosen protocol's declaration
+            help=protocol_option_help(name).replace("%", "%%"),
+        )
     parser.add_argument(
         "--method-help", action="store_true", help="list the chosen method's hyperparameter flags and exit"
+    )
+    parser.add_argument(
+        "--protocol-help", action="store_true", help="list the chosen protocol's options (flags) and exit"
     )
     parser.add_argument(
         "--print-config",
@@ -173,6 +188,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     """defaults < YAML (--config) < flags; method flags are parsed against the method."""
     yaml_layer = load_yaml(args.config) if args.config else {}
     flag_layer = {f.name: getattr(args, f.name) for f in config_fields() if hasattr(args, f.name)}
+    flag_layer.update(
+        {k[len(PROTOCOL_FLAG_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PROTOCOL_FLAG_PREFIX)}
+    )
     method = flag_layer.get("method", yaml_layer.get("method", RunConfig.method))
     method_flags: dict[str, Any] = {}
     extra = getattr(args, "extra", [])
@@ -206,7 +224,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def answer_without_running(args: argparse.Namespace, config: RunConfig) -> bool:
-    """`--method-help` and `--print-config` print their answer and run nothing."""
+    """`--method-help`, `--protocol-help` and `--print-config` print their answer and run nothing."""
+    if getattr(args, "protocol_help", False):
+        from benchmark.protocol import protocol_class
+
+        cls = protocol_class(config.protocol)
+        print(f"protocol {cls.name}: {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")
+        print("options (flags, or YAML keys flat or under protocol_args:):" if cls.options else "options: none")
+        for name, option in cls.options.items():
+            print(f"  --{name.replace('_', '-')} {option.type.__name__.upper()}  {option.describe()}")
+        return True
     if args.method_help:
         method_parser(config.method).print_help()
         return True

@@ -51,8 +51,8 @@ import yaml
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
 from benchmark.config import IDENTITY_KEY, RunConfig
-from benchmark.evaluation.protocols import PROTOCOLS
 from benchmark.method import FederatedMethod
+from benchmark.protocol import available_protocols, protocol_class
 from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
 from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir, sentence_frames
 from data.catalog import dataset_info, resolve_data_root
@@ -99,7 +99,8 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
 
 
 def _protocol_module(protocol: str) -> tuple[str, ...]:
-    return (PROTOCOLS[protocol].__module__,) if protocol in PROTOCOLS else ()
+    protocols = available_protocols()
+    return (protocols[protocol].__module__,) if protocol in protocols else ()
 
 
 def _reads_attributes(method: str) -> bool:
@@ -398,9 +399,9 @@ def run_name(config: RunConfig) -> str:
     """The run folder's name: what a reader needs to tell cells apart, then the cell hash."""
     # Several datasets make a long name: count them instead (the hash keeps names unique).
     datasets = config.dataset if len(config.datasets) <= 2 else f"{config.datasets[0]}+{len(config.datasets) - 1}more"
-    target = f"_to-{config.target}" if config.target else ""
+    part = protocol_class(config.protocol).run_name_part(config.protocol_args)
     return (
-        f"{config.method}_{datasets}{target}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
+        f"{config.method}_{datasets}{part}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
     )
 
 

@@ -7,6 +7,7 @@ A run folder holds
                    CPU thread count (CPU reductions split across threads add in
                    another order, so the last bits of a loss can depend on it)
   partition.json   the partition manifest (client -> indices, classes) and its hash
+  partition.csv    clients x classes training-image counts, and partition.png, their figure
   metrics.csv      long format: round, client, metric, value (client -1 = over clients)
   summary.json     headline metrics of the final round, parameter counts, bytes, and
                    `health`: whether training looks unstable (`training_health`)
@@ -38,6 +39,7 @@ import pandas as pd
 from benchmark.config import ConfigError, RunConfig
 from benchmark.registry import method_package, plugin_packages
 from benchmark.runs.identity import save_yaml
+from benchmark.runs.partition_files import plot_partition, write_partition_csv
 
 METRICS_COLUMNS = ["round", "client", "metric", "value"]
 ALL_CLIENTS = -1
@@ -116,8 +118,10 @@ def write_run(
     summary: dict[str, Any],
     partition_manifest: dict[str, Any],
     timing: dict[str, Any] | None = None,
+    partition_counts: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the run folder atomically (see module doc); replaces an older folder of the same run."""
+    """Write the run folder atomically (see module doc); replaces an older folder of the same run.
+    `partition_counts` (`partition_files.partition_table`): written as partition.csv and .png."""
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.parent.glob(f".{run_dir.name}.*.partial"):  # left by a killed process
@@ -128,6 +132,9 @@ def write_run(
         save_yaml(config, staging / "config.yaml")
         _write_json(staging / "environment.json", environment(config.method, summary.get("device")))
         _write_json(staging / "partition.json", partition_manifest)
+        if partition_counts is not None:
+            write_partition_csv(partition_counts, staging / "partition.csv")
+            plot_partition(partition_counts, staging / "partition.png", f"{config.protocol} on {config.dataset}")
         frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
         frame.to_csv(staging / "metrics.csv", index=False)
         _write_json(staging / "timing.json", timing or {})

@@ -34,6 +34,7 @@ from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
+from benchmark.runs.partition_files import partition_table
 from benchmark.runs.prechecks import check_device, validate_run
 from benchmark.runs.results import (
     ALL_CLIENTS,
@@ -98,7 +99,7 @@ def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
         if dataset_info(name).test_only:  # no train split: training on it would silently train nothing
             raise ConfigError(
                 f"dataset {name!r} is a test set only (no train split); train on another dataset "
-                "(e.g. imagenet) and test on it with --protocol transfer --eval-datasets."
+                "(e.g. imagenet) and test on it under a protocol that tests on other datasets (`fedbench run --help`)."
             )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
     return load_datasets(config.datasets, resolve_data_root(config.data_root), transforms, config.test_datasets)
@@ -218,8 +219,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         # several datasets would need one of each per dataset, which the hook does not take yet.
         raise ConfigError(
             f"{config.method} reads one dataset's class attribute file; it cannot run over several datasets "
-            f"yet (dataset = {config.dataset!r}, eval_datasets = {config.eval_datasets!r}). "
-            "Run it on one dataset (base2novel, msst)."
+            f"yet (dataset = {config.dataset!r}, test datasets = {'+'.join(config.test_datasets)!r}). "
+            "Run it on one dataset."
         )
     dataset = load_run_dataset(config, backbone)
     validation = None
@@ -437,7 +438,8 @@ def _run_counted(
             **partition.manifest(),
             **({"validation": validation} if validation else {}),
         }
-        write_run(run_dir, config, rows, summary, manifest, timing)
+        counts = partition_table(partition, dataset.train.labels, dataset.class_names)
+        write_run(run_dir, config, rows, summary, manifest, timing, counts)
         if not config.keep_checkpoints:
             checkpointer.remove()
     if tracker is not None:

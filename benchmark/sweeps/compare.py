@@ -59,11 +59,13 @@ class RunEntry:
     note: str = ""  # the error of a failed run, the round a resumable run stopped after
 
     def settings(self) -> dict[str, Any]:
-        """Run options and method hyperparameters (under their own names), flat."""
+        """Run options, protocol options and method hyperparameters (under their own names), flat."""
         if self.config is None:
             return {}
-        flat = {k: v for k, v in self.config.items() if k not in ("method_args", IDENTITY_KEY, *NOT_SETTINGS)}
-        flat.update(self.config.get("method_args") or {})
+        nested = ("method_args", "protocol_args")
+        flat = {k: v for k, v in self.config.items() if k not in (*nested, IDENTITY_KEY, *NOT_SETTINGS)}
+        for key in nested:
+            flat.update(self.config.get(key) or {})
         return flat
 
 
@@ -112,7 +114,13 @@ def differing(entries: list[RunEntry]) -> list[str]:
     among the runs that have it (another method's hyperparameters do not make a column:
     fourteen methods' defaults made 70 columns of dashes)."""
     known = [e.settings() for e in entries if e.config is not None]
-    hyperparameters = {k for e in entries if e.config is not None for k in (e.config.get("method_args") or {})}
+    hyperparameters = {  # and protocol options: another protocol's make no column either
+        k
+        for e in entries
+        if e.config is not None
+        for key in ("method_args", "protocol_args")
+        for k in (e.config.get(key) or {})
+    }
     keys = list(dict.fromkeys(k for s in known for k in s))
 
     def differs(key: str) -> bool:

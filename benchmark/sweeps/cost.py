@@ -20,13 +20,13 @@ from the data when it is there, else from the releases (`RELEASE_IMAGES`).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 
 import torch
 
 from benchmark.backbone import load_backbone
 from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.flops import count_flops
 from data.catalog import dataset_info
 
@@ -68,8 +68,6 @@ RELEASE_IMAGES: dict[str, tuple[int | None, int]] = {
     },
 }
 FROZEN_METHODS = {"zeroshot"}  # methods whose runs train nothing: evaluation only
-# Protocols that train on the base half of the classes (the rest are novel).
-_BASE_HALF = {"base2novel", "classchunk"}
 
 
 @dataclass(frozen=True)
@@ -142,13 +140,8 @@ def _images(name: str, counts: dict[str, tuple[int, int]]) -> tuple[int | None, 
 def _training_pool(name: str, config, counts: dict[str, tuple[int, int]]) -> tuple[float, int] | None:
     """(images of one round at full participation, classes trained on) for dataset `name`."""
     info = dataset_info(name)
-    classes = info.num_classes or 0
-    trained_classes = math.ceil(classes / 2) if config.protocol in _BASE_HALF else classes
-    domains = max(1, len(info.domains))
-    if config.protocol == "msst":
-        domains -= 1  # one domain is the held-out target
-    elif config.protocol != "domains":
-        domains = 1
+    # The share of the dataset the protocol trains on: the base half, the source domains...
+    trained_classes, domains = get_protocol(config.protocol).trained_share(info.num_classes or 0, len(info.domains))
     if config.shots:
         return config.shots * trained_classes * domains, trained_classes
     train_images, _ = _images(name, counts)

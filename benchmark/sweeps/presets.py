@@ -2,11 +2,11 @@
 
 A preset file holds
   title, paper_table (optional key into the paper reference numbers),
-  run:      RunConfig options shared by every cell,
+  run:      RunConfig options shared by every cell (the protocol's options flat or under protocol_args),
   datasets: names, or {name, dataset, targets, run: {per-dataset options}}: `name` labels the
             table section, `dataset` (default: name) is what the runs load, one or a list;
-  targets:  msst only: fixed | lodo | [domains] (per dataset too): one cell per target domain,
-            the table averages them unweighted (leave-one-domain-out),
+  targets:  for a protocol with parts (its `part_option`; e.g. target domains: fixed | lodo |
+            [domains]), per dataset too: one cell per part, the table averages them unweighted,
   methods:  names, or {label, method, method_args} variants (ablations),
   seeds:    list of seeds,
   grid:     optional {option: [values]} axes (shots, beta, ...),
@@ -40,7 +40,7 @@ class MethodVariant:
 @dataclass(frozen=True)
 class Cell:
     """One run of a table: the row label (method variant), the column keys, and its config.
-    `part`: the target domain when the table cell is the mean of several runs (msst)."""
+    `part`: the protocol's part (a target domain) when the table cell is the mean of several runs."""
 
     label: str
     dataset: str
@@ -75,7 +75,7 @@ class Preset:
     seeds: list[int]
     grid: dict[str, list[Any]] = field(default_factory=dict)
     paper_table: str | None = None
-    targets: Any = None  # msst: fixed | lodo | [domains]
+    targets: Any = None  # the protocol's parts, as its `parts` reads them
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> tuned hyperparameters
     tuned_command: str = ""  # the `fedbench tune` command that chose them
 
@@ -101,7 +101,8 @@ class Preset:
         for ds in chosen_datasets:
             data = ds.get("dataset", ds["name"])
             targets = ds.get("targets", self.targets)
-            parts = [""] if targets is None else self._targets(data, targets)
+            protocol = self._protocol(ds, overrides)
+            parts = [""] if targets is None else self._targets(data, targets, protocol)
             for values in itertools.product(*(v for _, v in axes)):
                 grid = tuple((k, v) for (k, _), v in zip(axes, values))
                 for variant in chosen_methods:
@@ -119,28 +120,34 @@ class Preset:
                                         # the table's runs together, unless W&B's variable names a group
                                         "wandb_group": os.environ.get("WANDB_RUN_GROUP") or self.name,
                                     },
-                                    {"target": part} if part else {},
+                                    {protocol.part_option: part} if part else {},
                                     {"method_args": variant.method_args},
                                     {"method_args": tuned.get(variant.label, {})},
                                     overrides or {},
                                 )
                             )
-                            if part and config.protocol != "msst":
-                                raise ConfigError(
-                                    f"preset {self.name}: targets are msst target domains, but dataset "
-                                    f"{ds['name']} runs protocol {config.protocol}"
-                                )
                             origin = hyperparameter_origin(variant.method_args, tuned.get(variant.label))
                             cells.append(Cell(variant.label, ds["name"], grid, config, part, origin))
         return cells
 
-    def _targets(self, dataset, targets) -> list[str]:
+    def _protocol(self, ds: dict[str, Any], overrides: dict[str, Any] | None):
+        """The protocol class of a dataset's cells (a grid over protocols is not expanded here)."""
+        from benchmark.protocol import protocol_class  # lazy: the registry imports the protocols
 
+        layers = [self.run, ds.get("run", {}), overrides or {}]
+        named = [layer["protocol"] for layer in layers if "protocol" in layer]
+        return protocol_class(str(named[-1]) if named else RunConfig.protocol)
+
+    def _targets(self, dataset, targets, protocol) -> list[str]:
+        """The protocol's parts (`part_option` values) that `targets:` names on `dataset`."""
         if isinstance(dataset, (list, tuple)) or "+" in str(dataset):
             raise ConfigError(f"preset {self.name}: targets apply to one multi-domain dataset, not {dataset!r}")
-        from benchmark.evaluation.protocols import msst_targets  # lazy: no torch for --help
-
-        return msst_targets(str(dataset), targets)
+        if not protocol.part_option:
+            raise ConfigError(
+                f"preset {self.name}: targets: expands a protocol's parts (one run per value of its part_option), "
+                f"but protocol {protocol.name} has none; remove targets: for dataset {dataset}"
+            )
+        return protocol.parts(str(dataset), targets)
 
     def with_tuned(self, values: dict[str, dict[str, Any]], command: str = "") -> "Preset":
         """This preset with `values` (label -> hyperparameters) as its tuned values."""

@@ -38,9 +38,8 @@ def run_dir(cell: Cell) -> Path:
     return Path(cell.config.out) / run_name(cell.config)
 
 
-# A table cell made of several runs (msst, one per target domain) shows each run's
-# accuracy under the target's name and, once every target has run, their unweighted mean.
-PART_METRIC = "Acc"
+# A table cell made of several runs (one per part of its protocol: a target domain) shows
+# each run's headline under the part's name and, once every part has run, their unweighted mean.
 
 
 def collect(cells: Sequence[Cell]) -> pd.DataFrame:
@@ -49,6 +48,7 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
     rose: `benchmark.runs.results.training_health`), "" when it has none."""
     rows = []
     parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
+    part_metric: dict[tuple, str] = {}  # (*KEYS, seed) -> the headline its parts average
     part_reasons: dict[tuple, list[str]] = {}
     for cell in cells:
         grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
@@ -62,6 +62,7 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         }
         if cell.part:
             parts.setdefault(tuple(key.values()), {})[cell.part] = None
+            part_metric[tuple(key.values())] = get_protocol(cell.config.protocol).headline
         folder = run_dir(cell)
         summary = read_summary(folder) if (folder / "summary.json").is_file() else None
         if summary is None:
@@ -69,8 +70,9 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         metrics = summary["metrics"]
         unstable = "; ".join(run_health(folder, summary)["reasons"])
         if cell.part:
-            parts[tuple(key.values())][cell.part] = float(metrics[PART_METRIC])
-            metrics = {cell.part: metrics[PART_METRIC]}
+            headline = part_metric[tuple(key.values())]
+            parts[tuple(key.values())][cell.part] = float(metrics[headline])
+            metrics = {cell.part: metrics[headline]}
             if unstable:
                 part_reasons.setdefault(tuple(key.values()), []).append(f"{cell.part}: {unstable}")
         rows.extend(
@@ -81,7 +83,7 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
             rows.append(
                 {
                     **dict(zip(KEYS + ["seed"], key)),
-                    "metric": PART_METRIC,
+                    "metric": part_metric[key],
                     "value": sum(values.values()) / len(values),
                     "unstable": "; ".join(part_reasons.get(key, [])),
                 }

@@ -34,6 +34,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from benchmark.config import RunConfig
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.sweeps.dashboard import dashboard_spec, publish
     from benchmark.sweeps.presets import load_preset
@@ -41,7 +42,7 @@ def run(args) -> int:
     preset = load_preset(args.table)
     project = args.project or os.environ.get("WANDB_PROJECT") or "fedbench"
     entity = args.entity or os.environ.get("WANDB_ENTITY") or None
-    metrics = get_protocol(preset.run.get("protocol", "base2novel")).metrics
+    metrics = get_protocol(preset.run.get("protocol", RunConfig.protocol)).metrics
     spec = dashboard_spec(preset, project, metrics, args.group or os.environ.get("WANDB_RUN_GROUP") or None)
     path = Path(args.spec or Path("results") / preset.name / "dashboard.json")
 

@@ -1,0 +1,90 @@
+"""`fedbench partition DATASET --protocol P [options] --plot OUT.png`: a protocol's
+partition of a dataset, without a model: the clients x classes training-image counts."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.cli.args import PROTOCOL_FLAG_PREFIX, protocol_option_help
+    from benchmark.protocol import option_owners
+
+    p = subparsers.add_parser(
+        "partition",
+        help="show how a protocol splits a dataset over clients (clients x classes counts, --plot a figure)",
+        description="Partition DATASET as a run would (same seed, same partition: partition.json's hash), "
+        "print the clients x classes training-image counts, and with --plot draw them. No model is built.",
+    )
+    p.add_argument("dataset", help="dataset name (`fedbench datasets`); several joined by '+'")
+    p.add_argument("--protocol", default=argparse_default("protocol"), help="the protocol (`fedbench run --help`)")
+    p.add_argument("--clients", type=int, default=argparse_default("clients"), help="number of clients")
+    p.add_argument("--shots", type=int, default=argparse_default("shots"), help="training images per class (0 = all)")
+    p.add_argument("--seed", type=int, default=argparse_default("seed"), help="the partition's seed (the run seed)")
+    p.add_argument("--data-root", default="", help="dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    p.add_argument("--plot", metavar="OUT.png", help="draw the clients x classes counts into this image")
+    p.add_argument("--csv", metavar="OUT.csv", help="write the counts as CSV (one row per client)")
+    for name in option_owners():
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=PROTOCOL_FLAG_PREFIX + name,
+            metavar="VALUE",
+            help=protocol_option_help(name).replace("%", "%%"),
+        )
+    p.set_defaults(func=run)
+
+
+def argparse_default(name: str):
+    from benchmark.config import RunConfig
+
+    return RunConfig.__dataclass_fields__[name].default
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from benchmark.cli.args import PROTOCOL_FLAG_PREFIX
+    from benchmark.config import build_config
+    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.runs.partition_files import partition_table, plot_partition, write_partition_csv
+    from data.catalog import resolve_data_root
+    from data.combined import load_datasets
+    from data.transforms import clip_transforms
+
+    options = {
+        k[len(PROTOCOL_FLAG_PREFIX) :]: v
+        for k, v in vars(args).items()
+        if k.startswith(PROTOCOL_FLAG_PREFIX) and v is not None
+    }
+    config = build_config(
+        {
+            "dataset": args.dataset,
+            "protocol": args.protocol,
+            "clients": args.clients,
+            "shots": args.shots,
+            "seed": args.seed,
+            "data_root": args.data_root,
+        },
+        options,
+    )
+    protocol = get_protocol(config.protocol)
+    protocol.check(config)
+    dataset = load_datasets(
+        config.datasets, resolve_data_root(config.data_root), clip_transforms(224, augment=False), config.test_datasets
+    )
+    partition = protocol.partition(dataset, config)
+    table = partition_table(partition, dataset.train.labels, dataset.class_names)
+    options_text = ", ".join(f"{k}={v}" for k, v in config.protocol_args.items())
+    print(
+        f"{config.protocol} on {config.dataset} ({options_text or 'no options'}; seed {config.seed}): "
+        f"{len(partition.clients)} clients, partition hash {partition.hash}"
+    )
+    print("client  images  classes held")
+    for client, row in zip(partition.clients, table["counts"]):
+        held = sum(1 for count in row if count)
+        print(f"{client.client_id:>6}  {sum(row):>6}  {held:>12}")
+    if args.csv:
+        write_partition_csv(table, Path(args.csv))
+        print(f"wrote {args.csv}")
+    if args.plot:
+        plot_partition(table, Path(args.plot), f"{config.protocol} on {config.dataset}, seed {config.seed}")
+        print(f"wrote {args.plot}")
+    return 0
