@@ -44,33 +44,13 @@ from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_val
     to_record,
 )
 from benchmark.hyperparameters import source_digests as _source_digests
-from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method import CONTRACT, UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
-# What a method may override (docstrings on FederatedMethod say when each runs and what it
-# returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
-HOOKS = (
-    "encode_images",
-    "encode_classes",
-    "classify",
-    "training_step",
-    "configure_optimizers",
-    "aggregate",
-    "download",
-    "set_class_attributes",
-)
-CLASS_ATTRIBUTES = (
-    "upload_keys",
-    "frozen_image_features",
-    "image_feature_kind",
-    "frozen_image_blocks",
-    "evaluate_after_download",
-    "batched_evaluation",
-    "batched_training",
-    "gpu_precision",
-    "uses_class_attributes",
-    "tunable",
-    "ranges",
-)
+# What a method may override and set, read from the contract's one declaration
+# (`benchmark.method.CONTRACT`: core, optional settings, capabilities); `fedbench methods
+# --describe`, `fedbench new-method` and the docs' contract table are built from it.
+HOOKS = tuple(m.name for m in CONTRACT if m.kind == "hook")
+CLASS_ATTRIBUTES = tuple(m.name for m in CONTRACT if m.kind == "attribute")
 M = TypeVar("M", bound=type[FederatedMethod])
 
 _METHODS: dict[str, type[FederatedMethod]] = {}

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from benchmark.backbone import load_backbone
-from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.flops import count_flops
 from data.catalog import dataset_info
 
