@@ -423,7 +423,14 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
 
 def overrides(cls: type[FederatedMethod], hook: str) -> bool:
     """Whether `cls` (or a base between it and FederatedMethod) replaces the default `hook`."""
-    return getattr(cls, hook) is not getattr(FederatedMethod, hook)
+    return _function(cls, hook) is not _function(FederatedMethod, hook)
+
+
+def _function(cls: type, name: str) -> Any:
+    """The function behind `cls.name`: a classmethod (`fit_to_backbone`) is bound anew on
+    every lookup, so it is compared by its `__func__`."""
+    value = getattr(cls, name)
+    return getattr(value, "__func__", value)
 
 
 def overridden_hooks(cls: type[FederatedMethod]) -> list[str]:

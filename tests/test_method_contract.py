@@ -80,6 +80,12 @@ def test_each_hook_says_when_it_runs_what_it_returns_and_its_default():
 def test_the_registry_lists_are_the_declaration():
     assert registry.HOOKS == tuple(m.name for m in CONTRACT if m.kind == "hook")
     assert registry.CLASS_ATTRIBUTES == tuple(m.name for m in CONTRACT if m.kind == "attribute")
+    # An override is told apart for plain hooks and for the classmethod alike.
+    methods = registry.available_methods()
+    assert registry.overridden_hooks(methods["zeroshot"]) == ["encode_classes"]  # its own template
+    assert "fit_to_backbone" in registry.overridden_hooks(methods["pfedmma"])
+    assert "fit_to_backbone" not in registry.overridden_hooks(methods["promptfl"])
+    assert {"class_inputs", "encode_class_inputs"} <= set(registry.overridden_hooks(methods["promptfl"]))
 
 
 def test_the_guides_contract_table_is_the_generated_one():

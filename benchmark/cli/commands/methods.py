@@ -134,13 +134,20 @@ def contract_lines(cls, method) -> list[str]:
         lines.append(f"  {title}:")
         for m in members:
             if m.kind == "attribute":
-                lines.append(f"    {m.name} = {getattr(method, m.name)!r}")
+                lines.append(f"    {m.name} = {_shown(getattr(method, m.name))}")
             elif overrides(cls, m.name):
                 owner = next(c for c in cls.__mro__ if m.name in vars(c))
                 lines.append(f"  * {m.name:<21} overridden in {owner.__module__}.{owner.__qualname__}")
             else:
                 lines.append(f"    {m.name:<21} default: {m.default}")
     return lines
+
+
+def _shown(value) -> str:
+    """An attribute's value; a mapping's values as they read (`ranges`: `lr: > 0`)."""
+    if isinstance(value, dict) and value:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return repr(value)
 
 
 def contract_table() -> str:
