@@ -129,7 +129,7 @@ def convert_value(h: Hyperparameter, value: Any, method: str) -> Any:
     if h.choices and converted not in h.choices:
         raise MethodError(
             f"method {method!r}: hyperparameter {h.name!r} must be one of {', '.join(map(repr, h.choices))}, "
-            f"got {value!r}"
+            f"got {value!r} (default {h.default!r}); pass --{h.name.replace('_', '-')} with one of them"
         )
     if h.range is not None and converted is not None and not h.range.contains(converted):
         raise MethodError(

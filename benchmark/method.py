@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 import lightning as L
 import torch
@@ -120,110 +120,287 @@ class ClientUpdate:
         return float(self.num_samples if self.weight is None else self.weight)
 
 
-class FederatedMethod(L.LightningModule):
-    """Base class of every method. Override what your method changes; defaults in brackets.
-    (`fedbench methods --describe NAME` shows which of these a method overrides;
-    docs/writing-a-method.md walks through a complete one.)
+@dataclass(frozen=True)
+class Member:
+    """One entry of the method contract: a hook a method may override or a class attribute it
+    may set. `when`, `returns` and `default` are the contract table's cells
+    (docs/writing-a-method.md); each hook's docstring says the same at length."""
 
-    Construction: `__init__(self, backbone, <hyperparameters>)`. Every argument after
-    `backbone` is a hyperparameter: typed, with the paper's default, exposed as a CLI flag
-    and a YAML key. Call `self.save_hyperparameters(ignore=["backbone"])`; trainable state
-    is `nn.Parameter`s / submodules of the method (never of the shared backbone).
+    name: str
+    kind: Literal["hook", "attribute"]
+    when: str
+    returns: str
+    default: str
 
-    Computation (called by training and by evaluation alike):
-      - `encode_images(images)` -> image features [CLIP image features, L2-normalized]
-      - `encode_classes(class_names)` -> whatever `classify` needs about the classes
-        [zero-shot text features of "a photo of a {name}.", normalized]
-      - `classify(image_features, class_features)` -> logits [B, C] [scale * cosine]
-      - `logits(images, class_names)`: the composition; Local, Base and Novel all go
-        through it, so no method can special-case a metric. Under mixed precision the
-        backbone's features come back fp32 (benchmark.backbone); the default `classify`
-        keeps the logits fp32 too.
-      - `training_step` [cross-entropy over the current client's classes] and
-        `configure_optimizers` (ordinary Lightning; a fresh optimizer per client-round).
 
-    Federation (plain name -> tensor dicts over `state_dict()` keys):
-      - `upload_keys`: fnmatch patterns of the state sent to the server each round
-        [(): nothing leaves the client].
-      - `aggregate(updates)` on the server [FedAvg with each update's `aggregation_weight`:
-        n_i / sum n_j, or the plain mean under the run setting `aggregation: uniform`].
-      - `download(client_id, aggregate, bank)` -> what a client receives at the start of
-        a round it takes part in, and once more after the last round for evaluation
-        [the aggregate]. `bank` maps client id -> its latest upload (pFedMoAP uses it).
-      - everything in the state that is not downloaded stays personal.
+# The method contract, declared once: the registry's HOOKS and CLASS_ATTRIBUTES, the
+# contract table of docs/writing-a-method.md, `fedbench new-method`'s skeleton and
+# `fedbench methods --describe` are all read from these three tuples, and
+# tests/test_method_contract.py checks that they name every public hook and attribute of
+# FederatedMethod and Capabilities.
+#
+# CORE: what every method author must know: what is computed, how it trains, what travels.
+CORE: tuple[Member, ...] = (
+    Member(
+        "encode_images",
+        "hook",
+        "every image batch (training and evaluation), unless cached features are passed",
+        "image features `[B, D]` (or what `classify` expects)",
+        "the frozen CLIP image feature, normalized",
+    ),
+    Member(
+        "encode_classes",
+        "hook",
+        "every training batch; once per class set in evaluation (Local, Base, Novel)",
+        "what `classify` needs about the classes",
+        'zero-shot "a photo of a {name}." text features',
+    ),
+    Member(
+        "classify",
+        "hook",
+        "after the two encoders",
+        "logits `[B, C]`",
+        "logit scale × cosine",
+    ),
+    Member(
+        "training_step",
+        "hook",
+        "each local training batch",
+        "the loss",
+        "cross-entropy over the client's classes",
+    ),
+    Member(
+        "configure_optimizers",
+        "hook",
+        "start of each client-round (a fresh optimizer each time)",
+        "an optimizer (and scheduler)",
+        "raises: required if anything trains",
+    ),
+    Member(
+        "upload_keys",
+        "attribute",
+        "after each client's training: fnmatch patterns over `state_dict()` keys of what is sent to the server",
+        "–",
+        "`()`: nothing uploaded",
+    ),
+    Member(
+        "aggregate",
+        "hook",
+        "on the server (`benchmark.federation.server.Server`, which every runtime calls) after each round",
+        "the aggregate state",
+        "FedAvg with each update's `aggregation_weight`",
+    ),
+    Member(
+        "download",
+        "hook",
+        "on the server, at the start of a client's round and once before evaluation; it may read its "
+        "arguments and the hyperparameters, not the module's parameters (on Flower the server's module is "
+        "no client's)",
+        "the (partial) state the client loads; the rest stays personal",
+        "the aggregate",
+    ),
+)
+# OPTIONAL: settings that change what a method computes or how it is checked and tuned;
+# most methods keep their defaults.
+OPTIONAL: tuple[Member, ...] = (
+    Member(
+        "ranges",
+        "attribute",
+        "checked with the hyperparameters' types before anything is built: the only check of a value besides `Literal`",
+        "–",
+        "`{}`: no bound",
+    ),
+    Member(
+        "tunable",
+        "attribute",
+        "read by `fedbench tune`: hyperparameter -> search range (`LogUniform`, `Uniform`, `Choice`)",
+        "–",
+        "`{}`: nothing to tune",
+    ),
+    Member(
+        "lr_schedule",
+        "attribute",
+        "shown by `fedbench methods --describe`: one line on how the learning rate moves",
+        "–",
+        '`""`: not stated',
+    ),
+    Member(
+        "fit_to_backbone",
+        "hook",
+        "classmethod, before anything is built, with the backbone's shape read from its config",
+        "the hyperparameters, backbone-relative values resolved; ValueError when they cannot fit",
+        "unchanged",
+    ),
+    Member(
+        "evaluate_after_download",
+        "attribute",
+        "read by evaluation",
+        "–",
+        "`True`: evaluate with the final download applied",
+    ),
+    Member(
+        "uses_class_attributes",
+        "attribute",
+        "read by the run: load the dataset's attribute file and call `set_class_attributes`",
+        "–",
+        "`False`",
+    ),
+    Member(
+        "set_class_attributes",
+        "hook",
+        "once before training, if `uses_class_attributes`",
+        "nothing",
+        "keeps them as `self.class_attributes`",
+    ),
+)
+# CAPABILITIES: performance opt-ins, declared on the `Capabilities` mixin. A method that
+# declares none is correct, only slower; each is a promise the method must keep.
+CAPABILITIES: tuple[Member, ...] = (
+    Member(
+        "frozen_image_features",
+        "attribute",
+        "read by training and evaluation: `encode_images` uses nothing trainable, so image features are "
+        "computed once and cached",
+        "–",
+        "`False`",
+    ),
+    Member(
+        "image_feature_kind",
+        "attribute",
+        "names what a frozen `encode_images` returns (the feature cache's key)",
+        "–",
+        '`"clip"`',
+    ),
+    Member(
+        "frozen_image_blocks",
+        "attribute",
+        "read by evaluation: the leading image blocks `encode_images` leaves as the frozen backbone's (no "
+        "wrapper, no visual prompt); they run once per test image for all clients, and `encode_images` gets "
+        "their output (`ImagePrefix`) in place of images; may be set per instance",
+        "–",
+        "`0`",
+    ),
+    Member(
+        "batched_evaluation",
+        "attribute",
+        "read by evaluation: score a round's clients in one `torch.func.vmap` pass over `encode_classes`, "
+        "`image_features` and `classify`; `False` when they branch on tensor values or call `.item()` (a run "
+        "probes it on its first evaluation and falls back with a warning)",
+        "–",
+        "`True`",
+    ),
+    Member(
+        "batched_training",
+        "attribute",
+        "read by the simulator: train a round's clients in one `torch.func.vmap` pass per step "
+        "(`--batched-training true`); `True` only with the default `training_step`, no other Lightning hook, "
+        "one `torch.optim.SGD`, no random draw in the forward (dropout), and `encode_classes` split into "
+        "`class_inputs` and `encode_class_inputs`; a run probes one step against the client loop's and falls "
+        "back with a warning",
+        "–",
+        "`False`",
+    ),
+    Member(
+        "class_inputs",
+        "hook",
+        "only with `batched_training`: once per round for its clients' class lists",
+        "a tuple of tensors, each stacked over the lists, made from frozen parts alone (tokens, a cached text "
+        "prefix, frozen text features)",
+        "raises: not split",
+    ),
+    Member(
+        "encode_class_inputs",
+        "hook",
+        "only with `batched_training`, under `vmap`: one list's row of `class_inputs`; no `.item()` or Python "
+        "branch on tensor values",
+        "what `encode_classes` returns; `encode_classes(names)` is then "
+        "`encode_class_inputs(first(class_inputs([names])))`, the one path both ways take",
+        "raises: not split",
+    ),
+    Member(
+        "gpu_precision",
+        "attribute",
+        'what `--precision auto` picks on a GPU; "32-true" when the trained state changes the towers by less '
+        "than bf16's matrix products blur them (pFedMMA, LoRA)",
+        "–",
+        '`"bf16-mixed"`',
+    ),
+)
+CONTRACT: tuple[Member, ...] = CORE + OPTIONAL + CAPABILITIES
+# Public methods of FederatedMethod that a method calls and never overrides: training and
+# every metric go through `logits` = classify(image_features(x), encode_classes(names)).
+HELPERS = (
+    "logits",
+    "image_features",
+    "set_client",
+    "client_state",
+    "load_client_state",
+    "uploaded_state",
+    "upload_of",
+    "is_uploaded",
+    "parameter_counts",
+)
 
-    Class attributes:
-      - `frozen_image_features`: `encode_images` depends only on the frozen backbone,
-        so evaluation may compute test-image features once and share them across clients
-        [False]. Set it only if `encode_images` uses nothing trainable.
-      - `image_feature_kind`: names what such an `encode_images` returns ["clip": the
-        normalized CLIP image feature]; the feature cache is keyed by it, so methods that
-        return other frozen features (FedOTP: patch features [M, D]) never share entries
-        with the others.
-      - `frozen_image_blocks`: how many leading blocks of the image tower `encode_images`
-        runs exactly as the frozen backbone's -- no block wrapper, no visual prompt, on the
-        images as given -- when `frozen_image_features` is False [0]. Evaluation then
-        computes those blocks once per test image for all clients and passes their output
-        (`benchmark.backbone.ImagePrefix`) in place of the images; the backbone's image
-        entry points take it and refuse a wrapper or prompt inside it. pFedMMA: the blocks
-        before its first adapted one. May be set per instance in `__init__`.
-      - `evaluate_after_download`: evaluate each client with the final download applied
-        [True]; False evaluates the state its last local training left.
-      - `batched_evaluation`: evaluation may score many clients' states in one pass
-        (when a run asks for it: `--batched-evaluation true`),
-        `torch.func.vmap` over `encode_classes`, `image_features` and `classify` with the
-        states stacked (`benchmark.evaluation.batched`) [True]. Set False when those hooks
-        cannot be vmapped: `.item()` or Python branches on tensor values, in-place writes to
-        the state. A run probes it first and falls back, with a warning, when it fails.
-      - `batched_training`: a round's clients may train in one pass (when a run asks for
-        it: `--batched-training true`; `benchmark.federation.batched_training`) [False].
-        Set True only with the default `training_step` and no other Lightning hook, an SGD
-        optimizer, no randomness in the forward (dropout), and `encode_classes` split in
-        two: `class_inputs(class_lists)` -> a tuple of tensors stacked over the lists, made
-        from frozen parts alone (tokens, a cached text prefix, frozen text features), and
-        `encode_class_inputs(inputs)` -> one list's class features from its slice of them,
-        without data-dependent Python (it runs under `torch.func.vmap`); `encode_classes`
-        then is `encode_class_inputs(first(class_inputs([names])))`, the one path both
-        ways take. A run probes one step against the sequential one and falls back, with
-        a warning, when it fails.
-      - `gpu_precision`: what `--precision auto` picks on a GPU ["bf16-mixed"]. Choose
-        "32-true" when the trained state changes the towers by less than bf16's matrix
-        products blur them (pFedMMA, LoRA; docs/performance.md, Precision). On CPU, auto is "32-true".
-      - `uses_class_attributes`: the method reads per-class descriptor phrases; the run
-        loads the dataset's attribute file (`data.attributes`) and calls
-        `set_class_attributes` before training [False].
-      - `lr_schedule`: one line saying how the learning rate moves, within a client-round
-        and across a client's rounds (`fedbench methods --describe` shows it; the lr each
-        client-round starts at is the metric `lr` of metrics.csv). `benchmark.optim` has
-        the two recipes' lines [""].
-      - `tunable`: hyperparameter name -> search range (`LogUniform`, `Uniform`, `Choice`)
-        that `fedbench tune` searches, every method with the same trial budget; the first
-        trial is always the `__init__` default (the paper's value), which must lie in the
-        range. At least the learning rate, log-uniform around its paper default [{}:
-        nothing to tune].
-      - `ranges`: hyperparameter name -> `Range` of the values it may take (`lr` > 0,
-        `momentum` in [0, 1), a width >= 1), checked with the hyperparameters' types
-        before anything is built, downloaded or logged; the default and any `tunable`
-        range must lie in it [{}: no bound]. `OPTIMIZER_RANGES` has the usual ones.
 
-    Before anything is built: the classmethod `fit_to_backbone(shape, hyperparameters)`
-    checks the hyperparameters against the backbone's shape, read from its config without
-    weights, and resolves values relative to it (pFedMMA's `first_block: auto`).
-    """
+class Capabilities:
+    """The performance opt-ins (`CAPABILITIES`), optional: a method that sets none of them is
+    correct, only slower. Each is a promise about the method's computation that lets a run
+    cache, share or batch work; `CAPABILITIES` says what each promises, and a run checks the
+    batching ones (a probe, then a fallback with a warning)."""
 
-    name: ClassVar[str] = ""  # set by @register_method
-    upload_keys: ClassVar[tuple[str, ...]] = ()
     frozen_image_features: ClassVar[bool] = False
     image_feature_kind: ClassVar[str] = "clip"
     frozen_image_blocks: int = 0
-    evaluate_after_download: ClassVar[bool] = True
     batched_evaluation: ClassVar[bool] = True
     batched_training: ClassVar[bool] = False
     gpu_precision: ClassVar[str] = "bf16-mixed"
-    uses_class_attributes: ClassVar[bool] = False
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, ...]:
+        """Runs only for `batched_training`, once per round with its clients' class lists.
+        Returns what `encode_class_inputs` needs of each list, from frozen parts alone, each
+        tensor stacked along a leading dimension (one row per list; lists of different
+        lengths raise ValueError). Default: raises (encode_classes is not split)."""
+        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
+
+    def encode_class_inputs(self, inputs: tuple[Tensor, ...]) -> Any:
+        """Runs only for `batched_training`, under `torch.func.vmap`, with one class list's row
+        of `class_inputs`. Returns that list's `encode_classes` output; `encode_classes(names)`
+        is then `encode_class_inputs(first(class_inputs([names])))`. Default: raises
+        (encode_classes is not split)."""
+        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
+
+
+class FederatedMethod(Capabilities, L.LightningModule):
+    """Base class of every method: the contract `CORE` and `OPTIONAL` declare, with the
+    performance opt-ins of `Capabilities` apart. Override what your method changes; each
+    hook's docstring says when it runs, what it returns and its default
+    (`fedbench methods --describe NAME` shows which a method overrides;
+    docs/writing-a-method.md walks through a complete one).
+
+    Construction: `__init__(self, backbone, <hyperparameters>)`. Every argument after
+    `backbone` is a hyperparameter: typed, with the paper's default, exposed as a CLI flag
+    and a YAML key; `ranges` and `Literal` annotations are the only checks of its value
+    (before anything is built), so `__init__` does not repeat them. Call
+    `self.save_hyperparameters(ignore=["backbone"])`; trainable state is `nn.Parameter`s /
+    submodules of the method (never of the shared backbone).
+
+    Computation: training and every metric (Local, Base, Novel) go through
+    `logits(images, class_names) = classify(image_features(images), encode_classes(class_names))`,
+    so no method can special-case a metric. Federation: plain name -> tensor dicts over
+    `state_dict()` keys; what `upload_keys` matches is uploaded, `aggregate` combines the
+    uploads on the server, `download` says what each client receives, and everything not
+    downloaded stays personal.
+    """
+
+    name: ClassVar[str] = ""  # set by @register_method
+    # Core (CORE); the capabilities' attributes are on `Capabilities`.
+    upload_keys: ClassVar[tuple[str, ...]] = ()
+    # Optional settings (OPTIONAL).
+    ranges: ClassVar[Mapping[str, Range]] = {}
     tunable: ClassVar[Mapping[str, SearchSpace]] = {}
     lr_schedule: ClassVar[str] = ""
-    ranges: ClassVar[Mapping[str, Range]] = {}
+    evaluate_after_download: ClassVar[bool] = True
+    uses_class_attributes: ClassVar[bool] = False
 
     def __init__(self, backbone: Backbone) -> None:
         super().__init__()
@@ -238,7 +415,7 @@ class FederatedMethod(L.LightningModule):
         return self._backbone
 
     @classmethod
-    def fit_to_backbone(cls, shape: "BackboneShape | Backbone", hyperparameters: dict[str, Any]) -> dict[str, Any]:
+    def fit_to_backbone(cls, shape: BackboneShape | Backbone, hyperparameters: dict[str, Any]) -> dict[str, Any]:
         """Runs before anything is built or downloaded, with the backbone's shape
         (`shape.name`, `shape.text.blocks`, `shape.text.width`, `shape.vision...`: read from
         its config) and every hyperparameter (defaults filled in, types and ranges checked),
@@ -281,17 +458,6 @@ class FederatedMethod(L.LightningModule):
         """Not a hook: `classify(image_features(images), encode_classes(class_names))`, the one
         path training and every metric take. Override the three parts instead."""
         return self.classify(self.image_features(images), self.encode_classes(class_names))
-
-    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor, ...]:
-        """Only for `batched_training`: what `encode_class_inputs` needs of each class list,
-        from frozen parts alone, each tensor stacked along a leading dimension (one row per
-        list; lists of different lengths raise ValueError). Default: not split."""
-        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
-
-    def encode_class_inputs(self, inputs: tuple[Tensor, ...]) -> Any:
-        """Only for `batched_training`: one class list's `encode_classes` output from its row
-        of `class_inputs`. Default: not split."""
-        raise NotImplementedError(f"method {self.name!r} does not split encode_classes (batched_training)")
 
     def image_features(self, inputs: "Tensor | ImagePrefix") -> Tensor:
         """`encode_images` of a batch of images [B, 3, H, W] or of their frozen image prefix

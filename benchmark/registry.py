@@ -44,33 +44,13 @@ from benchmark.hyperparameters import (  # noqa: F401  (MethodError, convert_val
     to_record,
 )
 from benchmark.hyperparameters import source_digests as _source_digests
-from benchmark.method import UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method import CONTRACT, UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
 
-# What a method may override (docstrings on FederatedMethod say when each runs and what it
-# returns); `fedbench methods --describe` and `fedbench new-method` are built from these.
-HOOKS = (
-    "encode_images",
-    "encode_classes",
-    "classify",
-    "training_step",
-    "configure_optimizers",
-    "aggregate",
-    "download",
-    "set_class_attributes",
-)
-CLASS_ATTRIBUTES = (
-    "upload_keys",
-    "frozen_image_features",
-    "image_feature_kind",
-    "frozen_image_blocks",
-    "evaluate_after_download",
-    "batched_evaluation",
-    "batched_training",
-    "gpu_precision",
-    "uses_class_attributes",
-    "tunable",
-    "ranges",
-)
+# What a method may override and set, read from the contract's one declaration
+# (`benchmark.method.CONTRACT`: core, optional settings, capabilities); `fedbench methods
+# --describe`, `fedbench new-method` and the docs' contract table are built from it.
+HOOKS = tuple(m.name for m in CONTRACT if m.kind == "hook")
+CLASS_ATTRIBUTES = tuple(m.name for m in CONTRACT if m.kind == "attribute")
 M = TypeVar("M", bound=type[FederatedMethod])
 
 _METHODS: dict[str, type[FederatedMethod]] = {}
@@ -446,7 +426,14 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
 
 def overrides(cls: type[FederatedMethod], hook: str) -> bool:
     """Whether `cls` (or a base between it and FederatedMethod) replaces the default `hook`."""
-    return getattr(cls, hook) is not getattr(FederatedMethod, hook)
+    return _function(cls, hook) is not _function(FederatedMethod, hook)
+
+
+def _function(cls: type, name: str) -> Any:
+    """The function behind `cls.name`: a classmethod (`fit_to_backbone`) is bound anew on
+    every lookup, so it is compared by its `__func__`."""
+    value = getattr(cls, name)
+    return getattr(value, "__func__", value)
 
 
 def overridden_hooks(cls: type[FederatedMethod]) -> list[str]:

@@ -64,10 +64,8 @@ class CLIPAdapter(FederatedMethod):
     ) -> None:
         super().__init__(backbone)
         dim = backbone.embed_dim
-        if reduction < 1 or dim % reduction:
+        if dim % reduction:
             raise ValueError(f"reduction must divide the feature dimension {dim}, got {reduction}")
-        if not 0.0 <= ratio <= 1.0:
-            raise ValueError(f"ratio is the adapter's share of the blend, in [0, 1]; got {ratio}")
         if "{}" not in template:
             raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")
         self.save_hyperparameters(ignore=["backbone"])

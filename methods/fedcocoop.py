@@ -64,9 +64,7 @@ class FedCoCoOp(FederatedMethod):
     ) -> None:
         super().__init__(backbone)
         dim, width = backbone.embed_dim, backbone.text.width
-        if n_ctx < 1:
-            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
-        if reduction < 1 or dim // reduction < 1:
+        if dim // reduction < 1:
             raise ValueError(f"reduction must be between 1 and the feature dimension {dim}, got {reduction}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx, ctx_init)

@@ -73,8 +73,6 @@ class FedMaPLe(FederatedMethod):
         weight_decay: float = 1e-5,
     ) -> None:
         super().__init__(backbone)
-        if n_ctx < 1:
-            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         self.fit_to_backbone(backbone, {"depth": depth})
         self.save_hyperparameters(ignore=["backbone"])
         text_width, vision_width = backbone.text.width, backbone.vision.width

@@ -45,7 +45,7 @@ dataset's class order (the code follows the file's key order and drops unmatched
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,7 +58,7 @@ from benchmark.registry import register_method
 from data.attributes import ClassAttributes, SentenceFrame
 
 SENTENCE_CHARS = 77  # the code cuts sentences to 77 *characters* before tokenizing
-FIDELITY = ("paper", "code")
+Fidelity = Literal["paper", "code"]  # follow the paper's text or the authors' code
 
 
 # -- text: attribute sentences -----------------------------------------------------------
@@ -165,9 +165,9 @@ class FedMVP(FederatedMethod):
         alpha: float = 10.0,
         lora_rank: int = 8,
         lora_threshold: float = 0.5,
-        local_steps: str = "paper",
-        lora_check: str = "paper",
-        lora_trainable: str = "paper",
+        local_steps: Fidelity = "paper",
+        lora_check: Fidelity = "paper",
+        lora_trainable: Fidelity = "paper",
         lora_at_eval: bool = False,
         flip_p: float = 0.5,
         lr: float = 0.003,
@@ -175,18 +175,9 @@ class FedMVP(FederatedMethod):
         weight_decay: float = 1e-5,
     ) -> None:
         super().__init__(backbone)
-        for name, value in (
-            ("local_steps", local_steps),
-            ("lora_check", lora_check),
-            ("lora_trainable", lora_trainable),
-        ):
-            if value not in FIDELITY:
-                raise ValueError(f"{name} must be 'paper' or 'code', got {value!r}")
         width = backbone.vision.width
         if width % heads:
             raise ValueError(f"heads = {heads} must divide the image tower's width {width}")
-        if n_prompts < 1 or lora_rank < 1:
-            raise ValueError(f"n_prompts and lora_rank must be >= 1, got {n_prompts} and {lora_rank}")
         self.save_hyperparameters(ignore=["backbone"])
         self.automatic_optimization = False  # the step rule (per batch / last batch) is the method's
         self.text_proj = nn.Linear(backbone.embed_dim, width)

@@ -29,6 +29,8 @@ cached per image as [M, D] fp32 (ViT-B/16: 196 x 512 x 4 B = 392 KiB per image, 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -38,7 +40,7 @@ from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Rang
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
 
-OT_VARIANTS = ("COT", "Sinkhorn")  # the authors' names; matched case-insensitively
+OTVariant = Literal["COT", "Sinkhorn"]  # the authors' names
 
 
 def _true_scale_change(log_new: Tensor, log_old: Tensor) -> float:
@@ -94,7 +96,7 @@ def transport_logits(
     patches: Tensor,
     prompts: Tensor,
     logit_scale: float,
-    ot: str = "COT",
+    ot: OTVariant = "COT",
     top_percent: float = 0.8,
     eps: float = 0.01,
     thresh: float = 1e-3,
@@ -144,7 +146,7 @@ class FedOTP(FederatedMethod):
         backbone: Backbone,
         n_ctx: int = 16,
         init_std: float = 0.02,
-        ot: str = "COT",
+        ot: OTVariant = "COT",
         top_percent: float = 0.8,
         eps: float = 0.01,
         thresh: float = 1e-3,
@@ -155,12 +157,6 @@ class FedOTP(FederatedMethod):
         cache_patch_features: bool = True,
     ) -> None:
         super().__init__(backbone)
-        if ot.lower() not in {v.lower() for v in OT_VARIANTS}:
-            raise ValueError(f"ot must be one of {', '.join(OT_VARIANTS)}, got {ot!r}")
-        if not 0.0 < top_percent <= 1.0:
-            raise ValueError(f"top_percent is the transported mass, in (0, 1]; got {top_percent}")
-        if eps <= 0:
-            raise ValueError(f"eps must be > 0, got {eps}")
         self.save_hyperparameters(ignore=["backbone"])
         # Exact either way; False trades the [M, D]-per-image cache for re-encoding images.
         self.frozen_image_features = cache_patch_features

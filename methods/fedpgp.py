@@ -67,10 +67,6 @@ class FedPGP(FederatedMethod):
         weight_decay: float = 5e-4,
     ) -> None:
         super().__init__(backbone)
-        if rank < 1:
-            raise ValueError(f"rank must be >= 1, got {rank}")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx)
         width = backbone.text.width

@@ -102,9 +102,7 @@ class FedTPG(FederatedMethod):
     ) -> None:
         super().__init__(backbone)
         width = backbone.text.width
-        if n_ctx < 1 or ff_mult < 1:
-            raise ValueError(f"n_ctx and ff_mult must be >= 1, got {n_ctx} and {ff_mult}")
-        if heads < 1 or width % heads:
+        if width % heads:
             raise ValueError(f"heads must divide the text width {width} of {backbone.name!r}, got {heads}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx)

@@ -68,8 +68,6 @@ class FedVPT(FederatedMethod):
     ) -> None:
         super().__init__(backbone)
         blocks = backbone.vision.blocks
-        if n_ctx < 1:
-            raise ValueError(f"n_ctx must be >= 1, got {n_ctx}")
         self.fit_to_backbone(backbone, {"depth": depth})
         if "{}" not in template:
             raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")

@@ -107,10 +107,6 @@ class CLIPLoRA(FederatedMethod):
         template: str = "a photo of a {}.",
     ) -> None:
         super().__init__(backbone)
-        if rank < 1:
-            raise ValueError(f"rank must be >= 1, got {rank}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if "{}" not in template:
             raise ValueError(f"template must contain '{{}}' where the class name goes, got {template!r}")
         self.save_hyperparameters(ignore=["backbone"])

@@ -134,12 +134,6 @@ class PFedMMA(FederatedMethod):
         """
         super().__init__(backbone)
         self.save_hyperparameters(ignore=["backbone"])
-        if federate not in FEDERATE:
-            raise ValueError(f"pfedmma: federate must be one of {', '.join(FEDERATE)}, got {federate!r}")
-        if adapter_dim < 1 or shared_dim < 1:
-            raise ValueError(f"pfedmma: adapter_dim and shared_dim must be >= 1, got {adapter_dim}, {shared_dim}")
-        if not alpha > 0:
-            raise ValueError(f"pfedmma: alpha must be > 0 (gradients are scaled by 1/alpha), got {alpha}")
         # Instance-level: the ablation `federate` decides what travels ("none" = local training).
         self.upload_keys = FEDERATE[federate]
         self.alpha = float(alpha)

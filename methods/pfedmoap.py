@@ -55,7 +55,7 @@ for such clients too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -68,8 +68,6 @@ from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Rang
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
 from benchmark.prompts import ContextPrompts
 from benchmark.registry import register_method
-
-SELECTIONS = ("nearest", "random")
 
 
 @dataclass(frozen=True)
@@ -136,7 +134,7 @@ class PFedMoAP(FederatedMethod):
         n_ctx: int = 16,
         init_std: float = 0.02,
         num_experts: int = 10,
-        selection: str = "nearest",
+        selection: Literal["nearest", "random"] = "nearest",
         pool_stride: int = 4,
         gate_heads: int = 8,
         gate_scale: float = 10.0,
@@ -149,18 +147,14 @@ class PFedMoAP(FederatedMethod):
         weight_decay: float = 5e-4,
     ) -> None:
         super().__init__(backbone)
-        if selection not in SELECTIONS:
-            raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
-        if num_experts < 1:
-            raise ValueError(f"num_experts counts the local prompt too: need >= 1, got {num_experts}")
         embed_dim = backbone.embed_dim
-        if pool_stride < 1 or embed_dim % pool_stride:
+        if embed_dim % pool_stride:
             raise ValueError(
                 f"pool_stride must divide the backbone's embed dim {embed_dim}, got {pool_stride} "
                 "(ViT-B/16: 512 / 4 = 128 as in the paper)"
             )
         gate_dim = embed_dim // pool_stride
-        if gate_heads < 1 or gate_dim % gate_heads:
+        if gate_dim % gate_heads:
             raise ValueError(
                 f"gate_heads must divide the gate dim {gate_dim} (= embed dim {embed_dim} / pool_stride "
                 f"{pool_stride}), got {gate_heads}"

@@ -63,8 +63,6 @@ class PromptFL(FederatedMethod):
         weight_decay: SGD weight decay.
         """
         super().__init__(backbone)
-        if warmup_epochs < 0 or not warmup_lr > 0:
-            raise ValueError(f"warmup_epochs must be >= 0 and warmup_lr > 0, got {warmup_epochs} and {warmup_lr}")
         self.save_hyperparameters(ignore=["backbone"])
         self.prompts = ContextPrompts(backbone, n_ctx)
         self.ctx = nn.Parameter(torch.randn(n_ctx, backbone.text.width) * init_std)

@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 import methods  # noqa: F401  (registers the methods)
-from benchmark.cli.commands.bench import TABLE1_METHODS, _describable_textures
+from benchmark.cli.commands.bench import TABLE1_METHODS, describable_textures
 from benchmark.runs.reporting import split_time
 from benchmark.config import build_config
 from benchmark.runs.runner import run_experiment
 
-root = _describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-gpu-")), classes=47, train=16, test=4)
+root = describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-gpu-")), classes=47, train=16, test=4)
 print(f"GPU: {torch.cuda.get_device_name(0)}, torch {torch.__version__}, CUDA {torch.version.cuda}; "
       f"{os.cpu_count()} CPUs")
 print("| method | precision | per client-round | model steps | data loading | framework + configure_optimizers | training TFLOP/s (whole client-round) |")

@@ -35,7 +35,7 @@ from benchmark import shortcuts
 from benchmark.backbone import load_backbone
 from benchmark.config import build_config
 from benchmark.evaluation.accuracy import Evaluator
-from benchmark.evaluation.clients import evaluate_clients
+from benchmark.evaluation.client_metrics import evaluate_clients
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.registry import build_method

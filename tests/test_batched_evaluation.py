@@ -131,7 +131,7 @@ def test_a_method_vmap_cannot_batch_is_evaluated_one_by_one_with_a_warning(fake_
     states = {}
     for cid, sign in enumerate((1.0, -1.0, 1.0)):
         states[cid] = {"ctx": torch.full_like(run.method.ctx, sign * (cid + 1))}
-    from benchmark.evaluation.clients import evaluate_clients
+    from benchmark.evaluation.client_metrics import evaluate_clients
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

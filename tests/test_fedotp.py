@@ -234,7 +234,8 @@ def test_run_experiment_end_to_end(fake_data_root, tmp_path):
 
 
 def test_ot_option_is_checked_and_sinkhorn_transports_all_mass(tiny_backbone):
-    with pytest.raises(ValueError, match="ot must be one of"):
+    # The Literal annotation is the check: the message names the value, the choices and the fix.
+    with pytest.raises(ValueError, match=r"'fedotp': hyperparameter 'ot' must be one of 'COT', 'Sinkhorn', got 'emd'"):
         build_method("fedotp", tiny_backbone, {"ot": "emd"})
     patches, prompts = hand_made_case()
     method = build_method("fedotp", tiny_backbone, {"ot": "Sinkhorn"})

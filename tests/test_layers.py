@@ -99,10 +99,15 @@ def violations(root: Path = ROOT) -> list[str]:
 
 
 def private_imports(root: Path = ROOT) -> list[str]:
-    """`from module import _name` between the project's modules (benchmark, data, methods)."""
+    """`from module import _name`, or `module._name` on an imported module, between the
+    project's modules (benchmark, data, methods)."""
     modules, bad = _modules(root), []
     for name, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        imported: set[str] = set()  # local names bound to one of the project's modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                imported |= {a.asname for a in node.names if a.asname and a.name in modules}
             if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
                 continue
             if _resolve(node.module, modules) is None:
@@ -110,6 +115,17 @@ def private_imports(root: Path = ROOT) -> list[str]:
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
                     bad.append(f"{name} line {node.lineno} imports the private {node.module}.{alias.name}")
+                elif f"{node.module}.{alias.name}" in modules:
+                    imported.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in imported
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                bad.append(f"{name} line {node.lineno} uses the private {node.value.id}.{node.attr}")
     return bad
 
 
@@ -156,3 +172,6 @@ def test_an_upward_import_and_a_cycle_are_caught(tmp_path):
     compare = tmp_path / "benchmark" / "sweeps" / "compare.py"
     compare.write_text(compare.read_text() + "\nfrom benchmark.sweeps.tables import _render\n")
     assert "benchmark.sweeps.compare line" in " ".join(v for v in violations(tmp_path) if "private" in v)
+    profile = tmp_path / "benchmark" / "cli" / "commands" / "profile.py"  # `perf` is imported there
+    profile.write_text(profile.read_text() + "\nperf._uses_a_private_name\n")
+    assert "uses the private perf._uses_a_private_name" in " ".join(violations(tmp_path))

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import torch
 
-from benchmark.federation.simulator import FederatedSimulator, TrainerSettings
+from benchmark.federation.simulator import FederatedSimulator, FederationSettings
 from benchmark.optim import PER_CLIENT_COSINE, per_client_cosine_lr
 from benchmark.registry import available_methods, get_method
 
@@ -56,7 +56,7 @@ def test_negative_positions_are_refused():
 def test_the_simulator_counts_each_clients_earlier_rounds_from_the_schedule():
     # Partial participation: a client's position lags the round counter (the authors' too).
     schedule = [[0, 1, 2], [0, 2], [1, 2], [0]]
-    simulator = FederatedSimulator(None, torch.zeros(0), [], [], [], schedule, 1, TrainerSettings(), progress=False)
+    simulator = FederatedSimulator(None, torch.zeros(0), [], [], [], schedule, 1, FederationSettings(), progress=False)
     got = {(r, c): simulator.participations(c, r) for r, sampled in enumerate(schedule) for c in sampled}
     assert got == {(0, 0): 0, (0, 1): 0, (0, 2): 0, (1, 0): 1, (1, 2): 1, (2, 1): 1, (2, 2): 2, (3, 0): 2}
     assert simulator.participations(1, 3) == 2  # a round the client is not in: its rounds before it

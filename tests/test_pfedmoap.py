@@ -15,6 +15,7 @@ from conftest import tiny_config, write_split_zhou
 
 from benchmark.backbone import load_backbone
 from benchmark.method import state_bytes
+from benchmark.registry import build_method
 from benchmark.runs.runner import run_experiment
 from methods.pfedmoap import MoAPClassFeatures, PFedMoAP
 
@@ -204,8 +205,8 @@ def test_bad_gate_shapes_are_refused(tiny_backbone):
         PFedMoAP(tiny_backbone, gate_heads=3)
     with pytest.raises(ValueError, match="pool_stride"):
         PFedMoAP(tiny_backbone, pool_stride=5)
-    with pytest.raises(ValueError, match="selection"):
-        PFedMoAP(tiny_backbone, selection="farthest")
+    with pytest.raises(ValueError, match="hyperparameter 'selection' must be one of 'nearest', 'random'"):
+        build_method("pfedmoap", tiny_backbone, {"selection": "farthest"})
 
 
 def test_parameter_counts_on_vit_b16(vit_b16):

@@ -68,8 +68,8 @@ def test_one_local_epoch_has_no_warm_up_and_zero_disables_it(tiny_backbone):
     assert lrs(PromptFL(tiny_backbone, warmup_epochs=0), 8, 2) == pytest.approx(
         [0.002 * 0.5 * (1 + math.cos(math.pi * k / 8)) for k in range(8)]
     )
-    with pytest.raises(ValueError, match="warmup_epochs must be >= 0"):
-        PromptFL(tiny_backbone, warmup_epochs=-1)
+    with pytest.raises(ValueError, match="hyperparameter 'warmup_epochs' must be >= 0, got -1"):  # its range
+        build_method("promptfl", tiny_backbone, {"warmup_epochs": -1})
 
 
 @pytest.mark.parametrize("n_ctx", [16, 4])

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.runs.runner import run_experiment
 
 

@@ -99,7 +99,7 @@ def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_ro
     """Client 0 alone in the last round: the other clients' personal state must be what
     they had after the round before."""
     from benchmark.backbone import load_backbone
-    from benchmark.federation.simulator import FederatedSimulator, TrainerSettings
+    from benchmark.federation.simulator import FederatedSimulator, FederationSettings
     from benchmark.runs.runner import build_seeded_method, load_run_dataset
 
     config = tiny_config(fake_data_root, tmp_path, method="test_split_prompt")
@@ -117,7 +117,7 @@ def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_ro
             partition.clients,
             schedule,
             config.seed,
-            TrainerSettings(batch_size=8),
+            FederationSettings(batch_size=8),
             progress=False,
         )
         runs[len(schedule)] = sim.run().client_states

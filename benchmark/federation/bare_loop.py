@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.federation.client_loop import ClientFabric, optimization_step, read_common_form
+from benchmark.federation.client_loop import LocalTrainingFabric, optimization_step, read_common_form
 from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.method import State
@@ -48,7 +48,7 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
     method, s = simulator.method, simulator.settings
     if not method.automatic_optimization:
         raise ValueError(f"the bare loop runs automatic optimization only; {method.name!r} steps its own optimizers")
-    fabric = ClientFabric(s.accelerator, s.precision)
+    fabric = LocalTrainingFabric(s.accelerator, s.precision)
     if fabric.scales_gradients:
         raise ValueError(f"the bare loop has no gradient scaler; precision {s.precision!r} needs one")
     initial = method.client_state()

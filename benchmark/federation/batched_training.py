@@ -32,6 +32,8 @@ first batched round of a run probes one step against the client loop's (`probe`,
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -230,9 +232,10 @@ class BatchedTraining:
                 value, size = loss.detach(), len(batch[-1])
                 c.loss_sum = (torch.tensor(0.0, device=device) if c.loss_sum is None else c.loss_sum) + value * size
                 c.loss_count += size
-                step_schedulers(method, c.schedulers, "step", batch_idx)
-                if batch_idx == len(c.batches) - 1:
-                    step_schedulers(method, c.schedulers, "epoch", epoch)
+                with _optimizer_stepped_by_stacked_sgd():
+                    step_schedulers(method, c.schedulers, "step", batch_idx)
+                    if batch_idx == len(c.batches) - 1:
+                        step_schedulers(method, c.schedulers, "epoch", epoch)
                 c.losses.append((value, c.steps, c.lr(0)))
 
     def _client(self, cid: int, batches, context: ClientContext, epochs: int) -> _Client:
@@ -257,9 +260,6 @@ class BatchedTraining:
             off = [k for k, v in SGD_UNSUPPORTED.items() if group.get(k, v) != v]
             if off:
                 raise BatchingRefused(f"its SGD sets {', '.join(off)}")
-        # Its schedulers step although it never does (`_sgd` applies its rule): torch warns of
-        # a scheduler stepped before its optimizer unless the optimizer says it was called.
-        optimizers[0]._opt_called = True
         return _Client(
             cid, context, batches, optimizers[0], schedulers, seconds, float(optimizers[0].param_groups[0]["lr"])
         )
@@ -285,6 +285,19 @@ class BatchedTraining:
 
     def _one_loss(self, state: State, inputs: Tensor, labels: Tensor, classes: tuple) -> Tensor:
         return functional_call(self._loss, state, (inputs, labels, classes), strict=False)
+
+
+# torch's warning on a client's first scheduler step: its optimizer never steps (`StackedSGD`
+# applies its rule to the stacked state, reading the lr the scheduler sets), so the order it
+# warns of does not arise.
+_SCHEDULER_BEFORE_OPTIMIZER = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"
+
+
+@contextmanager
+def _optimizer_stepped_by_stacked_sgd():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_SCHEDULER_BEFORE_OPTIMIZER, category=UserWarning)
+        yield
 
 
 def _check_losses(members: list[_Client], failure: Exception | None = None) -> None:

@@ -61,7 +61,7 @@ class ClientRoundTraining:
     lr: float | None = None  # the first optimizer's first parameter group's lr before the first step
 
 
-class ClientFabric(L.Fabric):
+class LocalTrainingFabric(L.Fabric):
     """The Fabric a method sees as `self.trainer` during local training; the facts of the
     client-round a Trainer would give, and `self.log` kept as per-epoch means."""
 
@@ -122,7 +122,7 @@ class ClientLoop:
     """Runs the local training of client-rounds on one device and precision."""
 
     def __init__(self, accelerator: str, precision: str) -> None:
-        self.fabric = ClientFabric(accelerator, precision)
+        self.fabric = LocalTrainingFabric(accelerator, precision)
         # What `module.fabric` holds while attached (Lightning keeps a weak proxy).
         self._proxy = weakref.proxy(self.fabric)
 

@@ -266,7 +266,11 @@ def restore_rng_states(states: dict[str, Any]) -> None:
 
 
 @dataclass
-class TrainerSettings:
+class FederationSettings:
+    """How the simulator runs a federation: the device and precision of local training, its
+    data loading and epochs, the server's client weights, and whether a round's clients may
+    train in one batched pass."""
+
     accelerator: str = "cpu"
     precision: str = "32-true"
     num_workers: int = 0
@@ -288,7 +292,7 @@ class FederatedSimulator:
         clients: Sequence[ClientShard],
         schedule: list[list[int]],
         seed: int,
-        settings: TrainerSettings,
+        settings: FederationSettings,
         on_round_end: Callable[[RoundLog], None] | None = None,
         progress: bool = True,
         on_snapshot: Callable[[FederationSnapshot], None] | None = None,

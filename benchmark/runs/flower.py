@@ -37,7 +37,7 @@ import torch
 from benchmark import shortcuts
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
-from benchmark.evaluation.clients import evaluate_client
+from benchmark.evaluation.client_metrics import evaluate_client
 from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.method import State, state_bytes

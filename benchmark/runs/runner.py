@@ -18,13 +18,13 @@ from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
-from benchmark.evaluation.clients import evaluate_clients, evaluation_rounds
+from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.simulator import (
     FederatedSimulator,
     FederationResult,
-    TrainerSettings,
+    FederationSettings,
     client_sampling_schedule,
     describe_sampling,
 )
@@ -171,7 +171,7 @@ class PreparedRun:
     schedule: list[list[int]]
     train_inputs: Any  # the training split, or its cached frozen features
     cache_train: bool
-    settings: TrainerSettings
+    settings: FederationSettings
     attributes: Any
 
     def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
@@ -243,7 +243,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
             train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
-    settings = TrainerSettings(
+    settings = FederationSettings(
         accelerator,
         precision,
         config.num_workers,
@@ -279,10 +279,10 @@ def _run_experiment(
     config: RunConfig, write: bool, progress: bool, tracker, engine: FederationEngine | None
 ) -> RunResult:
     with flops.ledger() as account:  # the FLOPs this process executes for the run (timing.json)
-        return _run_counted(config, write, progress, tracker, engine, account)
+        return _train_and_evaluate(config, write, progress, tracker, engine, account)
 
 
-def _run_counted(
+def _train_and_evaluate(
     config: RunConfig, write: bool, progress: bool, tracker, engine: FederationEngine | None, account: flops.FlopLedger
 ) -> RunResult:
     started = time.perf_counter()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from benchmark.backbone import load_backbone
-from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.flops import count_flops
 from data.catalog import dataset_info

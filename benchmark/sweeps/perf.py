@@ -40,7 +40,7 @@ import torch
 from benchmark import flops, shortcuts
 from benchmark.backbone import load_backbone
 from benchmark.evaluation.accuracy import accuracy
-from benchmark.evaluation.clients import evaluation_rounds
+from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.federation.features import FeatureCache
 from benchmark.method import ClientContext, FederatedMethod
 from benchmark.registry import build_method
@@ -371,10 +371,12 @@ def format_table(reports: Sequence[MethodReport]) -> str:
         e, m, p = r.executed.total, r.minimum.total, r.plain.total
         totals = [totals[0] + e, totals[1] + m, totals[2] + p]
         lines.append(
-            f"| {r.method} | {e / unit:,.1f} | {m / unit:,.1f} | {_ratio(e, m)} | {p / unit:,.1f} | {_ratio(p, m)} |"
+            f"| {r.method} | {e / unit:,.1f} | {m / unit:,.1f} | {flop_ratio(e, m)} | {p / unit:,.1f} | {flop_ratio(p, m)} |"
         )
     e, m, p = totals
-    lines.append(f"| **all** | {e / unit:,.1f} | {m / unit:,.1f} | {_ratio(e, m)} | {p / unit:,.1f} | {_ratio(p, m)} |")
+    lines.append(
+        f"| **all** | {e / unit:,.1f} | {m / unit:,.1f} | {flop_ratio(e, m)} | {p / unit:,.1f} | {flop_ratio(p, m)} |"
+    )
     return "\n".join(lines)
 
 
@@ -391,12 +393,14 @@ def format_sources(reports: Sequence[MethodReport]) -> str:
         e = sum(r.executed.parts.get(key, 0.0) for r in reports)
         m = sum(r.minimum.parts.get(key, 0.0) for r in reports)
         p = sum(r.plain.parts.get(key, 0.0) for r in reports)
-        per_method = " | ".join(_ratio(r.executed.parts.get(key, 0.0), r.minimum.parts.get(key, 0.0)) for r in reports)
+        per_method = " | ".join(
+            flop_ratio(r.executed.parts.get(key, 0.0), r.minimum.parts.get(key, 0.0)) for r in reports
+        )
         lines.append(f"| {what} | {e / unit:,.1f} | {m / unit:,.1f} | {p / unit:,.1f} | {per_method} |")
     return "\n".join(lines)
 
 
-def _ratio(a: float, b: float) -> str:
+def flop_ratio(a: float, b: float) -> str:
     if b <= 0:
         return "–" if a <= 0 else "∞"
     return f"{a / b:.2f}x"

@@ -256,7 +256,7 @@ def _overhead_configs(quick: bool):
     from benchmark.config import build_config
 
     # The tiny-CLIP profile of results/perf-notes.md: a 40-class dataset in CoOp's DTD layout (generated here).
-    root = _describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-bench-")), classes=40)
+    root = describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-bench-")), classes=40)
     tiny = dict(
         method="promptfl",
         dataset="dtd",
@@ -292,7 +292,7 @@ def _overhead_configs(quick: bool):
     return configs
 
 
-def _describable_textures(root, classes: int, train: int = 8, test: int = 2):
+def describable_textures(root, classes: int, train: int = 8, test: int = 2):
     """A DTD-shaped dataset of flat-coloured 32 px images: images/<class>/*.png and its
     split_zhou_DescribableTextures.json (what the CoOp loader reads)."""
     import json
@@ -395,7 +395,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
     from benchmark import flops, shortcuts
     from benchmark.config import build_config
     from benchmark.evaluation.accuracy import Evaluator
-    from benchmark.evaluation.clients import evaluate_clients
+    from benchmark.evaluation.client_metrics import evaluate_clients
     from benchmark.runs.runner import SHARED_FEATURES, autocast_context, prepare_run
 
     walls = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import re
 
 
 def add_parser(subparsers) -> None:
@@ -64,7 +63,7 @@ def method_flags(name: str, extra: list[str]) -> dict:
 
 def describe(name: str, backbone_name: str, method_args: dict | None = None) -> str:
     from benchmark.backbone import load_backbone
-    from benchmark.registry import CLASS_ATTRIBUTES, build_method, get_method, hyperparameters, method_origin
+    from benchmark.registry import build_method, get_method, hyperparameters, method_origin
 
     cls = get_method(name)
     method_args = dict(method_args or {})
@@ -101,11 +100,9 @@ def describe(name: str, backbone_name: str, method_args: dict | None = None) -> 
         f"personal state: {_short(personal)}",
         f"learning-rate schedule: {schedule_line(cls)}",
         "",
-        # Read from the instance: some are set from hyperparameters (pFedMMA's upload_keys).
-        "class attributes: " + ", ".join(f"{a} = {getattr(method, a)!r}" for a in CLASS_ATTRIBUTES),
-        "hooks (`help(benchmark.method.FederatedMethod.<hook>)` says when each runs and what it returns):",
+        "the contract (`help(benchmark.method.FederatedMethod.<hook>)` says when each hook runs and what it returns):",
     ]
-    lines += hook_lines(cls)
+    lines += contract_lines(cls, method)
     return "\n".join(lines)
 
 
@@ -115,25 +112,60 @@ def schedule_line(cls) -> str:
     return stated or "not stated (the method sets no lr_schedule class attribute; its configure_optimizers decides)"
 
 
-def hook_lines(cls) -> list[str]:
-    """One line per contract hook: where this method overrides it, or the default it keeps."""
-    from benchmark.method import FederatedMethod
-    from benchmark.registry import HOOKS, overrides
+def contract_parts() -> tuple[tuple[str, tuple], ...]:
+    """(title, members) of the contract's three parts, as `benchmark.method` declares them."""
+    from benchmark.method import CAPABILITIES, CORE, OPTIONAL
+
+    return (
+        ("core", CORE),
+        ("optional settings", OPTIONAL),
+        ("capabilities (optional performance opt-ins)", CAPABILITIES),
+    )
+
+
+def contract_lines(cls, method) -> list[str]:
+    """Each part of the contract: its attributes' values on `method` (read from the instance:
+    some are set from hyperparameters, pFedMMA's upload_keys), and for each hook where this
+    method overrides it or the default it keeps."""
+    from benchmark.registry import overrides
 
     lines = []
-    for hook in HOOKS:
-        if overrides(cls, hook):
-            owner = next(c for c in cls.__mro__ if hook in vars(c))
-            lines.append(f"  * {hook:<21} overridden in {owner.__module__}.{owner.__qualname__}")
-        else:
-            lines.append(f"    {hook:<21} default: {_default_of(getattr(FederatedMethod, hook))}")
+    for title, members in contract_parts():
+        lines.append(f"  {title}:")
+        for m in members:
+            if m.kind == "attribute":
+                lines.append(f"    {m.name} = {_shown(getattr(method, m.name))}")
+            elif overrides(cls, m.name):
+                owner = next(c for c in cls.__mro__ if m.name in vars(c))
+                lines.append(f"  * {m.name:<21} overridden in {owner.__module__}.{owner.__qualname__}")
+            else:
+                lines.append(f"    {m.name:<21} default: {m.default}")
     return lines
 
 
-def _default_of(function) -> str:
-    doc = " ".join((inspect.getdoc(function) or "").split())
-    found = re.search(r"Default: (.*)", doc)
-    return found.group(1).rstrip(".") if found else "(see its docstring)"
+def _shown(value) -> str:
+    """An attribute's value; a mapping's values as they read (`ranges`: `lr: > 0`)."""
+    if isinstance(value, dict) and value:
+        return "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def contract_table() -> str:
+    """The contract table of docs/writing-a-method.md (scripts/write_contract_table.py writes
+    it there; tests/test_method_contract.py checks it is current)."""
+    rows = ["| | hook / attribute | when | returns | default |", "|---|---|---|---|---|"]
+    for title, members in contract_parts():
+        for m in members:
+            call = f"`{m.name}({_arguments(m.name)})`" if m.kind == "hook" else f"`{m.name}`"
+            rows.append(f"| {title.split(' (')[0]} | {call} | {m.when} | {m.returns} | {m.default} |")
+    return "\n".join(rows)
+
+
+def _arguments(hook: str) -> str:
+    from benchmark.method import FederatedMethod
+
+    names = list(inspect.signature(getattr(FederatedMethod, hook)).parameters)
+    return ", ".join(n for n in names if n not in ("self", "cls"))
 
 
 def _short(keys: list[str], limit: int = 8) -> str:

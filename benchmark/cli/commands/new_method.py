@@ -117,18 +117,86 @@ def write_skeleton(name: str, out: Path) -> Path:
     return path
 
 
+# What the skeleton sets or does where FederatedMethod's default would not make it a runnable
+# method (a CoOp context shared by all clients, PromptFL); every other attribute is written
+# with its default and every other hook calls the default.
+SKELETON_VALUES = {
+    "upload_keys": '("ctx",)',
+    "ranges": '{**OPTIMIZER_RANGES, "n_ctx": Range(ge=1)}',
+    "tunable": '{"lr": LogUniform.around(0.002)}',
+    "lr_schedule": "COSINE_OVER_LOCAL_STEPS",
+    "frozen_image_features": "True",
+}
+SKELETON_BODIES = {
+    "encode_classes": ["return F.normalize(self.prompts.encode(self.ctx, class_names), dim=-1)"],
+    "configure_optimizers": [
+        "hp = self.hparams",
+        "trainable = [p for p in self.parameters() if p.requires_grad]",
+        "return sgd_with_cosine(self, trainable, hp.lr, hp.momentum, hp.weight_decay)",
+    ],
+}
+
+
 def render(name: str) -> str:
-    from benchmark.method import FederatedMethod
-    from benchmark.registry import HOOKS
+    """The skeleton: every attribute and hook of the contract (`benchmark.method.CONTRACT`),
+    part by part, each hook with FederatedMethod's own docstring."""
+    from benchmark.cli.commands.methods import contract_parts
 
     text = TEMPLATE.read_text()
     text = text.replace("@@NAME@@", name).replace("@@CLASS@@", class_name(name))
-    for hook in HOOKS:
-        doc = inspect.getdoc(getattr(FederatedMethod, hook))
-        text = text.replace(f"@@DOC {hook}@@", textwrap.indent(f'"""{doc}"""', " " * 8))
+    attributes, hooks = [], []
+    for title, members in contract_parts():
+        header = f"    # -- {title} " + "-" * (84 - len(title))
+        set_here = [m for m in members if m.kind == "attribute"]
+        if set_here:
+            attributes += ["", header] if attributes else [header]
+            for m in set_here:
+                attributes += _comment(f"{m.when}. Default: {m.default}.")
+                attributes.append(f"    {m.name} = {SKELETON_VALUES.get(m.name, _literal(m.name))}")
+        for k, m in enumerate(m for m in members if m.kind == "hook"):
+            hooks += [*([""] if hooks else []), *([header] if k == 0 else []), *_hook(m.name)]
+    text = text.replace("@@ATTRIBUTES@@", "\n".join(attributes)).replace("@@HOOKS@@", "\n".join(hooks).rstrip())
     if "@@" in text:
         raise RuntimeError(f"template {TEMPLATE} has a marker this command does not fill")
     return text
+
+
+def _comment(text: str) -> list[str]:
+    text = text.replace("`", "")
+    return textwrap.wrap(text[:1].upper() + text[1:], width=96, initial_indent="    # ", subsequent_indent="    # ")
+
+
+def _literal(attribute: str) -> str:
+    from benchmark.method import FederatedMethod
+
+    value = getattr(FederatedMethod, attribute)
+    return f'"{value}"' if isinstance(value, str) else repr(value)  # the formatter's double quotes
+
+
+def _hook(hook: str) -> list[str]:
+    """`def hook(...)` as FederatedMethod declares it, its docstring, and a body that calls the
+    default (or the skeleton's own, SKELETON_BODIES)."""
+    from benchmark.method import FederatedMethod
+
+    signature = inspect.signature(getattr(FederatedMethod, hook))
+    is_classmethod = isinstance(inspect.getattr_static(FederatedMethod, hook), classmethod)
+    parameters = ["cls" if is_classmethod else "self"]
+    for p in signature.parameters.values():
+        if p.name == "self":
+            continue
+        annotation = "" if p.annotation is inspect.Parameter.empty else f": {p.annotation}"
+        parameters.append(f"{p.name}{annotation}")
+    returns = signature.return_annotation
+    arrow = "" if returns is inspect.Signature.empty else f" -> {returns}"
+    call = f"super().{hook}({', '.join(parameters[1:] and [p.split(':')[0] for p in parameters[1:]])})"
+    body = SKELETON_BODIES.get(hook, [call if returns == "None" else f"return {call}"])
+    doc = inspect.getdoc(getattr(FederatedMethod, hook))
+    return [
+        *(["    @classmethod"] if is_classmethod else []),
+        f"    def {hook}({', '.join(parameters)}){arrow}:",
+        textwrap.indent(f'"""{doc}"""', " " * 8),
+        *(f"        {line}" for line in body),
+    ]
 
 
 def class_name(name: str) -> str:

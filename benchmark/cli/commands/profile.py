@@ -42,8 +42,8 @@ def format_minimum(config) -> str:
     e, m, p = report.executed.total, report.minimum.total, report.plain.total
     return (
         f"Table 1 schedule ({schedule.describe()}) on {config.backbone}, {config.method}: executed "
-        f"{e / 1e15:,.2f} PFLOP, exact minimum {m / 1e15:,.2f} PFLOP ({perf._ratio(e, m)}), plain path "
-        f"{p / 1e15:,.2f} PFLOP ({perf._ratio(p, m)}); per source: `fedbench bench`"
+        f"{e / 1e15:,.2f} PFLOP, exact minimum {m / 1e15:,.2f} PFLOP ({perf.flop_ratio(e, m)}), plain path "
+        f"{p / 1e15:,.2f} PFLOP ({perf.flop_ratio(p, m)}); per source: `fedbench bench`"
     )
 
 
