@@ -74,9 +74,7 @@ def test_local_uploads_nothing_and_equals_each_client_trained_alone(name, fake_d
     method.load_client_state(initial)
     config_fedavg = method_config(name, fake_data_root, tmp_path, clients=3, rounds=2)
     fedavg = prepare_run(config_fedavg, progress=False).simulator().run()
-    assert any(
-        not torch.equal(fedavg.client_states[0][k], local.client_states[0][k]) for k in local.client_states[0]
-    )
+    assert any(not torch.equal(fedavg.client_states[0][k], local.client_states[0][k]) for k in local.client_states[0])
 
 
 def test_central_equals_one_client_on_the_union(fake_data_root, tmp_path):

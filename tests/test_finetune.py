@@ -28,7 +28,9 @@ def test_a_finetuned_run_keeps_the_federations_last_round(fake_data_root, tmp_pa
     tuned = run_experiment(method_config("pfedmma", fake_data_root, tmp_path / "b", finetune_epochs=2), progress=False)
     assert plain.run_dir.name != tuned.run_dir.name and "_ft2_" in tuned.run_dir.name  # in the identity
     rows = {r.run_dir: pd.read_csv(r.run_dir / "metrics.csv") for r in (plain, tuned)}
-    trained = [rows[r.run_dir].query("metric in ['train_loss', 'lr', 'bytes_up', 'bytes_down']") for r in (plain, tuned)]
+    trained = [
+        rows[r.run_dir].query("metric in ['train_loss', 'lr', 'bytes_up', 'bytes_down']") for r in (plain, tuned)
+    ]
     pd.testing.assert_frame_equal(trained[0].reset_index(drop=True), trained[1].reset_index(drop=True))
     finetune = rows[tuned.run_dir].query("metric == 'finetune_loss'")
     assert sorted(finetune["client"]) == sorted(plain.per_client)
