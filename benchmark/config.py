@@ -29,6 +29,7 @@ SAMPLING_RULES = (
     "authors",
     "uniform",
 )  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
+FEDERATIONS = ("fedavg", "local", "central")  # run option `federation` (benchmark.federation.baselines)
 
 
 @dataclass
@@ -48,6 +49,8 @@ class RunConfig:
     clients: int = 8  # number of clients (the paper: 10; the default toy dataset's 16 base classes allow 8)
     participation: float = 1.0  # fraction of clients sampled each round
     client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
+    federation: str = "fedavg"  # fedavg (the method's federation) | local (every client trains alone on its own data, nothing uploaded) | central (one client holding the union of the clients' training data, as many steps as the federation; scored on every client's test data)
+    finetune_epochs: int = 0  # after the last round each client trains the state it is scored with for K local epochs on its own data, then is scored (+FT); 0 = none
     aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
@@ -68,6 +71,7 @@ class RunConfig:
     num_workers: int = 0  # data-loader workers
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
     keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written
+    evaluate_from: str = ""  # a finished run folder whose saved clients are scored without training (`fedbench evaluate RUN_DIR`); its name is in the identity
     wandb: str = "auto"  # auto (online when logged in, else offline) | online | offline | disabled
     wandb_project: str = ""  # W&B project ('' = $WANDB_PROJECT, else fedbench)
     wandb_entity: str = ""  # W&B entity, a user or team ('' = $WANDB_ENTITY, else your default entity)
@@ -93,6 +97,8 @@ class RunConfig:
             (self.precision in PRECISIONS, "precision", ", ".join(PRECISIONS)),
             (self.client_sampling in SAMPLING_RULES, "client_sampling", " or ".join(SAMPLING_RULES)),
             (self.aggregation in {"samples", "uniform"}, "aggregation", "samples or uniform"),
+            (self.federation in FEDERATIONS, "federation", " | ".join(FEDERATIONS)),
+            (self.finetune_epochs >= 0, "finetune_epochs", "an integer >= 0 (0 = no fine-tuning)"),
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
             (self.checkpoint_every >= -1, "checkpoint_every", "K >= 1 rounds, 0 (never) or -1 (every 5 minutes)"),
             (self.eval_split in {"test", "val"}, "eval_split", "test or val"),
@@ -142,6 +148,8 @@ class RunConfig:
             "keep_checkpoints",
             # evaluating more rounds adds rows to metrics.csv, never changes a number (tested)
             "eval_every",
+            # a path: the identity names the source run by its folder name (benchmark.runs.identity)
+            "evaluate_from",
         }
     )
 

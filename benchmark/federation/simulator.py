@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
+from benchmark.federation.baselines import SoloServer, StreamBatches
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.federation.server import Server, check_finite, divergence
@@ -298,8 +299,14 @@ class FederatedSimulator:
         on_snapshot: Callable[[FederationSnapshot], None] | None = None,
         eval_rounds: frozenset[int] = frozenset(),
         on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
+        federation: str = "fedavg",
+        epoch_steps: Sequence[int] | None = None,
     ) -> None:
         self.method = method
+        # fedavg: the method's federation; local / central: no server (benchmark.federation.baselines),
+        # central with `epoch_steps`: its one client's steps per local epoch, per round.
+        self.federation = federation
+        self.epoch_steps = epoch_steps
         self.train_images = train_images
         self.train_labels = list(train_labels)
         self.class_names = list(class_names)
@@ -330,7 +337,7 @@ class FederatedSimulator:
         # the caller's (it evaluates `FederationResult.client_states`).
         self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
         self.on_evaluate = on_evaluate
-        self.server = Server(method, clients, settings.aggregation)  # a fresh one for every `run`
+        self.server = self._server()  # a fresh one for every `run`
         self._loop = ClientLoop(settings.accelerator, settings.precision)
         self._together: BatchedTraining | None = None
         self._batching = BatchingProbe(method, "train one by one")
@@ -351,7 +358,7 @@ class FederatedSimulator:
                 if self.on_evaluate:
                     self.on_evaluate(round_number, states)
             return FederationResult(states)
-        server = self.server = Server(method, list(self.clients.values()), self.settings.aggregation)
+        server = self.server = self._server()
         first_round = 0
         if resume is not None:
             states.update(resume.states)
@@ -414,6 +421,28 @@ class FederatedSimulator:
         result.client_states, result.final_download_bytes = self.evaluation_states(states)
         return result
 
+    def _server(self) -> Server:
+        kind = Server if self.federation == "fedavg" else SoloServer
+        return kind(self.method, list(self.clients.values()), self.settings.aggregation)
+
+    def finetune(self, states: dict[int, State], epochs: int) -> tuple[dict[int, State], dict[int, float]]:
+        """Every client of `states` trains its state for `epochs` local epochs on its own data,
+        seeded as a round after the last one (`--finetune-epochs`); `states` is left as it is.
+        Returns (the fine-tuned states, each client's mean training loss of the last epoch)."""
+        method, round_index = self.method, len(self.schedule)
+        tuned, losses = {}, {}
+        try:
+            for cid in sorted(states):
+                self._seeds[round_index, cid] = client_seed(self.seed, round_index, cid)
+                method.load_client_state(states[cid])
+                trained = self._train_client(cid, round_index, epochs)
+                tuned[cid] = method.client_state()
+                check_finite(method, tuned[cid], f"the state of client {cid} after fine-tuning", round_index, cid)
+                losses[cid] = trained.loss
+        finally:
+            self._loop.release(method)
+        return tuned, losses
+
     def train_round(
         self, sampled: Sequence[int], round_index: int, states: dict[int, State], received: dict[int, State | None]
     ) -> dict[int, "ClientRound"]:
@@ -466,7 +495,7 @@ class FederatedSimulator:
         check_finite(self.method, trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
             trained,
-            self.method.upload_of(trained),
+            self.method.upload_of(trained) if self.federation == "fedavg" else {},  # local, central: nothing leaves
             training.loss,
             training.model_seconds,
             training.data_seconds,
@@ -489,12 +518,14 @@ class FederatedSimulator:
                 evaluated[cid] = method.client_state()
         return evaluated, download_bytes
 
-    def _train_client(self, cid: int, round_index: int) -> ClientRoundTraining:
-        """Train one client: its mean training loss and the seconds of model and data work."""
+    def _train_client(self, cid: int, round_index: int, epochs: int | None = None) -> ClientRoundTraining:
+        """Train one client (`epochs`: default the run's local epochs): its mean training loss
+        and the seconds of model and data work."""
         batches, client = self.client_data(cid, round_index)
         self.method.set_client(client)
+        epochs = self.settings.local_epochs if epochs is None else epochs
         try:
-            trained = self._loop.fit(self.method, batches, self.settings.local_epochs, client.class_names)
+            trained = self._loop.fit(self.method, batches, epochs, client.class_names)
         except NonFiniteLoss as bad:
             # Past a non-finite loss every later number of the run is meaningless (NaN losses,
             # metrics at chance) yet would look like a result.
@@ -511,7 +542,11 @@ class FederatedSimulator:
         seed = self._seeds[round_index, cid]
         seed_torch(seed)
         dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
-        batches = ClientBatches(dataset, min(s.batch_size, max(1, shard.num_samples)), seed, s.num_workers)
+        batch_size = min(s.batch_size, max(1, shard.num_samples))
+        if self.epoch_steps is not None and round_index < len(self.epoch_steps):  # central: the federation's steps
+            batches = StreamBatches(dataset, batch_size, seed, self.epoch_steps[round_index])
+        else:
+            batches = ClientBatches(dataset, batch_size, seed, s.num_workers)
         client = ClientContext(
             cid,
             round_index + 1,

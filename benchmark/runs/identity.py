@@ -89,8 +89,10 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
     if _reads_attributes(config.method):
         data[0]["attributes_sha256"] = _attributes_sha256(config, root)
         data[0]["sentence_frames"] = sentence_frames(config.dataset)
+    source = {"source_run": Path(config.evaluate_from).name} if config.evaluate_from else {}
     return {
         "run": {**config.result_key(), "method_args": method_args},
+        **source,  # `fedbench evaluate`: the run folder (named by its own identity's hash) whose clients are scored
         "method": method,
         "framework": modules_sha256((*FRAMEWORK_ROOTS, *_protocol_module(config.protocol))),
         "weights": weights_identity(config.backbone, config.pretrained),
@@ -400,8 +402,13 @@ def run_name(config: RunConfig) -> str:
     # Several datasets make a long name: count them instead (the hash keeps names unique).
     datasets = config.dataset if len(config.datasets) <= 2 else f"{config.datasets[0]}+{len(config.datasets) - 1}more"
     part = protocol_class(config.protocol).run_name_part(config.protocol_args)
+    # the rows around a federation, said in the name (absent for the default: names as before)
+    federation = f"_{config.federation}" if config.federation != "fedavg" else ""
+    finetuned = f"_ft{config.finetune_epochs}" if config.finetune_epochs else ""
+    evaluated = "_evaluated" if config.evaluate_from else ""
     return (
-        f"{config.method}_{datasets}{part}_{config.protocol}_{config.shots}shot_seed{config.seed}_{cell_hash(config)}"
+        f"{config.method}{federation}{finetuned}{evaluated}_{datasets}{part}_{config.protocol}_{config.shots}shot"
+        f"_seed{config.seed}_{cell_hash(config)}"
     )
 
 

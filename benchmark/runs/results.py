@@ -32,7 +32,7 @@ import warnings
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -119,9 +119,11 @@ def write_run(
     partition_manifest: dict[str, Any],
     timing: dict[str, Any] | None = None,
     partition_counts: dict[str, Any] | None = None,
+    extra: Callable[[Path], None] | None = None,
 ) -> Path:
     """Write the run folder atomically (see module doc); replaces an older folder of the same run.
-    `partition_counts` (`partition_files.partition_table`): written as partition.csv and .png."""
+    `partition_counts` (`partition_files.partition_table`): written as partition.csv and .png;
+    `extra` writes more files into the folder being written (the run's clients.pt)."""
     run_dir = Path(run_dir)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     for stale in run_dir.parent.glob(f".{run_dir.name}.*.partial"):  # left by a killed process
@@ -138,6 +140,8 @@ def write_run(
         frame = pd.DataFrame([r.__dict__ for r in rows], columns=METRICS_COLUMNS)
         frame.to_csv(staging / "metrics.csv", index=False)
         _write_json(staging / "timing.json", timing or {})
+        if extra is not None:
+            extra(staging)
         _write_json(staging / "summary.json", summary)  # last: its presence marks completion
         if run_dir.exists():
             old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")

@@ -20,6 +20,8 @@ from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
+from benchmark.evaluation.spread import client_spread
+from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.simulator import (
     FederatedSimulator,
@@ -28,10 +30,12 @@ from benchmark.federation.simulator import (
     client_sampling_schedule,
     describe_sampling,
 )
-from benchmark.method import FederatedMethod, state_bytes
+from benchmark.memory import PeakMemory
+from benchmark.method import FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
+from benchmark.runs.clients_file import load_clients, save_clients
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
 from benchmark.runs.partition_files import partition_table
@@ -119,6 +123,11 @@ def run_experiment(
     holding the cell's lock throughout (another process on the same cell: CellBusy).
     `engine` None: the in-process simulator; otherwise another engine that runs the
     federation (`benchmark.runs.flower`), everything else (rows, summary, run folder) as here."""
+    if engine is not None and (config.federation != "fedavg" or config.finetune_epochs or config.evaluate_from):
+        raise ConfigError(
+            "federation local / central, --finetune-epochs and evaluating a saved run run in process only "
+            "(the clients' states stay on Flower's clients): use `fedbench run` / `fedbench evaluate`"
+        )
     with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
         if not write:
             return _run_experiment(config, False, progress, tracker, engine)
@@ -175,6 +184,29 @@ class PreparedRun:
     attributes: Any
 
     def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
+        """The federation of the run's `federation` option: the method's (fedavg), every client
+        alone (local), or one client on the union of their data (central; its client 0)."""
+        clients, schedule, epoch_steps = self.partition.clients, self.schedule, None
+        if self.config.federation == "central":
+            schedule, epoch_steps = central_schedule(schedule, clients, self.config.batch_size)
+            clients = (union_client(clients),)
+        return FederatedSimulator(
+            self.method,
+            self.train_inputs,
+            self.dataset.train.labels,
+            self.dataset.class_names,
+            clients,
+            schedule,
+            self.config.seed,
+            self.settings,
+            progress=progress,
+            federation=self.config.federation,
+            epoch_steps=epoch_steps,
+            **hooks,
+        )
+
+    def finetuner(self) -> FederatedSimulator:
+        """The run's clients, each on its own data (`--finetune-epochs`, after the last round)."""
         return FederatedSimulator(
             self.method,
             self.train_inputs,
@@ -184,9 +216,16 @@ class PreparedRun:
             self.schedule,
             self.config.seed,
             self.settings,
-            progress=progress,
-            **hooks,
+            progress=False,
+            federation="local",
         )
+
+    def scored_states(self, states: dict[int, State]) -> dict[int, State]:
+        """The states of the simulator's clients as the partition's clients are scored:
+        the same under fedavg and local; central: its one state for every client."""
+        if self.config.federation != "central":
+            return states
+        return {c.client_id: states[CENTRAL_CLIENT] for c in self.partition.clients}
 
     def evaluator(self) -> Evaluator:
         """One evaluator for every evaluated round: it memoizes by state, so a client whose
@@ -286,7 +325,7 @@ def _train_and_evaluate(
     config: RunConfig, write: bool, progress: bool, tracker, engine: FederationEngine | None, account: flops.FlopLedger
 ) -> RunResult:
     started = time.perf_counter()
-    run = prepare_run(config, progress, train_features=engine is None)
+    run = prepare_run(config, progress, train_features=engine is None and not config.evaluate_from)
     if tracker is not None and hasattr(tracker, "start"):
         tracker.start()  # a deferred W&B run starts now, with the run built: never for a refused one
     protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
@@ -329,9 +368,10 @@ def _train_and_evaluate(
             tracker.log_round(log)
 
     evaluator = run.evaluator()
+    memory = PeakMemory(cuda=device.startswith("cuda"))
 
     def evaluate_round(round_number: int, client_states):
-        with autocast_context(device, precision):  # evaluation under the training step's autocast
+        with memory.phase("evaluation"), autocast_context(device, precision):  # the training step's autocast
             per_client, _ = evaluate_clients(evaluator, protocol, dataset, partition, client_states, progress)
         return record_evaluation(round_number, per_client)
 
@@ -353,7 +393,12 @@ def _train_and_evaluate(
 
     eval_rounds = evaluation_rounds(config.rounds, config.eval_every)
     final_round = config.rounds
-    if engine is not None:
+    scored: dict[int, State] = {}  # the states the final metrics score (saved as clients.pt)
+    if config.evaluate_from:  # `fedbench evaluate`: the saved clients of a finished run, no training
+        scored = load_clients(Path(config.evaluate_from), partition, method)
+        federation = FederationResult(scored)
+        per_client, summary_metrics, details = evaluate_round(final_round, scored)
+    elif engine is not None:
         # The rounds as `fedbench run` shows them (the engine's own log is quiet: benchmark.runs.flower).
         bar = progress_bar(
             total=len(run.schedule), desc=f"training {config.method}", unit="rounds", enabled=progress, leave=False
@@ -375,15 +420,24 @@ def _train_and_evaluate(
             on_round_end=on_round_end,
             on_snapshot=on_snapshot if write else None,
             eval_rounds=eval_rounds,
-            on_evaluate=evaluate_round,
+            on_evaluate=lambda number, states: evaluate_round(number, run.scored_states(states)),
         )
         try:
-            with kept_on_preemption(keep_last_round):
+            with kept_on_preemption(keep_last_round), memory.phase("training"):
                 federation = simulator.run(resume.federation if resume is not None else None)
         except RunInterrupted:
             keep_last_round()
             raise
-        per_client, summary_metrics, details = evaluate_round(final_round, federation.client_states)
+        if config.federation == "central":  # its one client trained for all of them
+            federation.rounds_trained = {
+                c.client_id: federation.rounds_trained[CENTRAL_CLIENT] for c in partition.clients
+            }
+        scored = run.scored_states(federation.client_states)
+        if config.finetune_epochs:  # the federation's last round stays as it is; the scored states move
+            with memory.phase("training"):
+                scored, losses = run.finetuner().finetune(scored, config.finetune_epochs)
+            rows.extend(MetricRow(final_round, cid, "finetune_loss", loss) for cid, loss in losses.items())
+        per_client, summary_metrics, details = evaluate_round(final_round, scored)
     # 0 flags a client that never trained: evaluated with the final download alone.
     rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
     if federation.never_trained:
@@ -395,6 +449,8 @@ def _train_and_evaluate(
         )
 
     counts = method.parameter_counts()
+    if config.federation != "fedavg":  # local, central: nothing leaves a client
+        counts["uploaded_params"] = 0
     rounds = federation.rounds
     summary = {
         "method": config.method,
@@ -407,6 +463,8 @@ def _train_and_evaluate(
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),
+        **({"spread": spread} if (spread := client_spread(per_client)) else {}),
+        **({"evaluated_from": Path(config.evaluate_from).name} if config.evaluate_from else {}),
         "clients": len(partition.clients),
         **counts,
         "client_sampling": describe_sampling(config.client_sampling, len(partition.clients), config.participation),
@@ -431,6 +489,8 @@ def _train_and_evaluate(
         "wall_seconds": round(time.perf_counter() - started, 3),
         "resumed_after_round": resume.federation.next_round if resume is not None else None,
         "flops": {**account.summary(), "train_steps": account.steps, "train_steps_counted": account.steps_counted},
+        # peak memory per phase: like time, it depends on the machine and on what was cached before
+        "memory": memory.report(),
     }
     if write:
         manifest = {
@@ -439,7 +499,10 @@ def _train_and_evaluate(
             **({"validation": validation} if validation else {}),
         }
         counts = partition_table(partition, dataset.train.labels, dataset.class_names)
-        write_run(run_dir, config, rows, summary, manifest, timing, counts)
+        # The scored clients' states, so `fedbench evaluate` can score them again (none: Flower
+        # keeps them on its clients; nothing trains: the method's initial state, rebuilt from the seed).
+        extra = (lambda folder: save_clients(folder / "clients.pt", scored)) if scored and method.trains else None
+        write_run(run_dir, config, rows, summary, manifest, timing, counts, extra)
         if not config.keep_checkpoints:
             checkpointer.remove()
     if tracker is not None:

@@ -122,8 +122,14 @@ class Tracker:
                 self.run.summary[key] = value
             for key in ("trainable_params", "uploaded_params", "bytes_up_total", "bytes_down_total"):
                 self.run.summary[key] = summary[key]
+            for metric, spread in summary.get("spread", {}).items():  # per-client spread: std and worst client
+                for key, value in spread.items():
+                    self.run.summary[f"{metric}/{key}"] = value
             if timing:
                 self.run.summary["wall_seconds"] = timing["wall_seconds"]
+                for phase, peaks in timing.get("memory", {}).items():
+                    for key, value in peaks.items() if isinstance(peaks, dict) else ():
+                        self.run.summary[f"memory/{phase}/{key}"] = value
             metrics = list(next(iter(per_client.values())).keys()) if per_client else []
             table = wandb.Table(columns=["client", *metrics])
             for cid, values in per_client.items():

@@ -14,7 +14,7 @@ What a folder under DIR can be (docs/run-folders.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pandas as pd
 
 from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, parse_yaml
 from benchmark.runs.checkpoints import read_sidecar
-from benchmark.runs.results import read_failure_record, read_summary
+from benchmark.runs.results import read_failure_record, read_summary, read_timing
 from benchmark.sweeps.plots import round_curves
 from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.sweep import HEADLINE_METHOD, render_cells
@@ -57,6 +57,8 @@ class RunEntry:
     config: dict[str, Any] | None  # the resolved config, None when the run left none
     metrics: dict[str, float]  # the final metrics (finished runs)
     note: str = ""  # the error of a failed run, the round a resumable run stopped after
+    spread: dict[str, dict[str, Any]] = field(default_factory=dict)  # summary.json's per-client spread
+    memory: dict[str, Any] = field(default_factory=dict)  # timing.json's peak memory per phase
 
     def settings(self) -> dict[str, Any]:
         """Run options, protocol options and method hyperparameters (under their own names), flat."""
@@ -81,7 +83,11 @@ def scan(root: Path) -> list[RunEntry]:
         if path.is_dir() and not name.startswith(".") and (path / "summary.json").is_file():
             summary = read_summary(path)
             if summary is not None:
-                found[name] = RunEntry(name, path, "finished", _config_of(path), dict(summary["metrics"]))
+                memory = (read_timing(path) or {}).get("memory") or {}
+                spread = summary.get("spread") or {}
+                found[name] = RunEntry(
+                    name, path, "finished", _config_of(path), dict(summary["metrics"]), "", spread, memory
+                )
         elif name.startswith(".") and name.endswith(CHECKPOINT_SUFFIX):
             name = name[1 : -len(CHECKPOINT_SUFFIX)]
             sidecar = read_sidecar(root / name) or {}
@@ -167,20 +173,44 @@ def _matches(entry: RunEntry, key: str, wanted: str) -> bool:
 _ABSENT = object()
 
 
-def table(entries: list[RunEntry]) -> pd.DataFrame:
-    """One row per run: name, state, the differing settings, the final metrics, a note."""
+def table(entries: list[RunEntry], spread: bool = False, memory: bool = False) -> pd.DataFrame:
+    """One row per run: name, state, the differing settings, the final metrics, a note;
+    with `spread`, per metric that differs by client its std across clients (`M std`) and
+    worst client (`M worst`: value and client id); with `memory`, the peak memory per phase
+    (MiB: CPU RSS, and on CUDA the allocated and reserved peaks)."""
     keys = differing(entries)
     metrics = list(dict.fromkeys(m for e in entries for m in e.metrics))
+    spread_metrics = [m for m in metrics if any(m in e.spread for e in entries)] if spread else []
+    extra: list[str] = []
     rows = []
     for e in entries:
         settings = e.settings()
         row = {"run": e.name, "state": e.state}
         row.update({k: _text(settings[k]) if k in settings else "–" for k in keys})
         row.update({m: round(float(e.metrics[m]), 2) if m in e.metrics else "–" for m in metrics})
+        for m in spread_metrics:
+            entry = e.spread.get(m)
+            row[f"{m} std"] = round(float(entry["std"]), 2) if entry else "–"
+            row[f"{m} worst"] = f"{entry['worst']:.2f} (c{entry['worst_client']})" if entry else "–"
+        if memory:
+            row.update(memory_columns(e.memory))
+        extra.extend(k for k in row if k not in extra and k not in ("run", "state", *keys, *metrics))
         row["note"] = e.note
         rows.append(row)
-    frame = pd.DataFrame(rows, columns=["run", "state", *keys, *metrics, "note"])
+    frame = pd.DataFrame(rows, columns=["run", "state", *keys, *metrics, *extra, "note"]).fillna("–")
     return frame if frame["note"].astype(bool).any() else frame.drop(columns="note")
+
+
+def memory_columns(memory: dict[str, Any]) -> dict[str, float]:
+    """timing.json's `memory` as columns: 'training RSS MiB', 'evaluation CUDA alloc MiB', ..."""
+    names = {"cpu_rss_peak_mb": "RSS", "cuda_allocated_peak_mb": "CUDA alloc", "cuda_reserved_peak_mb": "CUDA reserved"}
+    return {
+        f"{phase} {names[key]} MiB": value
+        for phase, peaks in memory.items()
+        if isinstance(peaks, dict)
+        for key, value in peaks.items()
+        if key in names
+    }
 
 
 def _text(value: Any) -> str:
@@ -212,11 +242,14 @@ def _run_config(entry: RunEntry) -> RunConfig | None:
         return None
 
 
-def render(entries: list[RunEntry], out: Path, title: str) -> dict[str, Path]:
+def render(
+    entries: list[RunEntry], out: Path, title: str, spread: bool = False, memory: bool = False
+) -> dict[str, Path]:
     """The table, differences and figures of the finished runs (as `fedbench reproduce`
-    renders a preset) plus runs.md / runs.csv (the listing), into `out`."""
+    renders a preset) plus runs.md / runs.csv (the listing, with `table`'s spread and
+    memory columns when asked), into `out`."""
     out.mkdir(parents=True, exist_ok=True)
-    listing = table(entries)
+    listing = table(entries, spread, memory)
     files = {"runs_md": out / "runs.md", "runs_csv": out / "runs.csv"}
     files["runs_md"].write_text(f"# {title}\n\n{markdown_table(listing.set_index('run'))}\n")
     listing.to_csv(files["runs_csv"], index=False)

@@ -30,6 +30,14 @@ from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
 
+# Grid axes that make rows of a method rather than columns: `promptfl (local)`, `promptfl (FT 2)`.
+# A value's text goes after the label; the default value adds none (the method's own row).
+ROW_AXES = {
+    "federation": lambda v: "" if v == "fedavg" else str(v),
+    "finetune_epochs": lambda v: f"FT {v}" if v else "",
+}
+
+
 @dataclass(frozen=True)
 class MethodVariant:
     label: str
@@ -104,7 +112,9 @@ class Preset:
             protocol = self._protocol(ds, overrides)
             parts = [""] if targets is None else self._targets(data, targets, protocol)
             for values in itertools.product(*(v for _, v in axes)):
-                grid = tuple((k, v) for (k, _), v in zip(axes, values))
+                chosen = tuple((k, v) for (k, _), v in zip(axes, values))
+                grid = tuple((k, v) for k, v in chosen if k not in ROW_AXES)  # the others name rows
+                suffix = ", ".join(text for k, v in chosen if k in ROW_AXES and (text := ROW_AXES[k](v)))
                 for variant in chosen_methods:
                     for seed in seeds if seeds is not None else self.seeds:
                         for part in parts:
@@ -112,7 +122,7 @@ class Preset:
                                 build_config(
                                     self.run,
                                     ds.get("run", {}),
-                                    dict(grid),
+                                    dict(chosen),
                                     {
                                         "dataset": data,
                                         "method": variant.method,
@@ -127,7 +137,8 @@ class Preset:
                                 )
                             )
                             origin = hyperparameter_origin(variant.method_args, tuned.get(variant.label))
-                            cells.append(Cell(variant.label, ds["name"], grid, config, part, origin))
+                            label = f"{variant.label} ({suffix})" if suffix else variant.label
+                            cells.append(Cell(label, ds["name"], grid, config, part, origin))
         return cells
 
     def _protocol(self, ds: dict[str, Any], overrides: dict[str, Any] | None):

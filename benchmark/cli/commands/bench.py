@@ -6,6 +6,8 @@ from __future__ import annotations
 TABLE1_METHODS = ("zeroshot", "promptfl", "fedotp", "fedpgp", "pfedmoap", "clip_adapter", "lora", "pfedmma")
 TARGET_RATIO = 1.2  # executed / minimum FLOPs, every method (issue 17)
 TARGET_OVERHEAD = 5.0  # framework % of a client-round
+MEMORY_BATCH = 32  # the paper's training batch size
+MEMORY_CLASSES = 50  # a client's label space: base2novel trains over the base classes (Caltech101: 50)
 
 
 def add_parser(subparsers) -> None:
@@ -27,7 +29,32 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="a smoke run: tiny CLIP, one dataset and seed, 2 rounds, no toy-CLIP runs (seconds, for tests)",
     )
+    p.add_argument(
+        "--memory-only",
+        action="store_true",
+        help="only the peak memory of each method's training step and evaluation on --backbone (random weights, "
+        f"batch {MEMORY_BATCH}, {MEMORY_CLASSES} classes, on the CPU): printed, no report written",
+    )
     p.set_defaults(func=run)
+
+
+def memory_section(methods, backbone: str) -> str:
+    """The report's memory section: each method's peaks on `backbone` (random weights, CPU)."""
+    from benchmark.sweeps.memory_use import format_memory, method_memory
+
+    reports = method_memory(methods, backbone, MEMORY_BATCH, MEMORY_CLASSES, "cpu", progress=True)
+    return "\n".join(
+        [
+            f"## Peak memory per method on {backbone}",
+            "",
+            f"One training step (forward and backward, batch {MEMORY_BATCH}, {MEMORY_CLASSES} classes) and one "
+            f"evaluation batch ({MEMORY_BATCH} images over the {MEMORY_CLASSES} classes), random weights, on the "
+            "CPU, with the meter a run uses (`benchmark/memory.py`; how: `benchmark/sweeps/memory_use.py`). "
+            "'peak RSS' includes the process (the backbone's weights); 'above start' is the phase's own share.",
+            "",
+            format_memory(reports),
+        ]
+    )
 
 
 def run(args) -> int:
@@ -49,6 +76,9 @@ def run(args) -> int:
     else:
         backbone, schedule, method_args = args.backbone, perf.Schedule(), {}
     methods = [(m, {"method_args": method_args.get(m, {})}) for m in args.methods]
+    if args.memory_only:
+        print(memory_section(methods, backbone))
+        return 0
     out = Path(args.out)
     print(announce(out, args.quick), flush=True)
     configs = _overhead_configs(args.quick)
@@ -65,6 +95,7 @@ def run(args) -> int:
     steps.set_postfix_str(f"per-unit FLOPs on {backbone} (random weights), {len(methods)} methods")
     reports = perf.table_costs(methods, backbone, schedule, progress=True)
     worst, worst_ratio = perf.worst_ratio(reports)
+    memory = memory_section(methods, backbone)
     steps.update()
     steps.set_postfix_str("runs with the shortcuts on and off")
     walls = _shortcut_walls(args.quick)
@@ -107,6 +138,8 @@ def run(args) -> int:
         "### By source (executed / minimum per method)",
         "",
         perf.format_sources(reports),
+        "",
+        memory,
         "",
         "## Framework share of a client-round",
         "",

@@ -32,6 +32,16 @@ def add_parser(subparsers) -> None:
         metavar="OUT",
         help="render the table and figures of the finished runs into OUT (default: DIR/compare)",
     )
+    p.add_argument(
+        "--spread",
+        action="store_true",
+        help="per metric that differs by client: its std across clients and the worst client (value and id)",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="peak memory per phase (training, evaluation) in MiB: CPU RSS, and on CUDA allocated and reserved",
+    )
     p.set_defaults(func=run)
 
 
@@ -55,13 +65,13 @@ def run(args) -> int:
     entries = where(entries, args.where)
     if not entries:
         raise ConfigError(f"no run under {root} matches --where {' '.join(args.where)}")
-    listing = table(entries)
+    listing = table(entries, args.spread, args.memory)
     with_pandas_options(lambda: print(listing.to_string(index=False)))
     counts = {s: sum(e.state == s for e in entries) for s in ("finished", "resumable", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items() if n))
     if args.plot is not None:
         out = Path(args.plot) if args.plot else root / "compare"
-        files = render(entries, out, f"Runs under {root}")
+        files = render(entries, out, f"Runs under {root}", args.spread, args.memory)
         for path in files.values():
             print(f"wrote {path}")
     return 0

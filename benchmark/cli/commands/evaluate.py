@@ -1,0 +1,53 @@
+"""`fedbench evaluate RUN_DIR`: score a finished run's saved clients again, or on another
+dataset or protocol, without training, into a new run folder whose identity names the
+source run (its clients.pt: benchmark/runs/clients_file.py)."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from benchmark.cli.args import add_quiet_argument
+
+    p = subparsers.add_parser(
+        "evaluate",
+        help="score a finished run's saved clients again (or on another dataset / protocol), without training",
+        description="Score the clients a finished `fedbench run` saved (RUN_DIR/clients.pt: the states its final "
+        "metrics scored) with the run's settings, or on another --dataset or --protocol, without training. "
+        "Writes a new run folder (NAME_evaluated_...) under --out whose identity names the source run; on the "
+        "run's own dataset and protocol its metrics are the run's final metrics.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run folder (it holds summary.json and clients.pt)")
+    p.add_argument("--dataset", default=None, help="score on this dataset instead of the run's (the same clients)")
+    p.add_argument("--protocol", default=None, help="score under this protocol instead of the run's")
+    p.add_argument("--data-root", default=None, help="the dataset root, when not the run's")
+    p.add_argument("--out", default=None, help="folder receiving the new run folder (default: RUN_DIR's folder)")
+    p.add_argument("--wandb", default="disabled", help="W&B mode of the evaluation run (default: disabled)")
+    p.add_argument("--force", action="store_true", help="score again although the evaluation's run folder exists")
+    add_quiet_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from benchmark.cli.single_run import run_config
+    from benchmark.config import ConfigError, build_config, load_yaml
+
+    source = Path(args.run_dir)
+    if not (source / "summary.json").is_file() or not (source / "config.yaml").is_file():
+        raise ConfigError(
+            f"{source} is not a finished run folder (no summary.json and config.yaml); pass a folder `fedbench run` "
+            "wrote, e.g. runs/promptfl_toy_base2novel_16shot_seed1_<hash> (`fedbench runs` lists them)"
+        )
+    settings = load_yaml(source / "config.yaml")
+    changes = {
+        "dataset": args.dataset,
+        "protocol": args.protocol,
+        "data_root": args.data_root,
+        "out": args.out if args.out is not None else str(source.resolve().parent),
+        "wandb": args.wandb,
+    }
+    settings.update({k: v for k, v in changes.items() if v is not None})
+    # The scored states are the saved ones: nothing trains again, nothing is fine-tuned again.
+    settings.update(evaluate_from=str(source.resolve()), finetune_epochs=0)
+    return run_config(build_config(settings), tags=("fedbench evaluate",), force=args.force)

@@ -1,0 +1,58 @@
+"""`fedbench evaluate RUN_DIR`: a finished run's saved clients (clients.pt) scored again without
+training -- the run's own final metrics exactly -- or on another dataset, into a new run
+folder whose identity names the source run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+TOY_RUN = [
+    "run", "--method", "promptfl", "--dataset", "toy", "--backbone", "fedbench-toy-vit",
+    "--pretrained", "fedbench-toy-test", "--rounds", "2", "--clients", "2", "--shots", "2",
+    "--batch-size", "8", "--wandb", "disabled",
+]  # fmt: skip
+
+
+def finished(out: Path) -> dict[str, Path]:
+    return {p.parent.name: p.parent for p in out.rglob("summary.json")}
+
+
+def final_rows(run_dir: Path) -> pd.DataFrame:
+    rows = pd.read_csv(run_dir / "metrics.csv")
+    rows = rows[rows["metric"].isin(["Local", "Base", "Novel", "HM"]) & (rows["round"] == rows["round"].max())]
+    return rows.sort_values(["client", "metric"]).reset_index(drop=True)
+
+
+def test_evaluate_gives_the_runs_own_metrics_and_another_datasets(fedbench, toy_test_checkpoint, tmp_path):
+    out = tmp_path / "runs"
+    assert fedbench(*TOY_RUN, "--out", out).returncode == 0
+    (source,) = finished(out).values()
+    assert (source / "clients.pt").is_file()
+
+    done = fedbench("evaluate", source)
+    assert done.returncode == 0, done.stderr
+    (again,) = [d for name, d in finished(out).items() if name != source.name]
+    assert "_evaluated_" in again.name
+    summaries = [json.loads((d / "summary.json").read_text()) for d in (source, again)]
+    assert summaries[1]["metrics"] == summaries[0]["metrics"]  # exactly: the same states, scored again
+    pd.testing.assert_frame_equal(final_rows(source), final_rows(again))
+    assert summaries[1]["evaluated_from"] == source.name and summaries[1]["bytes_up_total"] == 0
+    identity = yaml.safe_load((again / "config.yaml").read_text())["identity"]
+    assert identity["source_run"] == source.name
+
+    done = fedbench("evaluate", source, "--dataset", "toy_shapes")
+    assert done.returncode == 0, done.stderr
+    (other,) = [d for name, d in finished(out).items() if name not in (source.name, again.name)]
+    summary = json.loads((other / "summary.json").read_text())
+    assert summary["dataset"] == "toy_shapes" and set(summary["metrics"]) == {"Local", "Base", "Novel", "HM"}
+    assert summary["metrics"] != summaries[0]["metrics"]
+
+
+def test_evaluate_refuses_a_folder_that_is_no_finished_run(fedbench, tmp_path):
+    done = fedbench("evaluate", tmp_path)
+    assert done.returncode == 2
+    assert f"{tmp_path} is not a finished run folder" in done.stderr and "Traceback" not in done.stderr

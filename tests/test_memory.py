@@ -1,0 +1,78 @@
+"""Peak memory per phase (benchmark/memory.py): the CPU's resident set measured here; the CUDA
+peaks through torch.cuda's counters, mocked (no GPU on the test machine)."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from benchmark import memory
+from benchmark.memory import PeakMemory
+
+
+def test_a_phase_records_its_own_cpu_peak():
+    meter = PeakMemory()
+    with meter.phase("training"):
+        block = torch.ones(64 * 2**20, dtype=torch.float32)  # 256 MiB, written: resident
+        del block
+    with meter.phase("evaluation"):
+        small = torch.ones(2**20)
+        del small
+    report = meter.report()
+    assert set(report) == {"training", "evaluation", "cpu_rss_scope"}
+    if sys.platform == "linux":  # the peak is reset per phase (/proc/self/clear_refs)
+        assert report["cpu_rss_scope"] == "phase"
+        assert report["training"]["cpu_rss_peak_mb"] - report["evaluation"]["cpu_rss_peak_mb"] > 200
+    assert report["training"]["cpu_rss_peak_mb"] >= 256
+
+
+def test_cuda_peaks_are_read_per_phase_with_nesting(monkeypatch):
+    """Torch's CUDA counters replaced by a fake device whose peak follows `allocate`."""
+
+    class FakeCuda:
+        def __init__(self):
+            self.now, self.peak, self.resets = 0, 0, 0
+
+        def allocate(self, mib):
+            self.now += mib * memory.MiB
+            self.peak = max(self.peak, self.now)
+
+        def free(self, mib):
+            self.now -= mib * memory.MiB
+
+        def reset_peak_memory_stats(self):
+            self.peak, self.resets = self.now, self.resets + 1
+
+    fake = FakeCuda()
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", fake.reset_peak_memory_stats)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: fake.peak)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: fake.peak + 2 * memory.MiB)
+    meter = PeakMemory(cuda=True)
+    with meter.phase("training"):
+        fake.allocate(100)
+        fake.free(100)
+        with meter.phase("evaluation"):  # between rounds: its own peak, the training's kept
+            fake.allocate(30)
+            fake.free(30)
+        fake.allocate(10)
+        fake.free(10)
+    report = meter.report()
+    assert report["training"]["cuda_allocated_peak_mb"] == 100.0
+    assert report["training"]["cuda_reserved_peak_mb"] == 102.0
+    assert report["evaluation"]["cuda_allocated_peak_mb"] == 30.0
+    assert fake.resets == 3  # entering training, entering evaluation, training resumed
+
+
+def test_a_run_records_its_peaks_and_the_listing_shows_them(fedbench, fake_data_root, tmp_path):
+    import json
+
+    from conftest import run_tiny_cell
+
+    run_tiny_cell(fedbench, "promptfl", fake_data_root, tmp_path / "runs")
+    timing = json.loads(next((tmp_path / "runs").rglob("timing.json")).read_text())
+    assert {"training", "evaluation"} <= set(timing["memory"])
+    assert timing["memory"]["training"]["cpu_rss_peak_mb"] > 0
+    assert "cuda_allocated_peak_mb" not in timing["memory"]["training"]  # a CPU run
+    done = fedbench("runs", tmp_path / "runs", "--memory")
+    assert done.returncode == 0 and "training RSS MiB" in done.stdout and "evaluation RSS MiB" in done.stdout
