@@ -150,3 +150,15 @@ def test_an_unknown_federation_is_refused_naming_the_choices(fedbench, fake_data
     done = fedbench(*tiny_run_args(fake_data_root, tmp_path, "--federation", "fedprox"))
     assert done.returncode == 2
     assert "federation = 'fedprox' is invalid: expected fedavg | local | central" in done.stderr
+
+
+def test_another_engine_refuses_the_rows_it_cannot_run(fake_data_root, tmp_path):
+    from benchmark.config import ConfigError
+
+    def engine(*args):
+        raise AssertionError("never called")
+
+    for overrides in ({"federation": "local"}, {"federation": "central"}, {"finetune_epochs": 1}):
+        config = method_config("promptfl", fake_data_root, tmp_path, **overrides)
+        with pytest.raises(ConfigError, match="run in process only"):
+            run_experiment(config, progress=False, engine=engine)

@@ -53,7 +53,7 @@ def test_bench_quick_writes_the_report_and_its_exit_code_tells_the_verdict(fedbe
     done = fedbench("bench", "--quick", "--out", out, "--methods", "promptfl", "pfedmoap")
     report = out.read_text()
     sections = ("FLOPs of the Table 1 schedule on " + TINY, "By source", "Framework share", "shortcuts on and off")
-    for section in (*sections, "clients batched and one by one"):
+    for section in (*sections, "clients batched and one by one", "Peak memory per method on " + TINY):
         assert section in report
     assert "| promptfl |" in report and "| pfedmoap |" in report
     assert done.returncode == (1 if "NOT met" in report else 0)

@@ -76,3 +76,14 @@ def test_a_run_records_its_peaks_and_the_listing_shows_them(fedbench, fake_data_
     assert "cuda_allocated_peak_mb" not in timing["memory"]["training"]  # a CPU run
     done = fedbench("runs", tmp_path / "runs", "--memory")
     assert done.returncode == 0 and "training RSS MiB" in done.stdout and "evaluation RSS MiB" in done.stdout
+
+
+def test_bench_measures_each_phase_of_a_method_in_a_process_of_its_own():
+    from benchmark.sweeps.memory_use import format_memory, method_memory
+
+    (report,) = method_memory([("promptfl", {})], "fedbench-tiny-vit", batch_size=4, classes=3)
+    assert set(report.peaks) == set(report.above_start) == {"training", "evaluation"}
+    assert all(p["cpu_rss_peak_mb"] > 0 for p in report.peaks.values())
+    assert all(v >= 0 for v in report.above_start.values())
+    lines = format_memory([report]).splitlines()
+    assert lines[0] == "| method | phase | peak RSS | above start |" and lines[2].startswith("| promptfl | training |")

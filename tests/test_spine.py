@@ -203,7 +203,7 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
         assert torch.equal(state["ctx"], second["states"][cid]["ctx"])
     run_dir = first.run_dir
     assert sorted(p.name for p in run_dir.iterdir()) == [
-        "clients.pt",
+        "clients.pt",  # the scored clients' states (`fedbench evaluate`)
         "config.yaml",
         "environment.json",
         "metrics.csv",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,17 @@ def test_offline_run_has_the_round_axis_and_accuracy_per_round(tracked_run):
     assert not [k for k in keys if "client_" in k]  # per-client numbers live in the per_client table
     assert not [k for k in keys | set(run.summary) if k.startswith("final/")]
     assert run.summary["HM"] == pytest.approx(evaluated[-1]["HM"])
+
+
+def test_offline_run_has_the_spread_across_clients_and_the_peak_memory(tracked_run):
+    _, run, run_dir, _ = tracked_run
+    spread = json.loads((run_dir / "summary.json").read_text())["spread"]
+    assert "Local" in spread  # its clients' own classes: a different accuracy each
+    for metric, entry in spread.items():
+        for key, value in entry.items():
+            assert run.summary[f"{metric}/{key}"] == pytest.approx(value)
+    memory = json.loads((run_dir / "timing.json").read_text())["memory"]
+    assert run.summary["memory/training/cpu_rss_peak_mb"] == pytest.approx(memory["training"]["cpu_rss_peak_mb"])
 
 
 def test_offline_run_has_the_lr_each_round_started_at(tracked_run):

@@ -2,16 +2,15 @@
 weights), for `fedbench bench`: what a GPU (or a CPU) must hold for one client's step at
 the paper's batch size, measured with the same meter a run uses (`benchmark.memory`).
 
-Per method, in one process: the backbone is built once; the method is built, then
+Per method and phase, in a process of its own: the backbone and the method are built, then
   training    one `training_step` and its backward on `batch_size` random images over
               `classes` classes (the client's label space: base2novel trains over every
               base class) -- the optimizer's state (a copy or two of the trainable
               parameters, small next to the activations) is not included;
   evaluation  `encode_classes` over `classes` classes and the image features and logits
               of `batch_size` images, without gradients.
-A phase's peak RSS includes the process (backbone weights, earlier methods' freed memory
-kept by the allocator); 'above start' is the peak minus the resident set when the phase
-began, the phase's own share.
+A phase's peak RSS includes the process (torch, the backbone's weights); 'above start' is
+the peak minus the resident set when the phase began, the phase's own share.
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ from benchmark.method import ClientContext
 from benchmark.registry import build_method
 
 STATUS_RSS = "VmRSS:"
+PHASES = ("training", "evaluation")
 
 
 def rss_bytes() -> int:
@@ -62,27 +62,36 @@ def method_memory(
     progress: bool = False,
 ) -> list[MemoryReport]:
     """The peaks of each of `methods` ((label, {"method": name, "method_args": ...})), each
-    measured in a process of its own: in one process the allocator keeps what an earlier
-    method freed, and a later method's peak would depend on the order."""
+    phase of each method measured in a process of its own: in one process the allocator
+    keeps what was freed before (an earlier method's, the training's), and a peak would
+    depend on what ran first."""
     reports = []
     for label, args in methods:
         if progress:
             print(f"  memory of {label} on {backbone_name}, batch {batch_size}, {classes} classes ...", flush=True)
-        request = json.dumps([label, args, backbone_name, batch_size, classes, device])
-        done = subprocess.run(
-            [sys.executable, "-m", "benchmark.sweeps.memory_use", request], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"measuring the memory of {label} failed:\n{done.stderr[-2000:]}")
-        peaks, above = json.loads(done.stdout.strip().splitlines()[-1])
+        peaks, above = {}, {}
+        for phase in PHASES:
+            request = json.dumps([label, args, backbone_name, batch_size, classes, device, phase])
+            done = subprocess.run(
+                [sys.executable, "-m", "benchmark.sweeps.memory_use", request],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"measuring the {phase} memory of {label} failed:\n{done.stderr[-2000:]}")
+            measured, share = json.loads(done.stdout.strip().splitlines()[-1])
+            peaks.update(measured)
+            above.update(share)
         reports.append(MemoryReport(label, peaks, above))
     return reports
 
 
 def measure_one(
-    label: str, args: dict, backbone_name: str, batch_size: int, classes: int, device: str
+    label: str, args: dict, backbone_name: str, batch_size: int, classes: int, device: str, phase: str
 ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """One method's (peaks, above start) in this process (see the module doc)."""
+    """One method's (peaks, above start) of `phase` in this process (see the module doc);
+    nothing for the training of a method that does not train."""
     backbone = load_backbone(backbone_name, None, device)
     size = backbone.image_size
     names = tuple(f"class{i:03d}" for i in range(classes))
@@ -95,7 +104,7 @@ def measure_one(
     above = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # self.log outside a Trainer
-        if method.trains:
+        if phase == "training" and method.trains:
             method.train()
             method.set_client(ClientContext(0, 1, names, batch_size, 1))
             start = rss_bytes()
@@ -108,13 +117,14 @@ def measure_one(
             method.set_client(None)
             method.zero_grad(set_to_none=True)
             del loss
-        method.eval()
-        gc.collect()
-        start = rss_bytes()
-        with meter.phase("evaluation"), torch.no_grad():
-            text = method.encode_classes(list(names))
-            method.classify(method.image_features(images), text)
-        above["evaluation"] = meter.peaks["evaluation"]["cpu_rss_peak_mb"] - start / MiB
+        if phase == "evaluation":
+            method.eval()
+            gc.collect()
+            start = rss_bytes()
+            with meter.phase("evaluation"), torch.no_grad():
+                text = method.encode_classes(list(names))
+                method.classify(method.image_features(images), text)
+            above["evaluation"] = meter.peaks["evaluation"]["cpu_rss_peak_mb"] - start / MiB
     return meter.peaks, {k: round(max(0.0, v), 1) for k, v in above.items()}
 
 
