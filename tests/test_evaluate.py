@@ -51,6 +51,13 @@ def test_evaluate_gives_the_runs_own_metrics_and_another_datasets(fedbench, toy_
     assert summary["dataset"] == "toy_shapes" and set(summary["metrics"]) == {"Local", "Base", "Novel", "HM"}
     assert summary["metrics"] != summaries[0]["metrics"]
 
+    # another protocol takes its own options, not the source run's (base2novel's class_dealing)
+    done = fedbench("evaluate", source, "--protocol", "dirichlet")
+    assert done.returncode == 0, done.stderr
+    (scored,) = [d for d in finished(out).values() if "_dirichlet_" in d.name]
+    summary = json.loads((scored / "summary.json").read_text())
+    assert summary["protocol"] == "dirichlet" and set(summary["metrics"]) == {"Acc"}
+
 
 def test_evaluate_refuses_a_folder_that_is_no_finished_run(fedbench, tmp_path):
     done = fedbench("evaluate", tmp_path)

@@ -47,6 +47,9 @@ def run(args) -> int:
         "out": args.out if args.out is not None else str(source.resolve().parent),
         "wandb": args.wandb,
     }
+    if args.protocol is not None and args.protocol != settings.get("protocol"):
+        # Another protocol takes its own options (its defaults), not the source run's.
+        settings.pop("protocol_args", None)
     settings.update({k: v for k, v in changes.items() if v is not None})
     # The scored states are the saved ones: nothing trains again, nothing is fine-tuned again.
     settings.update(evaluate_from=str(source.resolve()), finetune_epochs=0)
