@@ -20,7 +20,7 @@ projections run in fp32 too. Without this, open_clip's image tower carries a bf1
 (its patch embedding is a bf16 convolution, the class and positional embeddings are cast
 to it, and its LayerNorm returns the input dtype), and a small term added into the stream
 -- pFedMMA's alpha * adapter, alpha = 0.001 -- is rounded away: bf16 resolves 1 part in
-256 of a stream of RMS ~1. `tests/test_precision.py` measures what is preserved.
+256 of a stream of RMS ~1. `tests/core/test_backbone.py` measures what is preserved.
 
 Exact shortcuts (`benchmark.shortcuts`, on unless a run sets `shortcuts: false`). The
 text tower runs only up to the batch's longest prompt (its attention is causal: nothing

@@ -21,7 +21,7 @@ kind is the shapes of the batch and of the class features (and the discrete stat
 because some methods classify by many small operations (FedOTP's transport plan: up to
 100 Sinkhorn iterations a batch), whose counting costs Python time per operation; the
 sampled evaluation count equals the count of every batch for every built-in method
-(`tests/test_flops.py`). Frozen-feature passes and class encodings in evaluation are
+(`tests/core/test_flops.py`). Frozen-feature passes and class encodings in evaluation are
 counted whole.
 
 `ledger()` opens the account of one run; `charge(part)` counts the code inside into it

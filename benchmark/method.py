@@ -136,7 +136,7 @@ class Member:
 # The method contract, declared once: the registry's HOOKS and CLASS_ATTRIBUTES, the
 # contract table of docs/writing-a-method.md, `fedbench new-method`'s skeleton and
 # `fedbench methods --describe` are all read from these three tuples, and
-# tests/test_method_contract.py checks that they name every public hook and attribute of
+# tests/core/test_method.py checks that they name every public hook and attribute of
 # FederatedMethod and Capabilities.
 #
 # CORE: what every method author must know: what is computed, how it trains, what travels.

@@ -10,7 +10,7 @@ package's `fedbench.protocols` entry point. Each declares its own `options` (nam
 option is a `fedbench run` flag (`--beta 0.3`) and a flat YAML key (`beta: 0.3`).
 
 This module and the protocol files load no torch: `fedbench --help` lists the registered
-protocols and their flags from here (tests/test_validation.py). A partition is a pure
+protocols and their flags from here (tests/system/test_validation.py). A partition is a pure
 function of the labels and the seed; `requests` says what each client's metrics need (test
 images and classes), `metrics_from` turns the evaluator's scores into the client's metrics,
 `summarize` turns the per-client metrics into the run's headline numbers.

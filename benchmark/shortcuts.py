@@ -14,7 +14,7 @@ Work whose result cannot change a number is skipped or done once:
 
 Each is the same computation as the plain path up to float rounding (a truncated or split
 sequence of matrix products sums in another order: relative differences ~1e-7 in fp32,
-`tests/test_shortcuts.py`). Not bit-identical, so the switch is a run setting that is part
+`tests/core/test_shortcuts.py`). Not bit-identical, so the switch is a run setting that is part
 of a cell's identity (`RunConfig.shortcuts`, `fedbench run --no-shortcuts`). The runner
 sets it for the duration of a run; code that runs a method outside the runner (another
 federation engine) should do the same with `use(config.shortcuts)`.

@@ -1,7 +1,7 @@
 """Write the method contract's table into docs/writing-a-method.md (between its
 `<!-- BEGIN contract table -->` and `<!-- END contract table -->` lines) from the one
 declaration of the contract, `benchmark.method.CORE` / `OPTIONAL` / `CAPABILITIES`. Run it
-after changing that declaration; `tests/test_method_contract.py` fails until you do.
+after changing that declaration; `tests/core/test_method.py` fails until you do.
 Usage: python scripts/write_contract_table.py"""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Write methods/hyperparameters.json: the built-in methods' hyperparameters (types,
 defaults, ranges, help) as their classes say, and the sha256 of each file they were read
 from, for `fedbench run` to check flags against before torch loads. Run it after changing a
-method in methods/ (or adding one, to make its flags fast too); `tests/test_method_manifest.py`
+method in methods/ (or adding one, to make its flags fast too); `tests/core/test_hyperparameters.py`
 fails while a recorded file has changed. Usage: python scripts/write_method_manifest.py"""
 
 from __future__ import annotations

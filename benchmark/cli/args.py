@@ -39,7 +39,7 @@ __all__ = [
 
 def protocol_names() -> tuple[str, ...]:
     """The registered protocols (benchmark.protocol's registry: it and the protocol modules
-    load no torch, which `fedbench --help` must not: tests/test_validation.py)."""
+    load no torch, which `fedbench --help` must not: tests/system/test_validation.py)."""
     from benchmark.protocol import available_protocols
 
     return tuple(available_protocols())

@@ -3,7 +3,7 @@
 
 It trains the same clients on the same batches with the same seeds, optimizer and
 schedule as `FederatedSimulator` (its final client states are equal, bit for bit:
-`tests/test_bench.py`), with the same server (`benchmark.federation.server.Server`: the
+`tests/sweeps/test_perf.py`), with the same server (`benchmark.federation.server.Server`: the
 download, the aggregation, the bank and the aggregate's finiteness check, the one
 per-round check it keeps), and leaves out everything the framework adds around that: the
 Lightning hooks, the loss and client-state checks, the FLOP ledger, progress, round logs,

@@ -5,7 +5,7 @@ client loop and evaluation as the federation they bound (`RunConfig.federation`)
 - local: each client trains in the rounds the schedule gives it, for the same local
   epochs, with the same seeds, as under the federation; nothing is uploaded, aggregated
   or downloaded (`SoloServer`), so each client's model is what its own data makes of the
-  initial state. It equals a one-client federation of that client (`tests/test_baselines.py`).
+  initial state. It equals a one-client federation of that client (`tests/federation/test_baselines.py`).
 - central: one client (id 0) whose training data is the union of the clients'
   (`union_client`) trains in every round for as many optimizer steps as the round's
   sampled clients took together (`central_schedule`), its batches drawn from consecutive

@@ -3,7 +3,7 @@ Lightning Fabric that lives as long as the federation.
 
 A Lightning Trainer per client-round took 30 % of a tiny-CLIP client-round (6 of 20 ms:
 its setup and per-batch machinery); `fedbench bench` prints the share that is left. What
-a client-round computes is the Trainer's, bit for bit (`tests/test_client_loop.py` trains
+a client-round computes is the Trainer's, bit for bit (`tests/federation/test_client_loop.py` trains
 every method both ways):
 
 - `configure_optimizers` runs at the start of every client-round, so every client gets a

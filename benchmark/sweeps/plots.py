@@ -53,7 +53,7 @@ def radar_values(stats: pd.DataFrame, metrics: Sequence[str] | None = None) -> p
 
 # Colours of the row labels, in table order: tab10's ten hues, then four a reader tells apart
 # from them (black, maroon, navy, magenta; each at least 25 CIELAB units from every other
-# colour here, `tests/test_figures.py`). tab20, used before for more than ten methods, pairs
+# colour here, `tests/sweeps/test_plots.py`). tab20, used before for more than ten methods, pairs
 # each hue with a pale copy of it (promptfl/zeroshot, fedclip/fedmaple read as one method).
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",

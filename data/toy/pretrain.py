@@ -387,7 +387,7 @@ def state_dict_bytes(model) -> bytes:
 def build_checkpoint(recipe: Recipe = DEFAULT_RECIPE, path: Path | None = None, progress: bool = True) -> Path:
     """Pretrain `recipe` (at 1 torch thread) and save its fp16 state_dict atomically at
     `path`; returns the path. The same recipe gives the same bytes on any machine count of
-    threads (tests/test_toy_checkpoints.py)."""
+    threads (tests/data/toy/test_pretrain.py)."""
     path = Path(path) if path is not None else checkpoint_path(recipe)
     path.parent.mkdir(parents=True, exist_ok=True)
     print(

@@ -152,7 +152,7 @@ def _shown(value) -> str:
 
 def contract_table() -> str:
     """The contract table of docs/writing-a-method.md (scripts/write_contract_table.py writes
-    it there; tests/test_method_contract.py checks it is current)."""
+    it there; tests/core/test_method.py checks it is current)."""
     rows = ["| | hook / attribute | when | returns | default |", "|---|---|---|---|---|"]
     for title, members in contract_parts():
         for m in members:

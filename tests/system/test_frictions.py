@@ -185,7 +185,7 @@ def test_an_edited_source_file_changes_the_listing_memo(tmp_path):
     method_file.write_text('"""One method, renamed."""\n')
     assert listing.fingerprint([method_file]) != before
     files = listing.source_files()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for expected in ("methods/promptfl.py", "data/catalog.py", "data/loaders/coop.py", "benchmark/registry.py"):
         assert root / expected in files
 
@@ -313,7 +313,7 @@ def test_a_signal_stops_the_whole_test_session_even_inside_main(tmp_path):
             """
         )
     )
-    tests = Path(__file__).resolve().parent
+    tests = Path(__file__).resolve().parents[1]  # tests/, where signal_guard.py is
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     for signum in (signal.SIGTERM, signal.SIGINT):
         (tmp_path / "started").unlink(missing_ok=True)

@@ -3,7 +3,7 @@ survives; training and evaluation run under the same autocast; methods whose tra
 is below bf16's resolution run fp32 on a GPU.
 
 Measured on CPU autocast, ViT-B/16 architecture with seeded random weights, one image
-(`PYTHONPATH=. python tests/test_precision.py` prints them), pFedMMA at init (alpha 0.001):
+(`PYTHONPATH=. python tests/core/test_backbone.py` prints them), pFedMMA at init (alpha 0.001):
 - one adapted block (vision block 12): alpha * y has 1.0e-3 of the stream's RMS; under
   bf16 its contribution block'(x) - block(x) has a relative error of 0.005 against fp32
   with the suite's fp32 stream, 0.78 with a bf16 stream (open_clip's own image path: 79 %
@@ -290,7 +290,7 @@ def test_auto_precision_on_a_gpu_is_the_methods_choice(method, expected):
     )
 
 
-if __name__ == "__main__":  # docs/performance.md's figures: PYTHONPATH=. python tests/test_precision.py
+if __name__ == "__main__":  # docs/performance.md's figures: PYTHONPATH=. python tests/core/test_backbone.py
     backbone = load_backbone("ViT-B-16", None)
     torch.manual_seed(0)
     pfedmma = PFedMMA(backbone).eval()

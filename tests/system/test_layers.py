@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("", "federation", "evaluation", "runs", "sweeps", "cli")
 # The one import that points down by design: the registry discovers the built-in methods.
 DISCOVERY = {("benchmark.registry", "methods")}

@@ -88,7 +88,7 @@ def test_fedbench_plugins_registers_file_methods(plugin_file, tmp_path):
         text=True,
         env=env,
         timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 0, done.stderr
     line = next(out for out in done.stdout.splitlines() if out.startswith("frozen_again"))

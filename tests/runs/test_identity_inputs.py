@@ -23,7 +23,7 @@ from fake_layouts import FAKE_NAMES, make_fake_dataset
 import benchmark.runs.identity as identity
 from benchmark.runs.identity import cell_hash, cell_identity
 
-REAL_ROOT = Path(__file__).resolve().parents[1]
+REAL_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from benchmark.cli.args import config_from_args
 from benchmark.runs.identity import run_name
 from benchmark.sweeps.presets import load_preset
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def docs_table1_command() -> list[str]:

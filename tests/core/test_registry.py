@@ -25,7 +25,7 @@ from benchmark.method import FederatedMethod
 from benchmark.optim import sgd_with_cosine
 from benchmark.runs.runner import run_experiment
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-method.md"
 EXAMPLE = ROOT / "docs" / "examples" / "half_prompt.py"
 TINY_TEXT_WIDTH = 64
@@ -410,7 +410,7 @@ def test_an_installed_plugin_package_is_listed_and_runs(fake_data_root, tmp_path
         text=True,
         timeout=600,
     )
-    paths = [str(site), str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+    paths = [str(site), str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     assert install.returncode == 0, install.stderr
     listed = subprocess.run([exe, "methods"], capture_output=True, text=True, timeout=600, env=env)

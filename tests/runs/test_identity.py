@@ -90,7 +90,7 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
     assert saved["method_args"] == expected
     identity = saved["identity"]
     assert identity["method"]["class"] == "methods.promptfl.PromptFL" and len(identity["method"]["source_sha256"]) == 16
-    config_file = Path(__file__).resolve().parents[1] / "benchmark" / "model_configs" / "fedbench-tiny-vit.json"
+    config_file = Path(__file__).resolve().parents[2] / "benchmark" / "model_configs" / "fedbench-tiny-vit.json"
     config_sha = hashlib.sha256(config_file.read_bytes()).hexdigest()[:16]
     assert identity["weights"] == f"fedbench-tiny-vit(config sha256:{config_sha})@random(seed 0)"
     assert [d["dataset"] for d in identity["data"]] == ["dtd"] and identity["hash"] == run.name.rsplit("_", 1)[1]

@@ -16,7 +16,7 @@ from conftest import TINY
 
 from benchmark import protocol as registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "round_robin_protocol.py"
 GUIDE = ROOT / "docs" / "writing-a-protocol.md"
 

@@ -17,7 +17,7 @@ from conftest import write_mini_preset
 from benchmark.cli import main
 
 # The packaged copy is the source of truth: a clone has nothing beside the repository.
-REFERENCE = Path(__file__).resolve().parents[1] / "benchmark" / "reference" / "paper_tables.csv"
+REFERENCE = Path(__file__).resolve().parents[2] / "benchmark" / "reference" / "paper_tables.csv"
 
 
 def write_preset(folder: Path, data_root: Path, methods=("zeroshot", "promptfl"), seeds=(1, 2), rounds=1) -> Path:
@@ -88,7 +88,7 @@ def test_paper_numbers_sit_in_the_right_cells(reproduced):
             (reference.table == "base2novel") & (reference.method == paper_name) & (reference.metric == metric)
         ]
         assert rows["value"].tolist() == [value]
-    # The fake cells are not the paper's (the rendered table compares nothing, test_table_scope.py):
+    # The fake cells are not the paper's (the rendered table compares nothing, tests/sweeps/test_scope.py):
     # the comparison's mechanics, on the table's numbers.
     from benchmark.sweeps.paper import reference_numbers
     from benchmark.sweeps.tables import paper_comparison
@@ -111,13 +111,13 @@ def test_notebook_executes_on_the_results(reproduced):
     from nbclient import NotebookClient
 
     tmp, _ = reproduced
-    notebook = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "results.ipynb", as_version=4)
+    notebook = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "results.ipynb", as_version=4)
     # FEDBENCH_RUNS: list the fixture's runs instead of making two toy runs (keeps this test fast);
     # the kernel starts in tmp, outside the checkout, so the notebook must find it via FEDBENCH_ROOT.
     env = {
         "FEDBENCH_RESULTS": str(tmp / "results"),
         "FEDBENCH_RUNS": str(tmp / "runs"),
-        "FEDBENCH_ROOT": str(Path(__file__).resolve().parents[1]),
+        "FEDBENCH_ROOT": str(Path(__file__).resolve().parents[2]),
     }
     os.environ.update(env)
     try:

@@ -22,7 +22,7 @@ from benchmark.registry import register_method
 from benchmark.runs import runner
 from benchmark.runs.runner import prepare_run, run_experiment
 
-ROOT = Path(__file__).resolve().parents[1]  # the checkout whose packages the second run imports
+ROOT = Path(__file__).resolve().parents[2]  # the checkout whose packages the second run imports
 
 
 @register_method("test_split_prompt")

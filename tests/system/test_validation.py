@@ -116,7 +116,7 @@ def test_missing_data_and_missing_checkpoint_are_reported_before_loading(fedbenc
 def test_dry_run_finds_the_shipped_toy_clip_and_builds_nothing(fedbench, empty_cache, tmp_path):
     # The toy CLIP ships with the package (data/toy/checkpoints): an empty cache misses no
     # weights, and planning pretrains nothing. A recipe with no shipped file is still reported
-    # "not built yet" (tests/test_identity.py, tests/test_toy_checkpoints.py).
+    # "not built yet" (tests/runs/test_identity.py, tests/data/toy/test_pretrain.py).
     done = fedbench("reproduce", "toy", "--dry-run", "--out", tmp_path / "runs")
     assert done.returncode == 0, done.stderr
     assert "missing weights" not in done.stdout and "0/" in done.stdout
@@ -313,7 +313,7 @@ def test_a_bad_value_of_a_built_in_method_is_refused_before_torch_loads(tmp_path
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache")},
     )
     assert done.returncode == 2, done.stderr

@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY
 from wandb_records import read_offline_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def fedbench_process(*args, env=None) -> subprocess.CompletedProcess:

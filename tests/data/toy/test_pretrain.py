@@ -16,7 +16,7 @@ import torch
 from data.toy import pretrain
 from data.toy.pretrain import CHECKPOINT_DIR, RECIPES, Recipe, read_manifest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _sha(path: Path) -> str:

@@ -7,7 +7,7 @@ alpha * J (-lr J^T g) = -alpha * lr * J J^T g, and the loss by -alpha * lr * |J^
 first order. So the step's size in units of g is alpha * lr * |J^T g|^2 / |g|^2: alpha * lr
 alone says little without the gain |J^T g|^2 / |g|^2, which this measures per block.
 
-`PYTHONPATH=. python tests/test_pfedmma_step.py` prints the gains on the toy CLIP (the toy
+`PYTHONPATH=. python tests/methods/test_pfedmma_step.py` prints the gains on the toy CLIP (the toy
 preset's model and settings, one client's batch of 8) and on ViT-B/16 with random weights.
 """
 

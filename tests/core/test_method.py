@@ -18,7 +18,7 @@ from benchmark.cli.commands.new_method import render
 from benchmark.hyperparameters import MethodError
 from benchmark.method import CAPABILITIES, CONTRACT, CORE, HELPERS, OPTIONAL, Capabilities, FederatedMethod
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-method.md"
 TABLE = re.compile(r"<!-- BEGIN contract table .*?-->\n(.*?)\n<!-- END contract table -->", re.S)
 
