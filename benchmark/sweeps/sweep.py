@@ -29,12 +29,14 @@ from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
 from benchmark.sweeps.scope import TableScope, table_scope
 from benchmark.sweeps.tables import (
+    client_spread_table,
     collect,
     differences,
     failed_cells,
     numerics_note,
     paper_comparison,
     render,
+    render_spread,
     run_dir,
     summarize,
 )
@@ -384,6 +386,9 @@ def render_cells(
     diffs = differences(long, reference, headline)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
     files = render(stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else [])])
+    spread = client_spread_table(cells)
+    if not spread.empty:
+        files.update(render_spread(spread, out, title))
     colours = method_colours([c.label for c in cells])  # the same colour for a method in every figure
     figures = (
         ("radar", radar(stats, out / "radar.png", colours)),

@@ -632,6 +632,67 @@ def latex_escape(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(c, c) for c in str(text))
 
 
+def client_spread_table(cells: Sequence[Cell]) -> pd.DataFrame:
+    """Per row, dataset and metric, what the mean over clients hides (summary.json's `spread`):
+    `client_std`, the std across clients averaged over seeds, and the worst client of any
+    seed (`worst`, its `seed` and `client`). Empty when no finished run has a spread."""
+    rows = []
+    for cell in cells:
+        folder = run_dir(cell)
+        summary = read_summary(folder) if (folder / "summary.json").is_file() else None
+        for metric, entry in ((summary or {}).get("spread") or {}).items():
+            rows.append(
+                {
+                    "label": cell.label,
+                    "hyperparameters": cell.hyperparameters,
+                    "grid": ", ".join(f"{k}={v}" for k, v in cell.grid),
+                    "dataset": f"{cell.dataset}/{cell.part}" if cell.part else cell.dataset,
+                    "metric": metric,
+                    "seed": cell.config.seed,
+                    "std": float(entry["std"]),
+                    "client": int(entry["worst_client"]),
+                    "worst": float(entry["worst"]),
+                }
+            )
+    if not rows:
+        return pd.DataFrame()
+    frame = pd.DataFrame(rows)
+    keys = ["label", "hyperparameters", "grid", "dataset", "metric"]
+    out = []
+    for key, group in frame.groupby(keys, sort=False):
+        worst = group.sort_values(["worst", "seed", "client"]).iloc[0]
+        out.append(
+            {
+                **dict(zip(keys, key)),
+                "n": len(group),
+                "client_std": group["std"].mean(),
+                "worst": worst["worst"],
+                "worst_seed": int(worst["seed"]),
+                "worst_client": int(worst["client"]),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def render_spread(spread: pd.DataFrame, out_dir: Path, title: str) -> dict[str, Path]:
+    """spread.md and spread.csv beside the table: the clients behind each mean."""
+    shown = spread if (spread["grid"] != "").any() else spread.drop(columns="grid")
+    md = [
+        f"# {title}: spread across clients",
+        "",
+        "The table's numbers are means over clients. Here, per row, dataset and metric: client_std = the "
+        "standard deviation across clients (mean over the n seeds), worst = the lowest client's value of any "
+        "seed, with that seed and client id. Per run: `fedbench runs RUN_FOLDERS --spread`.",
+        "",
+        markdown_table(shown.round(2).set_index(["label", "dataset", "metric"])),
+        "",
+    ]
+    paths = {"spread_md": out_dir / "spread.md", "spread": out_dir / "spread.csv"}
+    paths["spread_md"].write_text("\n".join(md))
+    spread.to_csv(paths["spread"], index=False)
+    return paths
+
+
 def markdown_table(table: pd.DataFrame) -> str:
     """A GitHub Markdown table without the optional `tabulate` dependency."""
     frame = table.reset_index()

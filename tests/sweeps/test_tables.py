@@ -136,3 +136,42 @@ def test_curves_that_coincide_stay_visible():
     assert widths == sorted(widths, reverse=True) and len(set(widths)) == 3
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3
     assert orders == sorted(orders)
+
+
+def test_the_spread_file_shows_the_clients_behind_each_mean(tmp_path):
+    """Two seeds of one row: client_std is the mean of the runs' across-client stds, the worst
+    client is the lowest value of either seed, with its seed and id."""
+    import json
+
+    from benchmark.config import RunConfig
+    from benchmark.sweeps.presets import Cell
+    from benchmark.sweeps.tables import client_spread_table, render_spread
+
+    spreads = {
+        1: {"Local": {"std": 2.0, "worst_client": 3, "worst": 61.0}},
+        2: {"Local": {"std": 4.0, "worst_client": 5, "worst": 55.5}},
+    }
+    cells = []
+    for seed, spread in spreads.items():
+        folder = tmp_path / f"run{seed}"
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps({"metrics": {"Local": 70.0}, "spread": spread}))
+        cells.append(Cell("promptfl", "toy", (), RunConfig(seed=seed), folder=folder))
+    table = client_spread_table(cells)
+    assert table.to_dict("records") == [
+        {
+            "label": "promptfl",
+            "hyperparameters": "paper",
+            "grid": "",
+            "dataset": "toy",
+            "metric": "Local",
+            "n": 2,
+            "client_std": 3.0,
+            "worst": 55.5,
+            "worst_seed": 2,
+            "worst_client": 5,
+        }
+    ]
+    files = render_spread(table, tmp_path, "T")
+    assert "| promptfl | toy | Local | paper | 2 | 3.0 | 55.5 | 2 | 5 |" in files["spread_md"].read_text()
+    assert client_spread_table([Cell("zeroshot", "toy", (), RunConfig(), folder=tmp_path / "missing")]).empty
