@@ -88,19 +88,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                 default=argparse.SUPPRESS,
                 help=f"the same as --{f.name.replace('_', '-')} false",
             )
-    from benchmark.protocol import option_owners
-
-    options = parser.add_argument_group(
-        "protocol options", "each protocol's own options (`--protocol P --protocol-help` lists one protocol's)"
-    )
-    for name in option_owners():
-        options.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=PROTOCOL_FLAG_PREFIX + name,
-            default=argparse.SUPPRESS,
-            metavar="VALUE",  # converted and checked against the chosen protocol's declaration
-            help=protocol_option_help(name).replace("%", "%%"),
+    add_protocol_option_flags(
+        parser.add_argument_group(
+            "protocol options", "each protocol's own options (`--protocol P --protocol-help` lists one protocol's)"
         )
+    )
     parser.add_argument(
         "--method-help", action="store_true", help="list the chosen method's hyperparameter flags and exit"
     )
@@ -184,13 +176,31 @@ def _flag_type(h) -> Any:
     return convert
 
 
+def add_protocol_option_flags(parser) -> None:
+    """One flag per option any protocol declares (`--beta`); a given flag lands in
+    `protocol_options_given`, an absent one nowhere (the YAML's value or the default stands)."""
+    from benchmark.protocol import option_owners
+
+    for name in option_owners():
+        parser.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=PROTOCOL_FLAG_PREFIX + name,
+            default=argparse.SUPPRESS,
+            metavar="VALUE",  # converted and checked against the chosen protocol's declaration
+            help=protocol_option_help(name).replace("%", "%%"),
+        )
+
+
+def protocol_options_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The protocol option flags given on the command line, by option name."""
+    return {k[len(PROTOCOL_FLAG_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PROTOCOL_FLAG_PREFIX)}
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """defaults < YAML (--config) < flags; method flags are parsed against the method."""
     yaml_layer = load_yaml(args.config) if args.config else {}
     flag_layer = {f.name: getattr(args, f.name) for f in config_fields() if hasattr(args, f.name)}
-    flag_layer.update(
-        {k[len(PROTOCOL_FLAG_PREFIX) :]: v for k, v in vars(args).items() if k.startswith(PROTOCOL_FLAG_PREFIX)}
-    )
+    flag_layer.update(protocol_options_given(args))
     method = flag_layer.get("method", yaml_layer.get("method", RunConfig.method))
     method_flags: dict[str, Any] = {}
     extra = getattr(args, "extra", [])

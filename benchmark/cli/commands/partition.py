@@ -5,8 +5,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    from benchmark.cli.args import PROTOCOL_FLAG_PREFIX, protocol_option_help
-    from benchmark.protocol import option_owners
+    from benchmark.cli.args import add_protocol_option_flags
 
     p = subparsers.add_parser(
         "partition",
@@ -22,13 +21,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data-root", default="", help="dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--plot", metavar="OUT.png", help="draw the clients x classes counts into this image")
     p.add_argument("--csv", metavar="OUT.csv", help="write the counts as CSV (one row per client)")
-    for name in option_owners():
-        p.add_argument(
-            "--" + name.replace("_", "-"),
-            dest=PROTOCOL_FLAG_PREFIX + name,
-            metavar="VALUE",
-            help=protocol_option_help(name).replace("%", "%%"),
-        )
+    add_protocol_option_flags(p)
     p.set_defaults(func=run)
 
 
@@ -41,7 +34,7 @@ def argparse_default(name: str):
 def run(args) -> int:
     from pathlib import Path
 
-    from benchmark.cli.args import PROTOCOL_FLAG_PREFIX
+    from benchmark.cli.args import protocol_options_given
     from benchmark.config import build_config
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.runs.partition_files import partition_table, plot_partition, write_partition_csv
@@ -49,11 +42,6 @@ def run(args) -> int:
     from data.combined import load_datasets
     from data.transforms import clip_transforms
 
-    options = {
-        k[len(PROTOCOL_FLAG_PREFIX) :]: v
-        for k, v in vars(args).items()
-        if k.startswith(PROTOCOL_FLAG_PREFIX) and v is not None
-    }
     config = build_config(
         {
             "dataset": args.dataset,
@@ -63,7 +51,7 @@ def run(args) -> int:
             "seed": args.seed,
             "data_root": args.data_root,
         },
-        options,
+        protocol_options_given(args),
     )
     protocol = get_protocol(config.protocol)
     protocol.check(config)
