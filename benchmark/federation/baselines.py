@@ -9,7 +9,7 @@ client loop and evaluation as the federation they bound (`RunConfig.federation`)
 - central: one client (id 0) whose training data is the union of the clients'
   (`union_client`) trains in every round for as many optimizer steps as the round's
   sampled clients took together (`central_schedule`), its batches drawn from consecutive
-  shuffled passes over the union (`StreamBatches`). Its one state is then scored on
+  shuffled passes over the union (`simulator.StreamBatches`). Its one state is then scored on
   every client's test data, as the protocol scores each client.
 """
 
@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import math
 from typing import Iterable, Sequence
-
-import numpy as np
-import torch
 
 from benchmark.federation.server import Server
 from benchmark.method import State
@@ -55,8 +52,8 @@ def union_client(clients: Sequence[ClientShard]) -> ClientShard:
 
 def steps_per_epoch(num_samples: int, batch_size: int) -> int:
     """The optimizer steps of one local epoch of a client with `num_samples` images
-    (`simulator.ClientBatches`: batches of min(batch_size, n), the last one partial)."""
-    return math.ceil(num_samples / min(batch_size, max(1, num_samples))) if num_samples else 0
+    (`simulator.ClientBatches`' length: full batches, the last one partial)."""
+    return math.ceil(num_samples / batch_size)
 
 
 def central_schedule(
@@ -68,30 +65,3 @@ def central_schedule(
     sizes = {c.client_id: c.num_samples for c in clients}
     budgets = [sum(steps_per_epoch(sizes[cid], batch_size) for cid in sampled) for sampled in schedule]
     return [[CENTRAL_CLIENT] for _ in schedule], budgets
-
-
-class StreamBatches:
-    """`steps` batches per iteration (one local epoch of the central client), drawn from
-    consecutive shuffled passes over its images that go on across the iterations of one
-    client-round. Pass p is shuffled as `EpochTaggedSampler` shuffles epoch p, so when the
-    steps are one pass (the clients' sizes multiples of the batch size) an epoch is the
-    same as a one-client federation's epoch on the union, batch for batch."""
-
-    def __init__(self, dataset, batch_size: int, seed: int, steps: int) -> None:
-        self.dataset, self.batch_size, self.seed, self.steps = dataset, batch_size, seed, steps
-        self._keys = self._stream()
-
-    def __len__(self) -> int:
-        return self.steps
-
-    def _stream(self):
-        size, p = len(self.dataset), 0
-        while True:
-            order_seed = int(np.random.SeedSequence([self.seed, p]).generate_state(1, np.uint64)[0])
-            for position in torch.randperm(size, generator=torch.Generator().manual_seed(order_seed)).tolist():
-                yield p, position
-            p += 1
-
-    def __iter__(self):
-        for _ in range(self.steps):
-            yield self.dataset.batch([next(self._keys) for _ in range(self.batch_size)])

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
-from benchmark.federation.baselines import SoloServer, StreamBatches
+from benchmark.federation.baselines import SoloServer, steps_per_epoch
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.federation.server import Server, check_finite, divergence
@@ -183,7 +183,7 @@ class ClientBatches:
             )
 
     def __len__(self) -> int:
-        return -(-len(self.dataset) // self.batch_size)
+        return steps_per_epoch(len(self.dataset), self.batch_size)
 
     def __iter__(self):
         if self.loader is not None:
@@ -192,6 +192,30 @@ class ClientBatches:
         keys = list(self.sampler)
         for start in range(0, len(keys), self.batch_size):
             yield self.dataset.batch(keys[start : start + self.batch_size])
+
+
+class StreamBatches:
+    """`steps` batches per iteration (one local epoch of a central run's client), drawn from
+    consecutive shuffled passes over its images (`EpochTaggedSampler`'s passes 0, 1, ...)
+    that go on across the iterations of one client-round. When the steps are one pass (the
+    clients' sizes multiples of the batch size) an epoch is the same as a one-client
+    federation's epoch on the union, batch for batch."""
+
+    def __init__(self, dataset, batch_size: int, seed: int, steps: int) -> None:
+        self.dataset, self.batch_size, self.steps = dataset, batch_size, steps
+        self._keys = self._stream(EpochTaggedSampler(len(dataset), seed))
+
+    def __len__(self) -> int:
+        return self.steps
+
+    @staticmethod
+    def _stream(sampler: EpochTaggedSampler):
+        while True:
+            yield from sampler  # each pass is the sampler's next epoch
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            yield self.dataset.batch([next(self._keys) for _ in range(self.batch_size)])
 
 
 @dataclass

@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import method_config
 
-from benchmark.federation.baselines import StreamBatches, central_schedule, steps_per_epoch, union_client
-from benchmark.federation.simulator import FederatedSimulator
+from benchmark.federation.baselines import central_schedule, steps_per_epoch, union_client
+from benchmark.federation.simulator import FederatedSimulator, StreamBatches
 from benchmark.runs.runner import prepare_run, run_experiment
 
 
