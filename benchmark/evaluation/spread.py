@@ -1,12 +1,12 @@
 """Per-client spread of a run's final metrics: a mean over clients hides the client a method
 fails, so every metric that differs by client gets the standard deviation across clients
-and its worst client (summary.json's `spread`, W&B, `fedbench runs --spread`, tables with
-`--spread`). Every per-client metric of the protocols is an accuracy: the worst is the lowest.
+and its worst client (summary.json's `spread`, W&B, `fedbench runs --spread`, and
+`spread.md` beside every table `fedbench reproduce` renders). Every per-client metric of
+the protocols is an accuracy: the worst is the lowest.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Mapping
 
 import numpy as np
@@ -26,11 +26,3 @@ def client_spread(per_client: Mapping[int, Mapping[str, float]]) -> dict[str, di
         worst_client, worst = min(scored, key=lambda item: (item[1], item[0]))
         spread[metric] = {"std": round(float(values.std()), 4), "worst_client": int(worst_client), "worst": worst}
     return spread
-
-
-def spread_note(spread: Mapping[str, Mapping[str, float | int]], metric: str) -> str:
-    """'±std, worst client c: value' of one metric ('' when it has no spread)."""
-    entry = spread.get(metric)
-    if not entry or not math.isfinite(entry["std"]):
-        return ""
-    return f"±{entry['std']:.2f}, worst c{entry['worst_client']}: {entry['worst']:.2f}"
