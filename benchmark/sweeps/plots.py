@@ -234,7 +234,7 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
         m = read_metrics(folder)
         m = m[(m["client"] < 0) & ~m["metric"].isin(NOT_ACCURACY)]
         if not m.empty:
-            m = m.assign(label=cell.label, grid=", ".join(f"{k}={v}" for k, v in cell.grid))
+            m = m.assign(label=cell.label, grid=cell.grid_text)
             frames.append(m)
             finished.append(cell)
     if not frames:

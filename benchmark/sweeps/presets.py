@@ -59,6 +59,11 @@ class Cell:
     # An existing run folder read as it is (`fedbench runs`), in place of the one the config names.
     folder: Path | None = None
 
+    @property
+    def grid_text(self) -> str:
+        """The cell's grid values as the tables show them ("federation=local"; "" for none)."""
+        return ", ".join(f"{k}={v}" for k, v in self.grid)
+
 
 def hyperparameter_origin(set_by_preset: dict[str, Any], tuned: dict[str, Any] | None) -> str:
     """What a table row's hyperparameters are: "paper" (the method's defaults), "tuned"

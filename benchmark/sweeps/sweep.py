@@ -94,7 +94,7 @@ class SweepPlan:
                 status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
                 if status == "to run" and needs_key(cell) in self.blocked:
                     status = "cannot start: " + self.blocked[needs_key(cell)].split(":")[0]
-                grid = ", ".join(f"{k}={v}" for k, v in cell.grid) or "-"
+                grid = cell.grid_text or "-"
                 lines.append(
                     f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
                 )

@@ -51,7 +51,7 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
     part_metric: dict[tuple, str] = {}  # (*KEYS, seed) -> the headline its parts average
     part_reasons: dict[tuple, list[str]] = {}
     for cell in cells:
-        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        grid = cell.grid_text
         key = {
             "label": cell.label,
             "hyperparameters": cell.hyperparameters,
@@ -120,7 +120,7 @@ def numerics_context(folder: Path) -> tuple[str, str, str]:
 
 def cell_name(cell: Cell) -> str:
     """How a note names one run of a table."""
-    grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+    grid = cell.grid_text
     where = cell.dataset + (f" ({grid})" if grid else "") + (f", target {cell.part}" if cell.part else "")
     return f"{cell.label} on {where}, seed {cell.config.seed}"
 
@@ -190,7 +190,7 @@ def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
 
     stats = stats.copy()
     for cell in failed:
-        grid = ", ".join(f"{k}={v}" for k, v in cell.grid)
+        grid = cell.grid_text
         metrics = list(get_protocol(cell.config.protocol).metrics) or ["status"]
         for dataset in (cell.dataset, AVERAGE):
             for metric in metrics:
@@ -645,7 +645,7 @@ def client_spread_table(cells: Sequence[Cell]) -> pd.DataFrame:
                 {
                     "label": cell.label,
                     "hyperparameters": cell.hyperparameters,
-                    "grid": ", ".join(f"{k}={v}" for k, v in cell.grid),
+                    "grid": cell.grid_text,
                     "dataset": f"{cell.dataset}/{cell.part}" if cell.part else cell.dataset,
                     "metric": metric,
                     "seed": cell.config.seed,
