@@ -183,11 +183,13 @@ class PreparedRun:
     settings: FederationSettings
     attributes: Any
 
-    def simulator(self, progress: bool = False, **hooks) -> FederatedSimulator:
-        """The federation of the run's `federation` option: the method's (fedavg), every client
-        alone (local), or one client on the union of their data (central; its client 0)."""
+    def simulator(self, progress: bool = False, federation: str | None = None, **hooks) -> FederatedSimulator:
+        """The federation of the run's `federation` option (or of `federation`): the method's
+        (fedavg), every client alone (local), or one client on the union of their data
+        (central; its client 0)."""
+        federation = federation or self.config.federation
         clients, schedule, epoch_steps = self.partition.clients, self.schedule, None
-        if self.config.federation == "central":
+        if federation == "central":
             schedule, epoch_steps = central_schedule(schedule, clients, self.config.batch_size)
             clients = (union_client(clients),)
         return FederatedSimulator(
@@ -200,25 +202,14 @@ class PreparedRun:
             self.config.seed,
             self.settings,
             progress=progress,
-            federation=self.config.federation,
+            federation=federation,
             epoch_steps=epoch_steps,
             **hooks,
         )
 
     def finetuner(self) -> FederatedSimulator:
         """The run's clients, each on its own data (`--finetune-epochs`, after the last round)."""
-        return FederatedSimulator(
-            self.method,
-            self.train_inputs,
-            self.dataset.train.labels,
-            self.dataset.class_names,
-            self.partition.clients,
-            self.schedule,
-            self.config.seed,
-            self.settings,
-            progress=False,
-            federation="local",
-        )
+        return self.simulator(federation="local")
 
     def scored_states(self, states: dict[int, State]) -> dict[int, State]:
         """The states of the simulator's clients as the partition's clients are scored:
