@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
-import math
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -20,6 +19,7 @@ import yaml
 
 from benchmark.errors import ConfigError
 from benchmark.protocol import option_owners, protocol_class, resolve_protocol_args
+from benchmark.values import coerce, parse_bool  # noqa: F401  (parse_bool: imported from here too)
 
 # The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
 # so that `fedbench methods` can tell whether any is installed before it imports the registry.
@@ -294,34 +294,13 @@ def build_config(*layers: dict[str, Any]) -> RunConfig:
     return RunConfig(**merged, method_args=method_args, protocol_args=protocol_args)
 
 
-def parse_bool(value: Any) -> bool:
-    # "false" must not be truthy (a classic research-code bug with string flags).
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in {"1", "true", "yes", "on"}:
-        return True
-    if text in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError(f"not a boolean: {value!r}")
-
-
 def _coerce(name: str, kind: type, value: Any) -> Any:
     """`value` as a `kind`, or a ConfigError. Stricter than Python's constructors: YAML
     `rounds: true` is not 1, `rounds: null` is no number, `rounds: 2.5` is no integer."""
     if name == "dataset" and isinstance(value, (list, tuple)):
         value = "+".join(str(v) for v in value)  # a YAML list of datasets: one canonical string
     try:
-        if kind is bool:
-            return parse_bool(value)
-        if value is None or isinstance(value, bool):
-            raise ValueError
-        if kind is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        converted = kind(value)
-        if kind is float and not math.isfinite(converted):
-            raise ValueError
-        return converted
+        return coerce(kind, value)
     except (TypeError, ValueError):
         expected = "a finite number" if kind is float else kind.__name__
         raise ConfigError(f"{name} = {value!r} is invalid: expected {expected}") from None

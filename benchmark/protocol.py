@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import math
 import os
 import pkgutil
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from benchmark.errors import ConfigError
+from benchmark.values import coerce
 
 if TYPE_CHECKING:
     from benchmark.config import RunConfig
@@ -93,19 +93,9 @@ class Option:
         return converted
 
     def _converted(self, value: Any) -> Any:
-        if self.type is bool:
-            text = str(value).strip().lower()
-            if isinstance(value, bool) or text in {"true", "false", "1", "0", "yes", "no", "on", "off"}:
-                return value if isinstance(value, bool) else text in {"true", "1", "yes", "on"}
-            raise ValueError
-        if value is None or isinstance(value, bool) or isinstance(value, (list, tuple, dict)):
-            raise ValueError
-        if self.type is int and isinstance(value, float) and not value.is_integer():
-            raise ValueError
-        converted = self.type(value)
-        if self.type is float and not math.isfinite(converted):
-            raise ValueError
-        return converted
+        if isinstance(value, (list, tuple, dict)):  # no option is a container ("a+b" lists are joined above)
+            raise ValueError(value)
+        return coerce(self.type, value)
 
 
 class Protocol:
