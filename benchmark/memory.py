@@ -28,14 +28,27 @@ STATUS = Path("/proc/self/status")
 CLEAR_REFS = Path("/proc/self/clear_refs")
 
 
-def rss_peak_bytes() -> int:
-    """The process's peak resident set since the last reset (Linux) or since it started."""
+def _status_bytes(field: str) -> int | None:
+    """A memory line of /proc/self/status ("VmHWM", "VmRSS"), in bytes; None without /proc."""
     try:
         for line in STATUS.read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def rss_bytes() -> int:
+    """The process's resident set now (Linux; 0 where /proc is missing)."""
+    return _status_bytes("VmRSS") or 0
+
+
+def rss_peak_bytes() -> int:
+    """The process's peak resident set since the last reset (Linux) or since it started."""
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024  # bytes on macOS, KiB on Linux
 

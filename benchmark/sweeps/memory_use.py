@@ -26,24 +26,11 @@ from typing import Sequence
 import torch
 
 from benchmark.backbone import load_backbone
-from benchmark.memory import MiB, PeakMemory
+from benchmark.memory import MiB, PeakMemory, rss_bytes
 from benchmark.method import ClientContext
 from benchmark.registry import build_method
 
-STATUS_RSS = "VmRSS:"
 PHASES = ("training", "evaluation")
-
-
-def rss_bytes() -> int:
-    """The process's resident set now (Linux; 0 where /proc is missing)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(STATUS_RSS):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 @dataclass
