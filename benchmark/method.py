@@ -57,7 +57,7 @@ class LogUniform(_FloatRange):
     @classmethod
     def around(cls, default: float, down: float = 10.0, up: float = 30.0) -> "LogUniform":
         """[default / down, default * up]: the built-in methods' learning-rate range. Wider
-        above than below because benchmark schedules (the toy world's 80 local steps) are
+        above than below because benchmark schedules (the toy world's 40 local steps) are
         often far shorter than the papers' the defaults were chosen for."""
         return cls(default / down, default * up)
 
