@@ -157,15 +157,15 @@ def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
     return [c for c in cells if not is_complete(run_dir(c)) and read_failure(run_dir(c)) is not None]
 
 
-def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
+def summarize(long: pd.DataFrame, failed: Sequence[Cell] = (), headline: str | None = None) -> pd.DataFrame:
     """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
     per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
     row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds.
-    Then `assess`: the best row of each column, the rows not distinguishable from it, and the
-    unstable runs."""
+    Then `assess`: the best row of each column, the rows not distinguishable from it, the
+    unstable runs and (given the protocol's `headline` metric) the rows of a wide spread."""
     columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
     if long.empty:
-        return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long)
+        return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long, headline)
     per_dataset = _over_seeds(long)
     datasets = long["dataset"].unique()
     # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
@@ -181,7 +181,7 @@ def summarize(long: pd.DataFrame, failed: Sequence[Cell] = ()) -> pd.DataFrame:
     by_seed["dataset"] = AVERAGE
     per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
     per_dataset["failed"] = 0
-    return assess(_mark_failed(per_dataset[columns], failed), long)
+    return assess(_mark_failed(per_dataset[columns], failed), long, headline)
 
 
 def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
@@ -229,22 +229,33 @@ def _over_seeds(long: pd.DataFrame) -> pd.DataFrame:
 # -- what a reader should not miss: the best, the rows within noise of it, unstable runs ------
 ZEROSHOT = "zeroshot"
 HALF_OF_ZEROSHOT = 0.5
+# A row whose headline metric varies this much (points of std over seeds) is flagged: at n = 3
+# its mean is uncertain by more than the gaps a table is read for.
+SPREAD_LIMIT = 5.0
 ROW = ["label", "hyperparameters", "method"]
-ASSESSMENT = ["best", "tied", "pairs", "diff_mean", "diff_low", "diff_high", "unstable", "unstable_reasons"]
+ASSESSMENT = ["best", "tied", "pairs", "diff_mean", "diff_low", "diff_high", "unstable", "unstable_reasons", "spread"]
 
 
-def assess(stats: pd.DataFrame, long: pd.DataFrame) -> pd.DataFrame:
+def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: str | None = None) -> pd.DataFrame:
     """`stats` with the columns of ASSESSMENT: per (dataset block, grid, metric) `best` (the
     highest mean; exact ties all best) and `tied` (not distinguishable from the best: the 95 %
     bootstrap interval of the paired difference best minus this row contains 0; `pairs` its
     number of pairs, `diff_*` its mean and interval); `unstable` (the number of the row's runs
-    flagged by `unstable_runs`) with `unstable_reasons`. Failed rows are never best or tied."""
+    flagged by `unstable_runs`) with `unstable_reasons`; `spread` (the std over seeds of the
+    row's `headline` metric when it exceeds SPREAD_LIMIT, else 0, on every metric of the row).
+    Failed rows are never best or tied."""
     stats = stats.copy()
     stats["best"], stats["tied"], stats["pairs"] = False, False, 0
     stats["diff_mean"], stats["diff_low"], stats["diff_high"] = float("nan"), float("nan"), float("nan")
-    stats["unstable"], stats["unstable_reasons"] = 0, ""
+    stats["unstable"], stats["unstable_reasons"], stats["spread"] = 0, "", 0.0
     if stats.empty or long.empty:
         return stats
+    if headline:
+        keys = [*ROW, "grid", "dataset"]
+        wide_spread = stats[(stats["metric"] == headline) & (stats["n"] > 1) & (stats["std"] > SPREAD_LIMIT)]
+        for key in wide_spread[[*keys, "std"]].itertuples(index=False):
+            here = (stats[keys] == pd.Series(dict(zip(keys, key[:-1])))).all(axis=1)
+            stats.loc[here, "spread"] = float(key[-1])
     _mark_best(stats, long)
     flagged = unstable_runs(long)
     for key, runs in flagged.groupby([*ROW, "grid"], sort=False):
@@ -409,7 +420,8 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
     """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'. With `marks` (and
     the columns of `assess`): the best cell of a column in bold, a cell not distinguishable
     from it with †, a column `n` (seeds behind the row's means) first, and a column
-    `unstable` (‡ and the number of flagged runs) when a row of the block has one."""
+    `unstable` when a row of the block is flagged: ‡ and the number of its unstable runs, §
+    and the std of a wide spread."""
     part = stats[stats["dataset"] == dataset].copy()
     marked = marks and "best" in part.columns
     part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
@@ -424,8 +436,14 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
         counts = rows["n"].agg(["min", "max"]).reindex(table.index)
         table.insert(0, "n", [_n_text(lo, hi) for lo, hi in zip(counts["min"], counts["max"])])
         flagged = rows["unstable"].max().reindex(table.index)
-        if (flagged > 0).any():
-            table["unstable"] = [f"‡ {k} run{'s' if k > 1 else ''}" if k > 0 else "" for k in flagged]
+        spread = rows["spread"].max().reindex(table.index)
+        if (flagged > 0).any() or (spread > 0).any():
+            table["unstable"] = [
+                ", ".join(
+                    ([f"‡ {k} run{'s' if k > 1 else ''}"] if k > 0 else []) + ([f"§ std {sd:.2f}"] if sd > 0 else [])
+                )
+                for k, sd in zip(flagged, spread)
+            ]
     return table
 
 
@@ -477,6 +495,14 @@ def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
             "‡ unstable = a run whose mean train loss ended above its first round's, or whose accuracy is below half "
             "of zero-shot's on the same dataset and seed; its numbers are shown (and averaged) as they are."
         )
+    wide_spread = part[part["spread"] > 0].drop_duplicates(["label", "hyperparameters", "grid"])
+    for row in wide_spread.itertuples(index=False):
+        name = " ".join(x for x in (row.label, f"({row.hyperparameters})", row.grid) if x)
+        notes.append(
+            f"§ spread: {name}, std {row.spread:.2f} over seeds of the headline metric, above {SPREAD_LIMIT:g} points: "
+            "its mean moves with the draw more than most gaps between rows (spread.md beside this table has each "
+            "seed's clients)."
+        )
     return notes
 
 
@@ -504,7 +530,7 @@ def render(
         f"# {title}",
         "",
         "Mean ± std over seeds (n = number of seeds; one seed shows no ±); bold = best, † = not "
-        "distinguishable from the best, ‡ = unstable (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
+        "distinguishable from the best, ‡ = unstable, § = a wide spread over seeds (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
         "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
         "hyperparameters: paper = the method's defaults (and the preset's run settings), "
         "tuned = chosen by `fedbench tune` on validation data, name=value = set by the preset.",
@@ -580,8 +606,9 @@ def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
     for label, hyperparameters, grid in rows:
         here = part[(part["label"] == label) & (part["hyperparameters"] == hyperparameters) & (part["grid"] == grid)]
         flagged = marked and (here["unstable"] > 0).any()
+        spread = marked and (here["spread"] > 0).any()
         cells = [
-            latex_escape(label) + ("$^\\ddagger$" if flagged else ""),
+            latex_escape(label) + ("$^\\ddagger$" if flagged else "") + ("$^\\S$" if spread else ""),
             *([latex_escape(hyperparameters)] if has_tuned else []),
             *([latex_escape(grid)] if has_grid else []),
             *([latex_escape(_n_text(here["n"].min(), here["n"].max()))] if marked else []),
@@ -606,7 +633,7 @@ def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
     if marked:
         notes = block_notes(part, str(part["dataset"].iloc[0])) if not part.empty else []
         for note in notes:
-            text = latex_escape(note).replace("†", "$^\\dagger$").replace("‡", "$^\\ddagger$")
+            text = latex_escape(note).replace("†", "$^\\dagger$").replace("‡", "$^\\ddagger$").replace("§", "\\S{}")
             lines.append(f"\\par\\smallskip{{\\footnotesize {text}}}")
     lines += ["\\end{table}", ""]
     return "\n".join(lines)

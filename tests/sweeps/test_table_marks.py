@@ -12,7 +12,17 @@ from conftest import tiny_config
 from test_tables import long_rows
 
 from benchmark.runs.results import round_mean_losses, run_health, training_health
-from benchmark.sweeps.tables import AVERAGE, assess, differences, latex_table, render, summarize, unstable_runs, wide
+from benchmark.sweeps.tables import (
+    AVERAGE,
+    SPREAD_LIMIT,
+    assess,
+    differences,
+    latex_table,
+    render,
+    summarize,
+    unstable_runs,
+    wide,
+)
 
 DATASETS = ("dtd", "pets")
 # best minus close, per (dataset, seed): small, of both signs, mean > 0 (so best stays best)
@@ -218,3 +228,26 @@ def test_a_table_without_zero_shot_checks_the_loss_only():
     long = long[long.method != "zeroshot"]
     flagged = unstable_runs(long)
     assert list(zip(flagged.label, flagged.dataset, flagged.seed)) == [("close", "pets", 2)]
+
+
+def test_a_row_whose_headline_varies_over_seeds_beyond_the_limit_is_flagged_not_hidden(tmp_path):
+    long = three_methods()
+    # `worse` on dtd: HM 60 +- 8 over the seeds (std 8 > SPREAD_LIMIT), Base untouched; pets stays steady
+    wide_hm = (long.label == "worse") & (long.dataset == "dtd") & (long.metric == "HM")
+    long.loc[wide_hm, "value"] = long.loc[wide_hm, "seed"].map({1: 52.0, 2: 60.0, 3: 68.0})
+    stats = summarize(long, headline="HM")
+    rows = stats.set_index(["label", "dataset", "metric"])
+    assert rows.loc[("worse", "dtd", "HM"), "std"] == pytest.approx(8.0) and 8.0 > SPREAD_LIMIT
+    # the flag is the row's (every metric of it), keyed on the headline only
+    assert rows.loc[("worse", "dtd", "Base"), "spread"] == pytest.approx(8.0)
+    assert rows.loc[("worse", "pets", "HM"), "spread"] == 0 and (stats[stats.label != "worse"]["spread"] == 0).all()
+    assert (summarize(long)["spread"] == 0).all()  # no headline named: nothing flagged
+    table = wide(stats, "dtd", marks=True)
+    assert table.loc[("worse", "paper"), "unstable"] == "§ std 8.00" and table.loc[("best", "paper"), "unstable"] == ""
+    assert table.loc[("worse", "paper"), "HM"].startswith("60.00 ± 8.00")  # shown as it is (here † as well)
+    paths = render(stats, pd.DataFrame(), tmp_path, "Spread")
+    dtd = paths["md"].read_text().split("## dtd")[1].split("## pets")[0]
+    assert "§ spread: worse (paper), std 8.00 over seeds of the headline metric, above 5 points" in dtd
+    assert "worse$^\\S$ &" in paths["tex"].read_text()
+    csv = pd.read_csv(paths["csv"])
+    assert csv[(csv.label == "worse") & (csv.dataset == "dtd")]["spread"].eq(8.0).all()
