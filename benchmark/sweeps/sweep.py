@@ -374,8 +374,8 @@ def render_cells(
     into `out`: what `fedbench reproduce` renders for a preset and `fedbench runs --plot`
     for a folder of runs. Returns (stats, comparison, files), or None when no cell finished."""
     long = collect(cells)
-    headline = get_protocol(cells[0].config.protocol).headline if cells else None
-    stats = summarize(long, failed_cells(cells), headline)
+    headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
+    stats = summarize(long, failed_cells(cells), headlines)
     if stats.empty:
         return None
     numbers = reference_numbers(paper_table) if paper_table else None
@@ -383,6 +383,7 @@ def render_cells(
     if scope is not None:  # a subset or a changed table: says so, and compares only what is the paper's
         comparison = scope.comparison(comparison, stats)
         title, notes = scope.title(title), [*scope.notes(), *notes]
+    headline = get_protocol(cells[0].config.protocol).headline
     diffs = differences(long, reference, headline)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
     files = render(stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else [])])

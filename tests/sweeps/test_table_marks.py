@@ -242,6 +242,10 @@ def test_a_row_whose_headline_varies_over_seeds_beyond_the_limit_is_flagged_not_
     assert rows.loc[("worse", "dtd", "Base"), "spread"] == pytest.approx(8.0)
     assert rows.loc[("worse", "pets", "HM"), "spread"] == 0 and (stats[stats.label != "worse"]["spread"] == 0).all()
     assert (summarize(long)["spread"] == 0).all()  # no headline named: nothing flagged
+    # one headline per dataset (a table of two protocols): pets' is Base, steady; the Average is not flagged
+    by_dataset = summarize(long, headline={"dtd": "HM", "pets": "Base"}).set_index(["label", "dataset", "metric"])
+    assert by_dataset.loc[("worse", "dtd", "Base"), "spread"] == pytest.approx(8.0)
+    assert (by_dataset.xs(AVERAGE, level="dataset")["spread"] == 0).all()
     table = wide(stats, "dtd", marks=True)
     assert table.loc[("worse", "paper"), "unstable"] == "§ std 8.00" and table.loc[("best", "paper"), "unstable"] == ""
     assert table.loc[("worse", "paper"), "HM"].startswith("60.00 ± 8.00")  # shown as it is (here † as well)
