@@ -1,7 +1,8 @@
 """What a rendered table is: the preset's table, or something smaller or changed.
 
 A `reproduce` run with `--set` overrides, other weights than the preset's, data with fewer
-classes than the release, or only some of the preset's datasets, methods or seeds finished,
+classes than the release, only some of the preset's datasets, methods or seeds finished, or
+seeds the preset does not list (`--seeds 4 5 6` renders them with the preset's own),
 renders a table that must not pass for the paper's. `table_scope` says how it differs; the
 renderer puts that in the title and the notes, and compares with the paper only the cells
 that are the paper's: none when the cells' settings or data differ, and an Average only
@@ -32,6 +33,7 @@ class TableScope:
     totals: dict[str, int] = field(default_factory=dict)  # axis -> how many the preset has
     paper_table: str | None = None
     uneven: list[str] = field(default_factory=list)  # rows with finished cells on some datasets only
+    extra_seeds: list[int] = field(default_factory=list)  # finished seeds the preset does not list (--seeds)
 
     @property
     def cells_are_the_papers(self) -> bool:
@@ -40,7 +42,7 @@ class TableScope:
 
     @property
     def complete(self) -> bool:
-        return self.cells_are_the_papers and not any(self.absent.values())
+        return self.cells_are_the_papers and not any(self.absent.values()) and not self.extra_seeds
 
     def summary(self) -> str:
         parts = []
@@ -48,6 +50,8 @@ class TableScope:
             missing = self.absent.get(axis, [])
             if missing:
                 parts.append(f"{self.totals[axis] - len(missing)} of {self.totals[axis]} {axis}")
+        if self.extra_seeds:
+            parts.append("seeds " + ", ".join(map(str, self.extra_seeds)) + " beyond the preset's")
         if self.overrides:
             parts.append("--set " + " ".join(f"{k}={v}" for k, v in self.overrides.items()))
         if self.weights:
@@ -84,6 +88,12 @@ class TableScope:
                     f"finished cells; without any: {', '.join(map(str, missing))}."
                     + (" The Average is over the datasets shown only." if axis == "datasets" else "")
                 )
+        if self.extra_seeds:
+            notes.append(
+                f"Seeds {', '.join(map(str, self.extra_seeds))} are not the preset's ({self.totals['seeds']} listed): "
+                "each row's mean and std pool them with the preset's seeds that finished (n says how many); the "
+                "run folders hold each seed's numbers."
+            )
         if self.uneven:
             notes.append(
                 f"Rows with some of the datasets only (their Average is over those): {', '.join(self.uneven)}."
@@ -156,6 +166,14 @@ def table_scope(preset, shown, finished, overrides: dict[str, Any], partial: dic
     for cell in finished:
         datasets_of.setdefault(cell.label, set()).add(cell.dataset)
     uneven = [label for label, seen in datasets_of.items() if seen != have["datasets"]]
+    extra_seeds = sorted(seed for seed in have["seeds"] if seed not in names["seeds"])
     return TableScope(
-        changed, weights, {d: w for d, w in partial.items() if d in needed}, absent, totals, preset.paper_table, uneven
+        changed,
+        weights,
+        {d: w for d, w in partial.items() if d in needed},
+        absent,
+        totals,
+        preset.paper_table,
+        uneven,
+        extra_seeds,
     )

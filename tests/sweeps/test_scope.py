@@ -67,3 +67,18 @@ def test_the_papers_average_is_compared_only_for_rows_with_every_dataset():
     kept = scope.comparison(comparison, stats)
     assert sorted(kept["method"]) == ["lora", "promptfl"]
     assert "The paper's Average is compared only for rows with every dataset of the preset." in scope.notes()
+
+
+def test_seeds_beyond_the_presets_are_named_in_the_title_and_notes():
+    """`reproduce --seeds 4` on a 3-seed preset renders seed 4 with the preset's seeds: the table
+    must not pass for the preset's 3-seed table."""
+    preset = load_preset("base2novel")
+    shown = preset.cells({}, methods=["promptfl"], datasets=["dtd"]) + preset.cells(
+        {}, methods=["promptfl"], datasets=["dtd"], seeds=[4]
+    )
+    scope = table_scope(preset, shown, shown, {}, {})
+    assert scope.extra_seeds == [4] and not scope.complete and scope.cells_are_the_papers
+    assert "seeds 4 beyond the preset's" in scope.title(preset.title)
+    assert any(
+        n.startswith("Seeds 4 are not the preset's (3 listed): each row's mean and std pool") for n in scope.notes()
+    )
