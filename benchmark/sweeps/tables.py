@@ -259,13 +259,11 @@ def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: str | Mapping[str,
         datasets = [d for d in dict.fromkeys(stats["dataset"]) if d != AVERAGE]
         names = {d: headline for d in datasets} if isinstance(headline, str) else dict(headline)
         if len({names.get(d) for d in datasets}) == 1:
-            names[AVERAGE] = names.get(datasets[0]) if datasets else None
-        wide_spread = stats[
-            (stats["metric"] == stats["dataset"].map(names)) & (stats["n"] > 1) & (stats["std"] > SPREAD_LIMIT)
-        ]
-        for key in wide_spread[[*keys, "std"]].itertuples(index=False):
-            here = (stats[keys] == pd.Series(dict(zip(keys, key[:-1])))).all(axis=1)
-            stats.loc[here, "spread"] = float(key[-1])
+            names[AVERAGE] = names.get(datasets[0])
+        wide = (stats["metric"] == stats["dataset"].map(names)) & (stats["n"] > 1) & (stats["std"] > SPREAD_LIMIT)
+        # the headline's std, on every metric of its row
+        by_row = stats["std"].where(wide).groupby([stats[k] for k in keys], sort=False, dropna=False)
+        stats["spread"] = by_row.transform("max").fillna(0.0)
     _mark_best(stats, long)
     flagged = unstable_runs(long)
     for key, runs in flagged.groupby([*ROW, "grid"], sort=False):
@@ -498,8 +496,7 @@ def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
         notes.append("Bold: the best mean of its column.")
     unstable = part[part["unstable"] > 0].drop_duplicates(["label", "hyperparameters", "grid"])
     for row in unstable.itertuples(index=False):
-        name = " ".join(x for x in (row.label, f"({row.hyperparameters})", row.grid) if x)
-        notes.append(f"‡ unstable: {name}, {row.unstable_reasons}.")
+        notes.append(f"‡ unstable: {_row_name(row)}, {row.unstable_reasons}.")
     if not unstable.empty:
         notes.append(
             "‡ unstable = a run whose mean train loss ended above its first round's, or whose accuracy is below half "
@@ -507,13 +504,17 @@ def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
         )
     wide_spread = part[part["spread"] > 0].drop_duplicates(["label", "hyperparameters", "grid"])
     for row in wide_spread.itertuples(index=False):
-        name = " ".join(x for x in (row.label, f"({row.hyperparameters})", row.grid) if x)
         notes.append(
-            f"§ spread: {name}, std {row.spread:.2f} over seeds of the headline metric, above {SPREAD_LIMIT:g} points: "
-            "its mean moves with the draw more than most gaps between rows (spread.md beside this table has each "
-            "seed's clients)."
+            f"§ spread: {_row_name(row)}, std {row.spread:.2f} over seeds of the headline metric, above "
+            f"{SPREAD_LIMIT:g} points: its mean moves with the draw more than most gaps between rows (the run "
+            "folders hold each seed's numbers)."
         )
     return notes
+
+
+def _row_name(row) -> str:
+    """How a block's note names a table row: 'label (hyperparameters) grid'."""
+    return " ".join(x for x in (row.label, f"({row.hyperparameters})", row.grid) if x)
 
 
 def _fmt(mean: float, std: float, n: int, failed: int = 0) -> str:
