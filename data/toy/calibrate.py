@@ -128,19 +128,34 @@ def linear_probe(x_train, y_train, x_test, y_test, num_classes: int) -> float:
     return best
 
 
-def coop(backbone, x_train, y_train, class_names: list[str], steps: int, lr: float = COOP_LR, seed: int = 0):
-    """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`."""
+def coop(
+    backbone,
+    x_train,
+    y_train,
+    class_names: list[str],
+    steps: int,
+    lr: float = COOP_LR,
+    seed: int = 0,
+    optimizer: str = "adam",
+    batch: int | None = 128,
+):
+    """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`: Adam on
+    random batches by default (the calibration's); `optimizer="sgd"` with `batch=None` is plain
+    full-batch gradient descent, what a federated prompt computes when every client makes one
+    step a round on its whole data."""
     from benchmark.prompts import ContextPrompts
 
     prompts = ContextPrompts(backbone, N_CTX)
     g = torch.Generator().manual_seed(seed)
     width = backbone.text.width
     ctx = (torch.randn(N_CTX, width, generator=g) * 0.02).requires_grad_(True)  # CoOp's random init
-    opt = torch.optim.Adam([ctx], lr=lr)
+    opt = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]([ctx], lr=lr)
     scale = backbone.logit_scale
-    batch = 128
     for _ in range(steps):
-        idx = torch.randint(0, len(y_train), (min(batch, len(y_train)),), generator=g)
+        if batch is None:
+            idx = slice(None)
+        else:
+            idx = torch.randint(0, len(y_train), (min(batch, len(y_train)),), generator=g)
         txt = F.normalize(prompts.encode(ctx, class_names), dim=-1)
         loss = F.cross_entropy(scale * x_train[idx] @ txt.T, y_train[idx])
         opt.zero_grad()

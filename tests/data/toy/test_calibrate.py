@@ -84,3 +84,29 @@ def test_a_style_search_renders_candidate_effects(tmp_path, toy_test_checkpoint)
     assert styles == ["twilight", "glow+fade"]  # --random-size: no close-ups
     with pytest.raises(SystemExit, match="unknown toy domain 'glow\\+sepia'"):
         main(["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+sepia"])
+
+
+def test_coop_by_plain_gradient_descent_is_one_full_batch_step_per_step(toy_test_checkpoint):
+    """`coop(optimizer="sgd", batch=None)` -- what `scripts/toy_coop_optimizers.py` uses for the
+    federated prompt's steps -- moves the context by exactly -lr times the gradient of the loss
+    over all the training images."""
+    import torch
+    import torch.nn.functional as F
+
+    from benchmark.backbone import load_backbone
+    from data.toy.calibrate import N_CTX, coop
+
+    backbone = load_backbone("fedbench-toy-vit", "fedbench-toy-test")
+    names = world.toy_specs()["toy"].class_names[:3]
+    g = torch.Generator().manual_seed(7)
+    x = F.normalize(torch.randn(12, backbone.embed_dim, generator=g), dim=-1)
+    y = torch.arange(12) % 3
+    prompts, stepped = coop(backbone, x, y, names, steps=1, lr=0.5, seed=4, optimizer="sgd", batch=None)
+
+    start = (
+        torch.randn(N_CTX, backbone.text.width, generator=torch.Generator().manual_seed(4)) * 0.02
+    ).requires_grad_()
+    text = F.normalize(prompts.encode(start, names), dim=-1)
+    F.cross_entropy(backbone.logit_scale * x @ text.T, y).backward()
+    assert start.grad.abs().max() > 0
+    torch.testing.assert_close(stepped, start.detach() - 0.5 * start.grad)
