@@ -95,6 +95,9 @@ def environment(method: str | None = None, device: str | None = None) -> dict[st
         # The CPU kernels torch picked (AVX512, AVX2, ...): they sum floats in their own order,
         # so over a training run they move digits (docs/toy-world.md, What a table depends on).
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        # ...and which CPU: an Intel Xeon and an AMD EPYC, both AVX512 to torch, gave 5 of the
+        # toy table's 14 rows other digits (the BLAS picks its own kernels per CPU model).
+        "cpu_model": cpu_model(),
         # The GPU model: two GPUs of different kinds round differently (tables note a mix).
         **({"device_name": torch.cuda.get_device_name(device)} if device and device.startswith("cuda") else {}),
         # The GPUs the process was given (a sweep's local workers get one each).
@@ -102,6 +105,18 @@ def environment(method: str | None = None, device: str | None = None) -> dict[st
             {"cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"]} if "CUDA_VISIBLE_DEVICES" in os.environ else {}
         ),
     }
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The CPU's model name as the OS reports it (Linux: /proc/cpuinfo), else None."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
 
 
 def _package_version(name: str) -> str | None:

@@ -75,3 +75,13 @@ def test_a_run_records_the_cpu_kernels_torch_chose():
     from benchmark.runs.results import environment
 
     assert environment()["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+
+
+def test_a_run_records_the_cpu_model(tmp_path):
+    """Two CPUs of the same capability (AVX512) gave other digits: the model is recorded."""
+    from benchmark.runs.results import cpu_model, environment
+
+    assert environment()["cpu_model"] == cpu_model()
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9B14\n")
+    assert cpu_model(cpuinfo) == "AMD EPYC 9B14"
