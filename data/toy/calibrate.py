@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import math
 import shlex
 import statistics
 import sys
@@ -138,20 +139,29 @@ def coop(
     seed: int = 0,
     optimizer: str = "adam",
     batch: int | None = 128,
+    momentum: float = 0.0,
+    weight_decay: float = 0.0,
+    cosine: bool = False,
 ):
     """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`: Adam on
-    random batches by default (the calibration's); `optimizer="sgd"` with `batch=None` is plain
+    random batches by default (the calibration's). `optimizer="sgd"` with `batch=None` is plain
     full-batch gradient descent, what a federated prompt computes when every client makes one
-    step a round on its whole data."""
+    step a round on its whole data; with `momentum=0.9, weight_decay=5e-4, cosine=True` and
+    `batch=32` it is the CoOp paper's recipe (the learning rate decayed by a cosine to 0)."""
     from benchmark.prompts import ContextPrompts
 
     prompts = ContextPrompts(backbone, N_CTX)
     g = torch.Generator().manual_seed(seed)
     width = backbone.text.width
     ctx = (torch.randn(N_CTX, width, generator=g) * 0.02).requires_grad_(True)  # CoOp's random init
-    opt = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]([ctx], lr=lr)
+    if optimizer == "adam":
+        opt = torch.optim.Adam([ctx], lr=lr, weight_decay=weight_decay)
+    else:
+        opt = torch.optim.SGD([ctx], lr=lr, momentum=momentum, weight_decay=weight_decay)
     scale = backbone.logit_scale
-    for _ in range(steps):
+    for step in range(steps):
+        if cosine:
+            opt.param_groups[0]["lr"] = lr * 0.5 * (1 + math.cos(math.pi * step / steps))
         if batch is None:
             idx = slice(None)
         else:

@@ -89,7 +89,8 @@ def test_a_style_search_renders_candidate_effects(tmp_path, toy_test_checkpoint)
 def test_coop_by_plain_gradient_descent_is_one_full_batch_step_per_step(toy_test_checkpoint):
     """`coop(optimizer="sgd", batch=None)` -- what `scripts/toy_coop_optimizers.py` uses for the
     federated prompt's steps -- moves the context by exactly -lr times the gradient of the loss
-    over all the training images."""
+    over all the training images; with `cosine=True` the second of two steps takes half the
+    rate (the cosine from lr to 0 over the steps)."""
     import torch
     import torch.nn.functional as F
 
@@ -103,10 +104,16 @@ def test_coop_by_plain_gradient_descent_is_one_full_batch_step_per_step(toy_test
     y = torch.arange(12) % 3
     prompts, stepped = coop(backbone, x, y, names, steps=1, lr=0.5, seed=4, optimizer="sgd", batch=None)
 
-    start = (
-        torch.randn(N_CTX, backbone.text.width, generator=torch.Generator().manual_seed(4)) * 0.02
-    ).requires_grad_()
-    text = F.normalize(prompts.encode(start, names), dim=-1)
-    F.cross_entropy(backbone.logit_scale * x @ text.T, y).backward()
-    assert start.grad.abs().max() > 0
-    torch.testing.assert_close(stepped, start.detach() - 0.5 * start.grad)
+    def gradient(ctx: torch.Tensor) -> torch.Tensor:
+        ctx = ctx.clone().requires_grad_()
+        text = F.normalize(prompts.encode(ctx, names), dim=-1)
+        F.cross_entropy(backbone.logit_scale * x @ text.T, y).backward()
+        return ctx.grad
+
+    start = torch.randn(N_CTX, backbone.text.width, generator=torch.Generator().manual_seed(4)) * 0.02
+    first = start - 0.5 * gradient(start)
+    assert not torch.equal(first, start)
+    torch.testing.assert_close(stepped, first)
+
+    _, two_steps = coop(backbone, x, y, names, steps=2, lr=0.5, seed=4, optimizer="sgd", batch=None, cosine=True)
+    torch.testing.assert_close(two_steps, first - 0.25 * gradient(first))
