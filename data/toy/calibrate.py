@@ -156,8 +156,10 @@ def coop(
     ctx = (torch.randn(N_CTX, width, generator=g) * 0.02).requires_grad_(True)  # CoOp's random init
     if optimizer == "adam":
         opt = torch.optim.Adam([ctx], lr=lr, weight_decay=weight_decay)
-    else:
+    elif optimizer == "sgd":
         opt = torch.optim.SGD([ctx], lr=lr, momentum=momentum, weight_decay=weight_decay)
+    else:
+        raise ValueError(f"coop: optimizer {optimizer!r} is not 'adam' or 'sgd'")
     scale = backbone.logit_scale
     for step in range(steps):
         if cosine:
