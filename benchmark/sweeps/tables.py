@@ -158,14 +158,14 @@ def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
 
 
 def summarize(
-    long: pd.DataFrame, failed: Sequence[Cell] = (), headline: str | Mapping[str, str] | None = None
+    long: pd.DataFrame, failed: Sequence[Cell] = (), headline: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
     """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
     per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
     row (and its Average) into failures: mean and std NaN, `failed` = their number of seeds.
     Then `assess`: the best row of each column, the rows not distinguishable from it, the
-    unstable runs and (given the protocol's `headline` metric, or one per dataset) the rows of
-    a wide spread."""
+    unstable runs and (given each dataset's `headline` metric, its protocol's) the rows of a
+    wide spread."""
     columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
     if long.empty:
         return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long, headline)
@@ -239,14 +239,14 @@ ROW = ["label", "hyperparameters", "method"]
 ASSESSMENT = ["best", "tied", "pairs", "diff_mean", "diff_low", "diff_high", "unstable", "unstable_reasons", "spread"]
 
 
-def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: str | Mapping[str, str] | None = None) -> pd.DataFrame:
+def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] | None = None) -> pd.DataFrame:
     """`stats` with the columns of ASSESSMENT: per (dataset block, grid, metric) `best` (the
     highest mean; exact ties all best) and `tied` (not distinguishable from the best: the 95 %
     bootstrap interval of the paired difference best minus this row contains 0; `pairs` its
     number of pairs, `diff_*` its mean and interval); `unstable` (the number of the row's runs
     flagged by `unstable_runs`) with `unstable_reasons`; `spread` (the std over seeds of the
-    row's `headline` metric -- one name, or dataset -> name, the Average block flagged when its
-    datasets share one -- when it exceeds SPREAD_LIMIT, else 0, on every metric of the row).
+    row's `headline` metric -- dataset -> name, the Average block flagged when its datasets
+    share one -- when it exceeds SPREAD_LIMIT, else 0, on every metric of the row).
     Failed rows are never best or tied."""
     stats = stats.copy()
     stats["best"], stats["tied"], stats["pairs"] = False, False, 0
@@ -257,7 +257,7 @@ def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: str | Mapping[str,
     if headline:
         keys = [*ROW, "grid", "dataset"]
         datasets = [d for d in dict.fromkeys(stats["dataset"]) if d != AVERAGE]
-        names = {d: headline for d in datasets} if isinstance(headline, str) else dict(headline)
+        names = dict(headline)
         if len({names.get(d) for d in datasets}) == 1:
             names[AVERAGE] = names.get(datasets[0])
         wide = (stats["metric"] == stats["dataset"].map(names)) & (stats["n"] > 1) & (stats["std"] > SPREAD_LIMIT)

@@ -235,7 +235,7 @@ def test_a_row_whose_headline_varies_over_seeds_beyond_the_limit_is_flagged_not_
     # `worse` on dtd: HM 60 +- 8 over the seeds (std 8 > SPREAD_LIMIT), Base untouched; pets stays steady
     wide_hm = (long.label == "worse") & (long.dataset == "dtd") & (long.metric == "HM")
     long.loc[wide_hm, "value"] = long.loc[wide_hm, "seed"].map({1: 52.0, 2: 60.0, 3: 68.0})
-    stats = summarize(long, headline="HM")
+    stats = summarize(long, headline={"dtd": "HM", "pets": "HM"})
     rows = stats.set_index(["label", "dataset", "metric"])
     assert rows.loc[("worse", "dtd", "HM"), "std"] == pytest.approx(8.0) and 8.0 > SPREAD_LIMIT
     # the flag is the row's (every metric of it), keyed on the headline only
