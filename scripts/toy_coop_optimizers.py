@@ -9,7 +9,8 @@ Central CoOp on `toy`'s test split, three context seeds per row, three ways:
     16 shots per base class, one step per "round". At batch 32 every client of the preset
     makes one step a round on its 32 images from the global prompt (a fresh optimizer each
     round, so no momentum), and the average of those steps is one full-batch gradient step
-    of the clients' union; the 16 shots are drawn per seed here.
+    of the clients' union.
+The 16 shots are drawn per seed by the suite's own sampler (`data.fewshot.few_shot_indices`).
 
     PYTHONPATH=. python scripts/toy_coop_optimizers.py
 
@@ -21,9 +22,8 @@ from __future__ import annotations
 
 import statistics
 
-import torch
-
 from benchmark.backbone import load_backbone
+from data.fewshot import few_shot_indices
 from data.toy import world
 from data.toy.calibrate import accuracy, coop, coop_logits, image_features, text_features
 from data.toy.pretrain import single_thread
@@ -34,13 +34,6 @@ ADAM = [(lr, 300) for lr in (1e-3, 5e-3, 2e-2)]
 # 80 rounds (results/toy/federation_search.md, section 3).
 GRADIENT_DESCENT = [(lr, steps) for lr in (0.00256, 0.0122) for steps in (40, 80, 160)]
 COOP_PAPER = [(0.002, 1600), (0.002, 400)]
-
-
-def shots(y: torch.Tensor, classes: int, k: int, seed: int) -> torch.Tensor:
-    """Indices of k random images of each class."""
-    g = torch.Generator().manual_seed(100 + seed)
-    picks = [torch.nonzero(y == c).flatten() for c in range(classes)]
-    return torch.cat([p[torch.randperm(len(p), generator=g)[:k]] for p in picks])
 
 
 def main() -> None:
@@ -66,7 +59,7 @@ def main() -> None:
         for label, few_shot, recipe, lr, steps in rows:
             bases, novels = [], []
             for seed in SEEDS:
-                keep = shots(y_base, nb, 16, seed) if few_shot else slice(None)
+                keep = few_shot_indices(y_base.tolist(), 16, seed) if few_shot else slice(None)
                 x, y = x_base[keep], y_base[keep]
                 prompts, ctx = coop(backbone, x, y, base, steps, lr=lr, seed=seed, **recipe)
                 bases.append(accuracy(coop_logits(prompts, ctx, x_test[test_base], base), y_test[test_base]))
