@@ -16,11 +16,22 @@ The 16 shots are drawn per seed by the suite's own sampler (`data.fewshot.few_sh
 
 Prints one line per optimizer x learning rate x steps: Base and Novel mean +- std over the
 seeds, and their difference from zero-shot. Runs at one torch thread (about two minutes).
+
+    PYTHONPATH=. python scripts/toy_coop_optimizers.py --styles twilight tint+fade+blob@0.02 ...
+
+searches worlds under the federated schedule instead: `toy` rendered in each style (a style's
+name, or effects joined by '+' with an optional pixel noise after '@', as
+`data.toy.calibrate --styles` takes), gradient descent for `--steps` steps at each rate of
+`--lrs` (the tuner searches 0.0002-0.06 for PromptFL), and one markdown row per style: zero-shot,
+and the rate whose HM is highest -- the one an HM tuner would pick -- with its Base and Novel.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import statistics
+import sys
 
 from benchmark.backbone import load_backbone
 from data.fewshot import few_shot_indices
@@ -36,16 +47,91 @@ GRADIENT_DESCENT = [(lr, steps) for lr in (0.00256, 0.0122) for steps in (40, 80
 COOP_PAPER = [(0.002, 1600), (0.002, 400)]
 
 
-def main() -> None:
+SEARCH_LRS = (0.001, 0.0025, 0.005, 0.01, 0.02)
+
+
+def harmonic_mean(base: float, novel: float) -> float:
+    return 2 * base * novel / (base + novel) if base + novel > 0 else 0.0
+
+
+def best_by_hm(rows: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The (lr, Base, Novel) row with the highest harmonic mean (the first of equals)."""
+    return max(rows, key=lambda row: harmonic_mean(row[1], row[2]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--styles", nargs="+", help="search these styles under gradient descent instead")
+    parser.add_argument("--lrs", nargs="+", type=float, default=list(SEARCH_LRS), help="rates of the search")
+    parser.add_argument("--steps", type=int, default=40, help="gradient-descent steps of the search")
+    args = parser.parse_args(argv)
+    for candidate in args.styles or ():
+        try:
+            world.style(candidate)
+        except ValueError as error:
+            raise SystemExit(f"toy_coop_optimizers: {error}") from None
     backbone = load_backbone("fedbench-toy-vit", "fedbench-toy")
+    if args.styles:
+        search(backbone, args.styles, args.lrs, args.steps)
+    else:
+        compare_recipes(backbone)
+
+
+def base_novel_features(backbone, spec):
+    """(base-class train features, their labels, test features, test labels) of `spec`."""
+    nb = spec.novel_from
+    x_train, y_train, _ = image_features(backbone, spec, "train")
+    x_test, y_test, _ = image_features(backbone, spec, "test")
+    on_base = y_train < nb
+    return x_train[on_base], y_train[on_base], x_test, y_test
+
+
+def search(backbone, styles: list[str], lrs: list[float], steps: int) -> None:
+    print(
+        f"`toy`'s classes per style, test split; gradient descent on 16 shots per base class, {steps} steps, "
+        f"seeds {', '.join(map(str, SEEDS))}, at lr {', '.join(f'{lr:g}' for lr in lrs)}; the row's lr is the one "
+        "whose mean HM is highest.\n"
+    )
+    print("| style | ZS Base | ZS Novel | lr | Base | Novel | Base - ZS | Novel - ZS | Novel - ZS at each lr |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    toy = world.toy_specs()["toy"]
+    with single_thread():
+        for name in styles:
+            spec = dataclasses.replace(toy, domains=(name,))
+            nb = spec.novel_from
+            base, novel = spec.class_names[:nb], spec.class_names[nb:]
+            x_base, y_base, x_test, y_test = base_novel_features(backbone, spec)
+            test_base, test_novel = y_test < nb, y_test >= nb
+            zs_base = accuracy(x_test[test_base] @ text_features(backbone, base).T, y_test[test_base])
+            zs_novel = accuracy(x_test[test_novel] @ text_features(backbone, novel).T, y_test[test_novel] - nb)
+            rows = []
+            for lr in lrs:
+                bases, novels = [], []
+                for seed in SEEDS:
+                    keep = few_shot_indices(y_base.tolist(), 16, seed)
+                    prompts, ctx = coop(
+                        backbone, x_base[keep], y_base[keep], base, steps, lr=lr, seed=seed, optimizer="sgd", batch=None
+                    )
+                    bases.append(accuracy(coop_logits(prompts, ctx, x_test[test_base], base), y_test[test_base]))
+                    novels.append(
+                        accuracy(coop_logits(prompts, ctx, x_test[test_novel], novel), y_test[test_novel] - nb)
+                    )
+                rows.append((lr, statistics.mean(bases), statistics.mean(novels)))
+            lr, b, n = best_by_hm(rows)
+            each = " / ".join(f"{row[2] - zs_novel:+.1f}" for row in rows)
+            print(
+                f"| {name} | {zs_base:.1f} | {zs_novel:.1f} | {lr:g} | {b:.1f} | {n:.1f} | {b - zs_base:+.1f} | "
+                f"{n - zs_novel:+.1f} | {each} |",
+                flush=True,
+            )
+
+
+def compare_recipes(backbone) -> None:
     spec = world.toy_specs()["toy"]
     nb = spec.novel_from
     base, novel = spec.class_names[:nb], spec.class_names[nb:]
     with single_thread():
-        x_train, y_train, _ = image_features(backbone, spec, "train")
-        x_test, y_test, _ = image_features(backbone, spec, "test")
-        on_base = y_train < nb
-        x_base, y_base = x_train[on_base], y_train[on_base]
+        x_base, y_base, x_test, y_test = base_novel_features(backbone, spec)
         test_base, test_novel = y_test < nb, y_test >= nb
         zs_base = accuracy(x_test[test_base] @ text_features(backbone, base).T, y_test[test_base])
         zs_novel = accuracy(x_test[test_novel] @ text_features(backbone, novel).T, y_test[test_novel] - nb)
@@ -73,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -328,7 +328,8 @@ def main(argv: list[str] | None = None) -> str:
         nargs="+",
         default=None,
         help="render each base2novel dataset in each of these styles instead: a style's name or effects "
-        "joined by '+' (glow+fade+scatter)",
+        f"joined by '+' (glow+fade+scatter), with its pixel noise after '@' if not {world.DOWNSTREAM_NOISE} "
+        "(glow+fade+scatter@0.02)",
     )
     parser.add_argument(
         "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"

@@ -78,15 +78,27 @@ DOMAINS = list(STYLES)
 
 def style(domain: str) -> tuple[frozenset[str], float]:
     """(effects, pixel noise) of a named style, or of effects joined by '+' ("glow+fade+scatter":
-    a candidate style for a calibration search, at the downstream styles' noise)."""
+    a candidate style for a calibration search, at the downstream styles' noise, or at the noise
+    given after '@': "tint+fade+blob@0.02")."""
     if domain in STYLES:
         return STYLES[domain]
-    effects = frozenset(domain.split("+"))
+    effects_text, at, noise_text = domain.partition("@")
+    effects = frozenset(effects_text.split("+"))
+    noise = DOWNSTREAM_NOISE
+    if at:
+        try:
+            noise = float(noise_text)
+        except ValueError:
+            noise = -1.0
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(
+                f"toy domain {domain!r}: the pixel noise after '@' must be a number in [0, 1], got {noise_text!r}"
+            )
     if effects <= EFFECTS:
-        return effects, DOWNSTREAM_NOISE
+        return effects, noise
     raise ValueError(
         f"unknown toy domain {domain!r}: expected a style ({', '.join(DOMAINS)}) or effects joined by '+' "
-        f"({', '.join(sorted(EFFECTS))})"
+        f"({', '.join(sorted(EFFECTS))}), optionally with its pixel noise after '@' (tint+fade@0.02)"
     )
 
 

@@ -344,3 +344,19 @@ def test_concurrent_processes_build_the_toy_clip_once(tmp_path):
     assert sum(out.count("pretraining the toy world's small CLIP") for out in outputs) == 1
     paths = {out.strip().splitlines()[-1] for out in outputs}
     assert len(paths) == 1 and Path(paths.pop()).is_file()
+
+
+def test_a_candidate_style_takes_its_pixel_noise_after_an_at_sign():
+    """A style search (`calibrate --styles`, `scripts/toy_coop_optimizers.py --styles`) can vary a
+    candidate's noise: 'tint+fade@0' renders the effects of 'tint+fade' without pixel noise."""
+    assert world.style("tint+fade") == (frozenset({"tint", "fade"}), world.DOWNSTREAM_NOISE)
+    assert world.style("tint+fade@0.02") == (frozenset({"tint", "fade"}), 0.02)
+    attrs = _attrs(16)
+    quiet = world.render(attrs, "tint+fade@0", 32, seed=3).float()
+    noisy = world.render(attrs, "tint+fade@0.2", 32, seed=3).float()
+    assert (noisy - quiet).abs().mean() > 5.0
+    for bad in ("tint+fade@loud", "tint+fade@-0.1", "tint+fade@nan", "tint+fade@2"):
+        with pytest.raises(ValueError, match=r"pixel noise after '@' must be a number in \[0, 1\]"):
+            world.style(bad)
+    with pytest.raises(ValueError, match="unknown toy domain 'tint\\+sepia@0.02'"):
+        world.style("tint+sepia@0.02")
