@@ -64,15 +64,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--styles", nargs="+", help="search these styles under gradient descent instead")
     parser.add_argument("--lrs", nargs="+", type=float, default=list(SEARCH_LRS), help="rates of the search")
     parser.add_argument("--steps", type=int, default=40, help="gradient-descent steps of the search")
+    parser.add_argument(
+        "--synonyms",
+        nargs="+",
+        default=(),
+        metavar="ATTRIBUTE",
+        help="name the classes by these attributes' rarer words",
+    )
     args = parser.parse_args(argv)
-    for candidate in args.styles or ():
-        try:
+    try:
+        for candidate in args.styles or ():
             world.style(candidate)
-        except ValueError as error:
-            raise SystemExit(f"toy_coop_optimizers: {error}") from None
+        world.named_with(world.toy_specs()["toy"], args.synonyms)
+    except ValueError as error:
+        raise SystemExit(f"toy_coop_optimizers: {error}") from None
     backbone = load_backbone("fedbench-toy-vit", "fedbench-toy")
     if args.styles:
-        search(backbone, args.styles, args.lrs, args.steps)
+        search(backbone, args.styles, args.lrs, args.steps, args.synonyms)
     else:
         compare_recipes(backbone)
 
@@ -86,15 +94,17 @@ def base_novel_features(backbone, spec):
     return x_train[on_base], y_train[on_base], x_test, y_test
 
 
-def search(backbone, styles: list[str], lrs: list[float], steps: int) -> None:
+def search(backbone, styles: list[str], lrs: list[float], steps: int, synonyms=()) -> None:
     print(
         f"`toy`'s classes per style, test split; gradient descent on 16 shots per base class, {steps} steps, "
         f"seeds {', '.join(map(str, SEEDS))}, at lr {', '.join(f'{lr:g}' for lr in lrs)}; the row's lr is the one "
-        "whose mean HM is highest.\n"
+        "whose mean HM is highest"
+        + "".join(f"; classes named by their {attribute} synonyms" for attribute in synonyms)
+        + ".\n"
     )
     print("| style | ZS Base | ZS Novel | lr | Base | Novel | Base - ZS | Novel - ZS | Novel - ZS at each lr |")
     print("|---|---|---|---|---|---|---|---|---|")
-    toy = world.toy_specs()["toy"]
+    toy = world.named_with(world.toy_specs()["toy"], synonyms)
     with single_thread():
         for name in styles:
             spec = dataclasses.replace(toy, domains=(name,))

@@ -189,6 +189,7 @@ def calibrate_base2novel(backbone, spec: world.ToySpec, steps: int) -> dict:
     xte, yte, _ = image_features(backbone, spec, "test")
     btr, bte, nte = ytr < nb, yte < nb, yte >= nb
     style = "+".join(spec.domains) + (", close-ups" if spec.object_size is not None else "")
+    style += "".join(f", {attribute} synonyms" for attribute in spec.synonyms)
     out = {"dataset": spec.name, "style": style, "base_classes": nb, "novel_classes": len(names) - nb}
     out["zs_base"] = accuracy(xte[bte] @ text_features(backbone, base_names).T, yte[bte])
     out["zs_novel"] = accuracy(xte[nte] @ text_features(backbone, novel_names).T, yte[nte] - nb)
@@ -233,21 +234,24 @@ def calibrate(
     steps: int = 300,
     styles: list[str] | None = None,
     random_size: bool = False,
+    synonyms: list[str] | None = None,
 ) -> list[dict]:
     """The calibration rows of `datasets` (default: every base2novel and domains toy dataset);
     with `styles`, each base-to-novel dataset once per style instead of in its own; with
-    `random_size`, objects of both sizes even where the dataset shows close-ups."""
+    `random_size`, objects of both sizes even where the dataset shows close-ups; with
+    `synonyms`, base-to-novel classes named by those attributes' rarer words."""
     specs = world.toy_specs()
     if datasets is None:
         datasets = [n for n, s in specs.items() if s.protocol in ("base2novel", "domains")]
     unknown = [n for n in datasets if n not in specs]
     if unknown:
         raise SystemExit(f"calibrate: unknown toy dataset(s) {unknown}; known: {sorted(specs)}")
-    for candidate in styles or ():
-        try:
+    try:
+        for candidate in styles or ():
             world.style(candidate)
-        except ValueError as error:
-            raise SystemExit(f"calibrate: {error}") from None
+        world.named_with(specs["toy"], synonyms or ())
+    except ValueError as error:
+        raise SystemExit(f"calibrate: {error}") from None
     rows = []
     with single_thread():
         torch.manual_seed(0)
@@ -261,6 +265,8 @@ def calibrate(
                 variant = spec if style is None else dataclasses.replace(spec, domains=(style,))
                 if random_size:
                     variant = dataclasses.replace(variant, object_size=None)
+                if synonyms:
+                    variant = world.named_with(variant, synonyms)
                 rows.append(calibrate_base2novel(backbone, variant, steps))
     return rows
 
@@ -334,6 +340,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"
     )
+    parser.add_argument(
+        "--synonyms",
+        nargs="+",
+        default=None,
+        metavar="ATTRIBUTE",
+        help="name each base2novel dataset's classes by these attributes' rarer words (colour: crimson, ...)",
+    )
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
 
@@ -341,7 +354,7 @@ def main(argv: list[str] | None = None) -> str:
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
-    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size)
+    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
     command = "python -m data.toy.calibrate " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )

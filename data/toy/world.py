@@ -27,6 +27,7 @@ version 2). Rendering is done in torch at 2x resolution and average-pooled (anti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -446,6 +447,18 @@ def _pair_classes(first: str, second: str, half: int) -> list[ToyClass]:
             fixed = ((first, i), (second, j))
             out.append(ToyClass(object_name(**dict(fixed)), fixed))
     return out
+
+
+def named_with(spec: ToySpec, synonyms) -> ToySpec:
+    """`spec` with its classes named by the rarer word of every attribute in `synonyms`
+    ('crimson striped object' for colour): a calibration search's candidate naming. The images
+    do not change; pretraining saw every synonym, some rarely (`SYNONYM_RATE`)."""
+    unknown = sorted(set(synonyms) - set(ATTRIBUTES))
+    if unknown:
+        raise ValueError(f"synonyms {unknown}: expected attributes among {', '.join(ATTRIBUTES)}")
+    chosen = tuple(a for a in ATTRIBUTES if a in set(synonyms))
+    classes = tuple(ToyClass(object_name(**dict(c.fixed), synonyms=chosen), c.fixed) for c in spec.classes)
+    return dataclasses.replace(spec, classes=classes, synonyms=chosen)
 
 
 def split_classes(first: str, second: str) -> tuple[list[ToyClass], list[ToyClass]]:
