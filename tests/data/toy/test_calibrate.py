@@ -85,6 +85,14 @@ def test_a_style_search_renders_candidate_effects(tmp_path, toy_test_checkpoint)
     assert styles == ["twilight", "glow+fade"]  # --random-size: no close-ups
     with pytest.raises(SystemExit, match="unknown toy domain 'glow\\+sepia'"):
         main(["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+sepia"])
+    named = main(
+        ["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+fade+scatter@0.02", "--synonyms", "colour"]
+    )
+    assert [line.split("|")[2].strip() for line in named.splitlines() if line.startswith("| toy")] == [
+        "glow+fade+scatter@0.02, close-ups, colour synonyms"
+    ]
+    with pytest.raises(SystemExit, match=r"calibrate: synonyms \['hue'\]"):
+        main(["--test", "--steps", "2", "--datasets", "toy", "--synonyms", "hue"])
 
 
 def test_coop_by_plain_gradient_descent_is_one_full_batch_step_per_step(toy_test_checkpoint):

@@ -360,3 +360,20 @@ def test_a_candidate_style_takes_its_pixel_noise_after_an_at_sign():
             world.style(bad)
     with pytest.raises(ValueError, match="unknown toy domain 'tint\\+sepia@0.02'"):
         world.style("tint+sepia@0.02")
+
+
+def test_a_candidate_naming_renames_the_classes_by_their_rarer_words():
+    toy = world.toy_specs()["toy"]
+    renamed = world.named_with(toy, ["pattern", "colour"])
+    assert renamed.synonyms == ("colour", "pattern")  # in ATTRIBUTES order, whatever was given
+    assert [c.fixed for c in renamed.classes] == [c.fixed for c in toy.classes]  # same classes, same images
+    assert renamed.class_names[0] == world.object_name(**dict(toy.classes[0].fixed), synonyms={"colour", "pattern"})
+    for cls in renamed.classes:
+        assert cls.name == world.object_name(**dict(cls.fixed), synonyms=renamed.synonyms)
+    common = set(" ".join(toy.class_names).split())
+    assert not common & set(" ".join(renamed.class_names).split()) - {"object"}
+    nb = renamed.novel_from
+    assert not world.class_words(renamed.classes[:nb]) & world.class_words(renamed.classes[nb:])
+    assert world.named_with(toy, ()) == toy
+    with pytest.raises(ValueError, match=r"synonyms \['hue'\]: expected attributes among colour"):
+        world.named_with(toy, ["colour", "hue"])
