@@ -24,6 +24,8 @@ name, or effects joined by '+' with an optional pixel noise after '@', as
 `data.toy.calibrate --styles` takes), gradient descent for `--steps` steps at each rate of
 `--lrs` (the tuner searches 0.0002-0.06 for PromptFL), and one markdown row per style: zero-shot,
 and the rate whose HM is highest -- the one an HM tuner would pick -- with its Base and Novel.
+`--synonyms colour pattern` names the classes by those attributes' rarer words (as
+`data.toy.calibrate --synonyms` does; results/toy/style_search.md, sections 5 and 6).
 """
 
 from __future__ import annotations
