@@ -35,6 +35,8 @@ import dataclasses
 import statistics
 import sys
 
+import torch
+
 from benchmark.backbone import load_backbone
 from data.fewshot import few_shot_indices
 from data.toy import world
@@ -87,13 +89,56 @@ def main(argv: list[str] | None = None) -> None:
         compare_recipes(backbone)
 
 
-def base_novel_features(backbone, spec):
-    """(base-class train features, their labels, test features, test labels) of `spec`."""
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """One toy world's frozen image features: the base classes' training images and the test
+    split's two halves (novel labels counted from 0), with the halves' class names."""
+
+    base: list[str]
+    novel: list[str]
+    x_base: torch.Tensor
+    y_base: torch.Tensor
+    x_test_base: torch.Tensor
+    y_test_base: torch.Tensor
+    x_test_novel: torch.Tensor
+    y_test_novel: torch.Tensor
+
+
+def features(backbone, spec) -> Features:
     nb = spec.novel_from
     x_train, y_train, _ = image_features(backbone, spec, "train")
     x_test, y_test, _ = image_features(backbone, spec, "test")
-    on_base = y_train < nb
-    return x_train[on_base], y_train[on_base], x_test, y_test
+    on_base, test_base, test_novel = y_train < nb, y_test < nb, y_test >= nb
+    return Features(
+        spec.class_names[:nb],
+        spec.class_names[nb:],
+        x_train[on_base],
+        y_train[on_base],
+        x_test[test_base],
+        y_test[test_base],
+        x_test[test_novel],
+        y_test[test_novel] - nb,
+    )
+
+
+def zero_shot(backbone, f: Features) -> tuple[float, float]:
+    """Zero-shot (Base, Novel) accuracy."""
+    return (
+        accuracy(f.x_test_base @ text_features(backbone, f.base).T, f.y_test_base),
+        accuracy(f.x_test_novel @ text_features(backbone, f.novel).T, f.y_test_novel),
+    )
+
+
+def coop_over_seeds(backbone, f: Features, steps: int, lr: float, few_shot: bool, **recipe):
+    """(Base accuracies, Novel accuracies) of a CoOp context trained at each of SEEDS, on 16
+    shots per base class drawn with that seed (or on every base training image)."""
+    bases, novels = [], []
+    for seed in SEEDS:
+        keep = few_shot_indices(f.y_base.tolist(), 16, seed) if few_shot else slice(None)
+        prompts, ctx = coop(backbone, f.x_base[keep], f.y_base[keep], f.base, steps, lr=lr, seed=seed, **recipe)
+        bases.append(accuracy(coop_logits(prompts, ctx, f.x_test_base, f.base), f.y_test_base))
+        novels.append(accuracy(coop_logits(prompts, ctx, f.x_test_novel, f.novel), f.y_test_novel))
+    return bases, novels
 
 
 def search(backbone, styles: list[str], lrs: list[float], steps: int, synonyms=()) -> None:
@@ -109,25 +154,11 @@ def search(backbone, styles: list[str], lrs: list[float], steps: int, synonyms=(
     toy = world.named_with(world.toy_specs()["toy"], synonyms)
     with single_thread():
         for name in styles:
-            spec = dataclasses.replace(toy, domains=(name,))
-            nb = spec.novel_from
-            base, novel = spec.class_names[:nb], spec.class_names[nb:]
-            x_base, y_base, x_test, y_test = base_novel_features(backbone, spec)
-            test_base, test_novel = y_test < nb, y_test >= nb
-            zs_base = accuracy(x_test[test_base] @ text_features(backbone, base).T, y_test[test_base])
-            zs_novel = accuracy(x_test[test_novel] @ text_features(backbone, novel).T, y_test[test_novel] - nb)
+            f = features(backbone, dataclasses.replace(toy, domains=(name,)))
+            zs_base, zs_novel = zero_shot(backbone, f)
             rows = []
             for lr in lrs:
-                bases, novels = [], []
-                for seed in SEEDS:
-                    keep = few_shot_indices(y_base.tolist(), 16, seed)
-                    prompts, ctx = coop(
-                        backbone, x_base[keep], y_base[keep], base, steps, lr=lr, seed=seed, optimizer="sgd", batch=None
-                    )
-                    bases.append(accuracy(coop_logits(prompts, ctx, x_test[test_base], base), y_test[test_base]))
-                    novels.append(
-                        accuracy(coop_logits(prompts, ctx, x_test[test_novel], novel), y_test[test_novel] - nb)
-                    )
+                bases, novels = coop_over_seeds(backbone, f, steps, lr, True, optimizer="sgd", batch=None)
                 rows.append((lr, statistics.mean(bases), statistics.mean(novels)))
             lr, b, n = best_by_hm(rows)
             each = " / ".join(f"{row[2] - zs_novel:+.1f}" for row in rows)
@@ -139,14 +170,9 @@ def search(backbone, styles: list[str], lrs: list[float], steps: int, synonyms=(
 
 
 def compare_recipes(backbone) -> None:
-    spec = world.toy_specs()["toy"]
-    nb = spec.novel_from
-    base, novel = spec.class_names[:nb], spec.class_names[nb:]
     with single_thread():
-        x_base, y_base, x_test, y_test = base_novel_features(backbone, spec)
-        test_base, test_novel = y_test < nb, y_test >= nb
-        zs_base = accuracy(x_test[test_base] @ text_features(backbone, base).T, y_test[test_base])
-        zs_novel = accuracy(x_test[test_novel] @ text_features(backbone, novel).T, y_test[test_novel] - nb)
+        f = features(backbone, world.toy_specs()["toy"])
+        zs_base, zs_novel = zero_shot(backbone, f)
         print(f"toy, test split: zero-shot Base {zs_base:.1f}, Novel {zs_novel:.1f}")
         adam = dict(optimizer="adam", batch=128)
         descent = dict(optimizer="sgd", batch=None)
@@ -155,13 +181,7 @@ def compare_recipes(backbone) -> None:
         rows += [("CoOp paper's SGD, 16 shots, batch 32", True, paper, lr, steps) for lr, steps in COOP_PAPER]
         rows += [("gradient descent, 16 shots, full batch", True, descent, lr, steps) for lr, steps in GRADIENT_DESCENT]
         for label, few_shot, recipe, lr, steps in rows:
-            bases, novels = [], []
-            for seed in SEEDS:
-                keep = few_shot_indices(y_base.tolist(), 16, seed) if few_shot else slice(None)
-                x, y = x_base[keep], y_base[keep]
-                prompts, ctx = coop(backbone, x, y, base, steps, lr=lr, seed=seed, **recipe)
-                bases.append(accuracy(coop_logits(prompts, ctx, x_test[test_base], base), y_test[test_base]))
-                novels.append(accuracy(coop_logits(prompts, ctx, x_test[test_novel], novel), y_test[test_novel] - nb))
+            bases, novels = coop_over_seeds(backbone, f, steps, lr, few_shot, **recipe)
             b, n = statistics.mean(bases), statistics.mean(novels)
             print(
                 f"{label}, lr {lr:g}, {steps} steps: Base {b:.1f} +- {statistics.stdev(bases):.1f} "

@@ -456,7 +456,8 @@ def named_with(spec: ToySpec, synonyms) -> ToySpec:
     unknown = sorted(set(synonyms) - set(ATTRIBUTES))
     if unknown:
         raise ValueError(f"synonyms {unknown}: expected attributes among {', '.join(ATTRIBUTES)}")
-    chosen = tuple(a for a in ATTRIBUTES if a in set(synonyms))
+    wanted = set(synonyms)
+    chosen = tuple(a for a in ATTRIBUTES if a in wanted)
     classes = tuple(ToyClass(object_name(**dict(c.fixed), synonyms=chosen), c.fixed) for c in spec.classes)
     return dataclasses.replace(spec, classes=classes, synonyms=chosen)
 
