@@ -5,6 +5,7 @@ deterministic and names the checkpoint it measured. No expected metric is assert
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,18 +129,19 @@ def test_coop_by_plain_gradient_descent_is_one_full_batch_step_per_step(toy_test
     torch.testing.assert_close(two_steps, first - 0.25 * gradient(first))
 
 
-def _script(name: str):
+def _script(name: str, monkeypatch):
     import importlib.util
 
     path = Path(__file__).resolve().parents[3] / "scripts" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)  # a dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
 
-def test_the_gradient_descent_style_search_reports_the_rate_an_hm_tuner_would_pick():
-    script = _script("toy_coop_optimizers")
+def test_the_gradient_descent_style_search_reports_the_rate_an_hm_tuner_would_pick(monkeypatch):
+    script = _script("toy_coop_optimizers", monkeypatch)
     # (lr, Base, Novel): the middle rate has the highest HM (66.4) although the last gains more Base
     rows = [(0.001, 64.0, 58.0), (0.005, 68.0, 65.0), (0.02, 75.0, 55.0)]
     assert script.best_by_hm(rows) == (0.005, 68.0, 65.0)
