@@ -2,7 +2,7 @@
 
 | name          | classes                          | protocol   | styles (none seen in pretraining)          |
 |---------------|----------------------------------|------------|--------------------------------------------|
-| toy           | colour x pattern, 32 (16 / 16)   | base2novel | twilight (warm glow, faded, 2 distractors), close-ups |
+| toy           | colour x pattern, 32 (16 / 16)   | base2novel | pale (washed out), close-ups               |
 | toy_shapes    | colour x shape, 32 (16 / 16)     | base2novel | lamplit (warm light, 3 distractors)        |
 | toy_patterns  | pattern x shape, 32 (16 / 16)    | base2novel | cluttered (checkerboard, a blob)           |
 | toy_domains   | 10 colour-pattern classes        | domains    | dusk, tinted, crowded, obstructed          |
