@@ -58,9 +58,9 @@ def test_class_names_are_attribute_names():
         for cls in spec.classes:
             assert cls.name == world.object_name(**dict(cls.fixed), synonyms=spec.synonyms)
             assert set(cls.name.split()) <= words | rare, cls.name
-    assert "red striped object" in world.toy_specs()["toy"].class_names
+    assert "red plain object" in world.toy_specs()["toy"].class_names
     assert "red circle" in world.toy_specs()["toy_shapes"].class_names
-    assert "striped triangle" in world.toy_specs()["toy_patterns"].class_names
+    assert "dotted triangle" in world.toy_specs()["toy_patterns"].class_names
     assert "orange concentric object" in world.toy_specs()["toy"].class_names
     assert world.object_name(colour=0, pattern=1, synonyms={"colour", "pattern"}) == "crimson banded object"
 
@@ -265,8 +265,7 @@ def test_checkpoint_loads_through_load_backbone(toy_test_checkpoint, toy_test_ba
 
 def test_zero_shot_on_base_and_novel_classes_is_above_chance(toy_test_backbone):
     """The test suite's briefly pretrained CLIP (250 steps) already names `toy`'s classes
-    better than chance, novel ones too (measured: about 2.5-3x chance in version 5's
-    twilight close-ups; the shipped default CLIP: results/toy/calibration.md)."""
+    better than chance, novel ones too (the shipped default CLIP: results/toy/calibration.md)."""
     from data.toy.evaluate_zero_shot import evaluate
 
     r = evaluate(toy_test_backbone, "toy")
@@ -310,7 +309,7 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
         return run_experiment(config, progress=False)
 
     zero_shot = run("zeroshot")
-    tuned = run("pfedmma", first_block=2, lr=0.01)  # 10x the paper's lr, where pFedMMA moves on the toy world
+    tuned = run("pfedmma", first_block=2, lr=0.03)  # 30x the paper's lr, near what `fedbench tune toy` chose (0.026)
     assert tuned.summary["metrics"]["Local"] > zero_shot.summary["metrics"]["Local"]
     metrics = pd.read_csv(tuned.run_dir / "metrics.csv")
     loss = metrics[metrics.metric == "train_loss"].groupby("round")["value"].mean()
