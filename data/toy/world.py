@@ -15,8 +15,8 @@ That gap is what leaves adaptation room. A base-to-novel dataset names its base 
 one half of each vocabulary and its novel classes with the other (`HALVES`), so the toy
 CLIP knows both alike and a prompt learned on base names has no word to carry over: `toy`
 (style "pale", close-ups) is in real CLIP's regime, zero-shot Base and Novel ~60 %, a linear
-probe ~88 %, a CoOp prompt +21 on Base and -4 on Novel (`python -m data.toy.calibrate`,
-results/toy/calibration.md).
+probe ~88 %, a CoOp prompt +21 on Base and -4 on Novel (a smaller Novel loss than real
+CLIP's -11; `python -m data.toy.calibrate`, results/toy/calibration.md).
 
 `render(attrs, domain, image_size, seed)` turns a batch of attribute indices into uint8
 images [N, H, W, 3]; the same inputs give the same pixels. An object's geometry and
