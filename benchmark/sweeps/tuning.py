@@ -1,36 +1,41 @@
 """`fedbench tune`: every method of a table gets the same hyperparameter search on
 validation data, and the test split is never read.
 
-For each method variant of a preset whose method declares `tunable` hyperparameters:
-`trials` trials (the same number for every method), each one run of every (dataset x grid)
-cell of the table at every tuning seed (default: the preset's first two seeds, or 1 and 2
-when it lists one) under the table's own federation schedule (plus the same `--set`
-overrides for every method), scored by the protocol's headline metric (HM for base2novel)
-on the validation split (`RunConfig.eval_split = "val"`, `data.validation`): per seed the
-mean over the cells, then the mean over the seeds. So a learning rate on the edge of
-stability -- fine at one seed, diverging at another -- loses to one that is good at both.
-Trial 0 is always the method's paper default; then Optuna's TPE.
+For each method variant of a preset whose method declares `tunable` hyperparameters: first a
+fixed grid over each tuned hyperparameter's declared range (`benchmark.sweeps.search`: at
+least `points_per_decade` points a decade for a learning rate, both ends and the paper
+default included), then `refinements` trials that bisect the gaps next to the best point of
+the smoothed curve -- the same budget for every method of equal range. Each trial is one run
+of every (dataset x grid) cell of the table at every tuning seed (default: four seeds from 101
+on that the table does not use) under the table's own federation schedule (plus the same
+`--set` overrides for every method), scored by the protocol's headline metric (HM for
+base2novel) on the validation split (`RunConfig.eval_split = "val"`, `data.validation`): per
+seed the mean over the cells, then the mean over the seeds. The chosen value is the best point
+of the smoothed curve among the points within the measured noise of the best single point;
+a choice at an end of its range or next to a jump beyond the noise is flagged, and the flag
+reaches the table.
 
 Storage: one Optuna study per method label in `<results>/tuning.db` (SQLite), so a killed
 run resumes without repeating finished trials and the trials can be inspected with Optuna's
-own tools. Each study records what its trials depend on (search space, seeds, resolved
-configs, and the identity of the cells they run: the method's source, the framework code,
-the weights and the data code, as `benchmark.runs.identity` names a cell); resuming it
-under anything else is an error that says what changed, never a silent mix of trials
-scored by two versions of a method. The sampler is
-re-seeded from a hash of (seed, number of finished trials) before each trial, so a resumed
-search proposes exactly what an uninterrupted one would have.
+own tools. Each study records what its trials depend on (search space, grid density,
+refinements, seeds, resolved configs, and the identity of the cells they run: the method's
+source, the framework code, the weights and the data code, as `benchmark.runs.identity`
+names a cell); resuming it under anything else is an error that says what changed, never a
+silent mix of trials scored by two versions of a method. Every trial's point is a function of
+the finished trials alone, so a resumed search proposes exactly what an uninterrupted one
+would have.
 
 Outputs, rewritten after every trial: `<results>/tuning.csv` (every trial: method, trial,
-state, hyperparameters, validation metric (the mean over seeds) and its value at each seed
-(`value_seed<S>`), chosen, every metric's mean and per-seed values) and `<results>/tuned.yaml` (the chosen
-values of every method whose budget is spent, with the command that produced them), which
-`fedbench reproduce TABLE --tuned` applies.
+phase, state, hyperparameters, validation metric (the mean over seeds), its value at each
+seed (`value_seed<S>`), the smoothed curve, chosen, every metric's mean and per-seed values),
+`<results>/tuning.md` and `tuning.png` (each method's curve with its noise, choice and flags)
+and `<results>/tuned.yaml` (the chosen values of every method whose budget is spent, with
+their flags and the command that produced them), which `fedbench reproduce TABLE --tuned`
+applies.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from contextlib import ExitStack, contextmanager
@@ -44,10 +49,12 @@ import yaml
 from benchmark.config import ConfigError
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.files import atomic_write, file_lock
+from benchmark.method import Choice
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs import runner
 from benchmark.runs.identity import cell_identity, prepare_weights
 from benchmark.runs.results import code_version, is_complete, read_summary
+from benchmark.sweeps import search
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
 from benchmark.sweeps.tables import run_dir
 
@@ -63,17 +70,19 @@ CODE_PARTS = {
 TUNING_DB = "tuning.db"
 TUNING_CSV = "tuning.csv"
 TUNED_YAML = "tuned.yaml"
-STARTUP_TRIALS = 4  # trials (the paper default included) before TPE models the results
-MIN_SEEDS = 2  # a trial's score is the mean over at least this many run seeds
+TUNING_MD = "tuning.md"
+TUNING_PNG = "tuning.png"
+MIN_SEEDS = 2  # a trial's score is the mean over at least this many run seeds (two measure its noise)
+DEFAULT_SEEDS = 4  # tuning seeds by default: two could not tell neighbouring learning rates apart
 FIRST_TUNING_SEED = 101  # tuning draws its run seeds from here on, away from any table's
 
 
 def tuning_seeds(preset: Preset) -> list[int]:
-    """The default run seeds of every trial: the first MIN_SEEDS integers from 101 on that
+    """The default run seeds of every trial: the first DEFAULT_SEEDS integers from 101 on that
     the preset's table does not use. Selection and report never share draws: a value chosen
     on the table's own seeds would be scored on the noise it was selected for."""
     seeds, candidate = [], FIRST_TUNING_SEED
-    while len(seeds) < MIN_SEEDS:
+    while len(seeds) < DEFAULT_SEEDS:
         if candidate not in preset.seeds:
             seeds.append(candidate)
         candidate += 1
@@ -87,17 +96,18 @@ class TrialResult:
     params: dict[str, Any]
     value: float | None
     error: str | None = None
+    phase: str = "grid"  # grid | refinement
 
 
 @dataclass
 class TuningPlan:
-    """What `fedbench tune` searches: the variants with something to tune, the budget, the
-    sampler seed, the run seeds of every trial and the run options every trial shares (the
-    table's schedule plus `overrides`)."""
+    """What `fedbench tune` searches: the variants with something to tune, the budget (grid
+    density and refinements), the run seeds of every trial and the run options every trial
+    shares (the table's schedule plus `overrides`)."""
 
     preset: Preset
-    trials: int
-    seed: int  # the sampler's
+    points_per_decade: int
+    refinements: int
 
     overrides: dict[str, Any]  # run options for every trial of every method (--set, out, data_root, ...)
     results_dir: Path
@@ -121,6 +131,25 @@ class TuningPlan:
 
         return dict(get_method(variant.method).tunable)
 
+    def grid(self, variant: MethodVariant) -> list[dict[str, Any]]:
+        """The method's grid, the paper default first."""
+        defaults = {h.name: h.default for h in hyperparameters(get_method(variant.method))}
+        return search.grid(self.space(variant), defaults, self.points_per_decade)
+
+    def budget(self, variant: MethodVariant) -> int:
+        """Trials of the method: its grid, then the refinements (none for a space of Choices)."""
+        numeric = any(not isinstance(s, Choice) for s in self.space(variant).values())
+        return len(self.grid(variant)) + (self.refinements if numeric else 0)
+
+    @property
+    def budget_text(self) -> str:
+        """The search every method got, in words (every table's notes say it)."""
+        return (
+            f"a grid of {self.points_per_decade} points per decade over each learning-rate range (paper default and "
+            f"both ends included), then {self.refinements} refinements around the best point of the smoothed curve; "
+            f"each trial the mean validation {self.headline} over seeds {', '.join(map(str, self.seeds))}"
+        )
+
     def cells(self, variant: MethodVariant, params: dict[str, Any]) -> list[Cell]:
         """The runs of one trial: every (dataset x grid) cell at every tuning seed, on the
         validation split, with the trial's hyperparameters over the variant's own."""
@@ -137,9 +166,9 @@ class TuningPlan:
             configs.append(key)
         return {
             "space": {k: repr(v) for k, v in sorted(space.items())},
-            "seed": self.seed,
+            "points_per_decade": self.points_per_decade,
+            "refinements": self.refinements,
             "seeds": list(self.seeds),
-            "startup_trials": STARTUP_TRIALS,
             "metric": self.headline,
             "configs": configs,
             "code": self.code_identity(variant),
@@ -161,18 +190,20 @@ class TuningPlan:
 def plan_tuning(
     preset: Preset,
     results_dir: Path,
-    trials: int,
-    seed: int,
     overrides: dict[str, Any],
     methods: list[str] | None = None,
     datasets: list[str] | None = None,
     command: str = "",
     seeds: list[int] | None = None,
+    points_per_decade: int = search.POINTS_PER_DECADE,
+    refinements: int = search.REFINEMENTS,
 ) -> TuningPlan:
-    """`seed` seeds the sampler; `seeds` are the run seeds of every trial (default
-    `tuning_seeds`), at least MIN_SEEDS distinct ones."""
-    if trials < 1:
-        raise ConfigError(f"--trials {trials} is invalid: expected an integer >= 1")
+    """`seeds` are the run seeds of every trial (default `tuning_seeds`), at least MIN_SEEDS
+    distinct ones."""
+    if points_per_decade < 1:
+        raise ConfigError(f"--points-per-decade {points_per_decade} is invalid: expected an integer >= 1")
+    if refinements < 0:
+        raise ConfigError(f"--refinements {refinements} is invalid: expected an integer >= 0")
     seeds = tuning_seeds(preset) if seeds is None else list(dict.fromkeys(int(x) for x in seeds))
     if len(seeds) < MIN_SEEDS:
         raise ConfigError(
@@ -192,7 +223,16 @@ def plan_tuning(
         (variants if get_method(variant.method).tunable else untunable).append(variant)
     untunable_labels = [v.label for v in untunable]
     plan = TuningPlan(
-        preset, trials, seed, dict(overrides), Path(results_dir), variants, untunable_labels, datasets, command, seeds
+        preset,
+        points_per_decade,
+        refinements,
+        dict(overrides),
+        Path(results_dir),
+        variants,
+        untunable_labels,
+        datasets,
+        command,
+        seeds,
     )
     if variants:
         plan.cells(variants[0], {})  # validates the filters and the overrides before anything runs
@@ -221,15 +261,21 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
             _fail_interrupted(study, report)
         for label in plan.untunable:
             report(f"{label}: declares no tunable hyperparameters; runs with its defaults")
-        for round_index in range(plan.trials):
+        budgets = {v.label: plan.budget(v) for v in plan.variants}
+        for round_index in range(max(budgets.values(), default=0)):
             for variant in plan.variants:
                 study = studies[variant.label]
-                if len(_finished(study)) > round_index:
+                if len(_finished(study)) > round_index or round_index >= budgets[variant.label]:
                     continue
                 result = _run_trial(plan, variant, study)
+                if result is None:
+                    continue
                 shown = ", ".join(f"{k}={_short(v)}" for k, v in result.params.items())
                 outcome = f"{plan.headline} {result.value:.2f}" if result.error is None else f"FAILED: {result.error}"
-                report(f"{variant.label} trial {round_index + 1}/{plan.trials}: {shown} -> {outcome} (validation)")
+                report(
+                    f"{variant.label} trial {round_index + 1}/{budgets[variant.label]} ({result.phase}): {shown} -> "
+                    f"{outcome} (validation)"
+                )
                 write_outputs(plan, report)
         return write_outputs(plan, report)
 
@@ -325,16 +371,20 @@ def _fail_interrupted(study, report: Callable[[str], None]) -> None:
         report(f"{study.study_name}: trial {trial.number} was interrupted; it will be run again")
 
 
-def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
-    from optuna.samplers import TPESampler
+def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult | None:
+    """The method's next trial: the next grid point, else the next refinement of the finished
+    trials (None: no gap is left to split, the search is done early)."""
     from optuna.trial import TrialState
 
-    finished = len(_finished(study))
-    study.sampler = TPESampler(seed=sampler_seed(plan.seed, finished), n_startup_trials=STARTUP_TRIALS)
-    space = plan.space(variant)
-    if finished == 0:  # trial 0: the paper's values, so tuning can only improve on them (on validation)
-        defaults = {h.name: h.default for h in hyperparameters(get_method(variant.method))}
-        study.enqueue_trial({k: defaults[k] for k in space})
+    finished = _finished(study)
+    space, grid = plan.space(variant), plan.grid(variant)
+    if len(finished) < len(grid):
+        params, phase = grid[len(finished)], "grid"
+    else:
+        params, phase = search.refinement(space, search_trials(plan, finished)), "refinement"
+        if params is None:
+            return None
+    study.enqueue_trial(params, user_attrs={"phase": phase})
     trial = study.ask()
     params = {name: space[name].suggest(trial, name) for name in sorted(space)}
     try:
@@ -343,18 +393,22 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult:
         error = f"{exc.__class__.__name__}: {exc}"
         trial.set_user_attr("error", error[:500])
         study.tell(trial, state=TrialState.FAIL)
-        return TrialResult(variant.label, trial.number, params, None, error)
+        return TrialResult(variant.label, trial.number, params, None, error, phase)
     trial.set_user_attr("per_cell", per_cell)
     trial.set_user_attr("per_seed", {str(k): v for k, v in per_seed.items()})
     study.tell(trial, value)
-    return TrialResult(variant.label, trial.number, params, value)
+    return TrialResult(variant.label, trial.number, params, value, None, phase)
 
 
-def sampler_seed(seed: int, finished: int) -> int:
-    """The sampler's seed before trial `finished`: hashed, because consecutive integer seeds
-    give correlated first draws in numpy's Mersenne Twister (measured: 0.303, 0.312, 0.305)."""
-    digest = hashlib.sha256(f"fedbench-tune/{seed}/{finished}".encode()).hexdigest()
-    return int(digest[:8], 16)
+def search_trials(plan: TuningPlan, finished: list) -> list[search.Trial]:
+    """The finished Optuna trials as the search reads them: hyperparameters and per-seed
+    scores (None for a failed trial)."""
+    out = []
+    for t in finished:
+        per_seed = t.user_attrs.get("per_seed") if t.state.name == "COMPLETE" else None
+        scores = None if per_seed is None else tuple(float(per_seed[str(s)]) for s in plan.seeds)
+        out.append(search.Trial(dict(t.params), scores))
+    return out
 
 
 def _score(
@@ -406,17 +460,54 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     return studies
 
 
-def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
-    """Every trial of every study, one row each: method, trial, state, hyperparameters, the
-    selection metric and value (the mean over the tuning seeds), `value_seed<S>` (its value
-    at seed S: the mean over that seed's cells), chosen, and every metric of the protocol on
-    validation, `val_<metric>` over all the trial's runs and `val_<metric>_seed<S>` per seed
-    (read from its run folders: what a choice traded, e.g. Base for Novel, and how much it
-    moved between seeds)."""
+@dataclass
+class MethodSearch:
+    """One method's finished search as the outputs show it: its trials (finished ones, in
+    order), the search's reading of them, the chosen trial and whether the budget is spent."""
+
+    label: str
+    trials: list  # optuna FrozenTrials, finished
+    points: list[search.Trial]
+    selection: search.Selection | None
+    budget: int
+    done: bool
+
+    @property
+    def chosen(self):
+        return None if self.selection is None else self.trials[self.selection.index]
+
+
+def method_searches(plan: TuningPlan, studies: dict) -> dict[str, MethodSearch]:
     variants = {v.label: v for v in plan.preset.methods}
+    found = {}
+    for label, study in studies.items():
+        variant = variants[label]
+        finished = _finished(study)
+        points = search_trials(plan, finished)
+        space = plan.space(variant)
+        budget = plan.budget(variant)
+        done = len(finished) >= budget or (
+            len(finished) >= len(plan.grid(variant)) and search.refinement(space, points) is None
+        )
+        found[label] = MethodSearch(label, finished, points, search.choose(space, points), budget, done)
+    return found
+
+
+def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
+    """Every trial of every study, one row each: method, trial, phase (grid or refinement),
+    state, hyperparameters, the selection metric and value (the mean over the tuning seeds),
+    `value_seed<S>` (its value at seed S: the mean over that seed's cells), `smoothed` (the
+    curve the choice is read from), chosen, and every metric of the protocol on validation,
+    `val_<metric>` over all the trial's runs and `val_<metric>_seed<S>` per seed (read from
+    its run folders: what a choice traded, e.g. Base for Novel, and how much it moved between
+    seeds)."""
+    variants = {v.label: v for v in plan.preset.methods}
+    searches = method_searches(plan, studies)
     rows = []
     for label, study in studies.items():
-        best = _best(study)
+        found = searches[label]
+        curve = {t.number: v for t, v in zip(found.trials, found.selection.smoothed)} if found.selection else {}
+        chosen = found.chosen
         for t in study.get_trials(deepcopy=False):
             interrupted = t.state.name == "FAIL" and "error" not in t.user_attrs
             metrics = _validation_metrics(plan, variants[label], t.params) if t.state.name == "COMPLETE" else {}
@@ -425,12 +516,14 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
                 {
                     "method": label,
                     "trial": t.number,
+                    "phase": t.user_attrs.get("phase", ""),
                     "state": "INTERRUPTED" if interrupted else t.state.name,
                     **{f"param_{k}": v for k, v in sorted(t.params.items())},
                     "metric": f"{plan.headline} (validation)",
                     "value": t.value,
                     **{f"value_seed{s}": per_seed.get(str(s)) for s in plan.seeds},
-                    "chosen": best is not None and t.number == best.number,
+                    "smoothed": None if t.number not in curve else round(curve[t.number], 4),
+                    "chosen": chosen is not None and t.number == chosen.number,
                     **{f"val_{k}": v for k, v in metrics.items()},
                     "error": t.user_attrs.get("error", ""),
                 }
@@ -456,40 +549,37 @@ def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[s
     return found
 
 
-def _best(study):
-    """The completed trial with the highest value; ties go to the earlier trial."""
-    from optuna.trial import TrialState
-
-    done = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
-    return max(done, key=lambda t: (t.value, -t.number)) if done else None
-
-
 def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
-    """tuning.csv and tuned.yaml from every study of the table; a method's values enter
-    tuned.yaml once its budget (`plan.trials`) is spent."""
+    """tuning.csv, tuning.md, tuning.png and tuned.yaml from every study of the table; a
+    method's values enter tuned.yaml once its budget is spent."""
+    from benchmark.sweeps.tuning_report import write_report
 
     studies = table_studies(plan, report)
     frame = trials_frame(plan, studies)
     atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
-    values, validation, pending = {}, {}, []
+    searches = method_searches(plan, studies)
+    values, validation, flags, pending = {}, {}, {}, []
     for variant in plan.preset.methods:
         if not get_method(variant.method).tunable:
             continue
-        study = studies.get(variant.label)
-        best = None if study is None else _best(study)
-        if study is None or len(_finished(study)) < plan.trials or best is None:
+        found = searches.get(variant.label)
+        if found is None or not found.done or found.chosen is None:
             pending.append(variant.label)
             continue
-        values[variant.label] = dict(sorted(best.params.items()))
-        first = _first(study)
-        paper = next(
-            (t for t in study.get_trials(deepcopy=False) if t.number == first and t.state.name == "COMPLETE"), None
-        )
+        chosen = found.chosen
+        values[variant.label] = dict(sorted(chosen.params.items()))
+        paper = found.trials[0] if found.trials and found.trials[0].state.name == "COMPLETE" else None
+        best_point = max((t.value for t in found.trials if t.state.name == "COMPLETE"), default=None)
+        se = found.selection.noise
         validation[variant.label] = {
-            "tuned": round(best.value, 4),
-            "trial": best.number,
+            "tuned": round(chosen.value, 4),
+            "trial": chosen.number,
             "paper_default": None if paper is None else round(paper.value, 4),
+            "best_point": None if best_point is None else round(best_point, 4),
+            "noise": None if not math.isfinite(se) else round(se, 4),
         }
+        if found.selection.flags:
+            flags[variant.label] = "; ".join(found.selection.flags)
     tuned = {
         "table": plan.preset.name,
         "command": plan.command,
@@ -497,10 +587,11 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
         "selection": {
             "metric": plan.headline,
             "split": "validation",
-            "trials_per_method": plan.trials,
-            "sampler": f"optuna TPESampler(seed=sha256('fedbench-tune/{plan.seed}/<finished trials>'), "
-            f"n_startup_trials={STARTUP_TRIALS}); trial 0 = the paper default",
-            "seed": plan.seed,
+            "budget": plan.budget_text,
+            "points_per_decade": plan.points_per_decade,
+            "refinements": plan.refinements,
+            "trials_per_method": {v.label: plan.budget(v) for v in plan.variants},
+            "choice": search.CHOICE_RULE,
             "seeds": list(plan.seeds),
             "objective": "mean over the seeds of the mean over the (dataset x grid) cells",
             "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
@@ -508,17 +599,14 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
         "values": values,
         "validation": validation,
     }
+    if flags:
+        tuned["flags"] = flags
     if pending:
         tuned["unfinished"] = pending
     header = "# written by `fedbench tune`; applied by `fedbench reproduce TABLE --tuned`\n"
     atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
+    write_report(plan, searches, plan.results_dir / TUNING_MD, plan.results_dir / TUNING_PNG)
     return tuned
-
-
-def _first(study) -> int:
-    """Number of the study's first finished trial (the paper default)."""
-    finished = _finished(study)
-    return min(t.number for t in finished) if finished else -1
 
 
 def _short(value: Any) -> str:

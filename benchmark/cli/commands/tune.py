@@ -5,7 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-DEFAULT_TRIALS = 8
+# benchmark.sweeps.search's defaults, repeated so that `fedbench tune --help` imports no torch
+POINTS_PER_DECADE = 2
+REFINEMENTS = 4
 
 
 def add_parser(subparsers) -> None:
@@ -15,24 +17,39 @@ def add_parser(subparsers) -> None:
         "tune",
         help="tune every method of a table with the same budget on validation data",
         description="For every method of the preset that declares tunable hyperparameters (at least its learning "
-        "rate, log-uniform around the paper default): the same number of trials under the same federation "
-        "schedule, each run at every tuning seed (--seeds) and scored by the mean over those seeds of the "
-        "protocol's headline metric (HM for base2novel) on the validation split (the dataset's own, or a fixed "
-        "held-out part of train; the test split is never read). Trial 0 is the "
-        "paper default, then Optuna TPE with a fixed seed. Studies live in RESULTS/tuning.db (SQLite): a killed "
-        "run resumes without repeating finished trials. Writes RESULTS/tuning.csv (every trial) and "
-        "RESULTS/tuned.yaml (the chosen values), which `fedbench reproduce TABLE --tuned` applies.",
+        "rate, log-uniform around the paper default): the same search under the same federation schedule. First "
+        "a fixed grid over each tuned range (--points-per-decade on a log range, the paper default and both ends "
+        "included; every value of a choice), then --refinements trials that bisect the gaps next to the best "
+        "point of the smoothed curve. Each trial runs at every tuning seed (--seeds) and is scored by the mean "
+        "over those seeds of the protocol's headline metric (HM for base2novel) on the validation split (the "
+        "dataset's own, or a fixed held-out part of train; the test split is never read). The choice: the best "
+        "point of the smoothed curve among the points within the measured noise of the best one; a choice at an "
+        "end of its range or next to a jump beyond the noise is flagged (the table marks it). Studies live in "
+        "RESULTS/tuning.db (SQLite): a killed run resumes without repeating finished trials. Writes "
+        "RESULTS/tuning.csv (every trial), RESULTS/tuning.md and tuning.png (each method's curve) and "
+        "RESULTS/tuned.yaml (the chosen values and flags), which `fedbench reproduce TABLE --tuned` applies.",
     )
     p.add_argument("table", help="preset name or path to a preset YAML")
-    p.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help=f"trials per method (default {DEFAULT_TRIALS})")
+    p.add_argument(
+        "--points-per-decade",
+        type=int,
+        default=POINTS_PER_DECADE,
+        help=f"grid points per decade of a log range, at least (default {POINTS_PER_DECADE})",
+    )
+    p.add_argument(
+        "--refinements",
+        type=int,
+        default=REFINEMENTS,
+        help=f"trials after the grid, bisecting around the best smoothed point (default {REFINEMENTS})",
+    )
     p.add_argument(
         "--seeds",
         nargs="+",
         type=int,
         help="run seeds of every trial, at least 2, none of them a seed of the table; a trial scores the mean "
-        "over them (default: the first two from 101 on that the table does not list)",
+        "over them and their spread is the measured noise (default: the first four from 101 on that the table "
+        "does not list)",
     )
-    p.add_argument("--seed", type=int, help="seed of the sampler (default: the first of --seeds)")
     p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
     p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
     p.add_argument(
@@ -57,7 +74,6 @@ def run(args) -> int:
 
     preset = load_preset(args.table)
     seeds = args.seeds if args.seeds else tuning_seeds(preset)
-    seed = args.seed if args.seed is not None else seeds[0]
     overrides = {"out": args.out or str(Path("runs") / preset.name / "tuning")}
     for key in ("data_root", "device"):
         if getattr(args, key):
@@ -68,33 +84,48 @@ def run(args) -> int:
         [
             "fedbench tune",
             args.table,
-            f"--trials {args.trials}",
+            f"--points-per-decade {args.points_per_decade}",
+            f"--refinements {args.refinements}",
             f"--seeds {' '.join(map(str, seeds))}",
-            f"--seed {seed}",
         ]
         + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
         + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
         + ([f"--set {' '.join(args.set)}"] if args.set else [])
     )
     results = Path(args.results or Path("results") / preset.name)
-    plan = plan_tuning(preset, results, args.trials, seed, overrides, args.methods, args.datasets, command, seeds)
+    plan = plan_tuning(
+        preset,
+        results,
+        overrides,
+        args.methods,
+        args.datasets,
+        command,
+        seeds,
+        args.points_per_decade,
+        args.refinements,
+    )
     if not plan.variants:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
     check_before_tuning(plan)  # nothing is written (no tuning.db, no lock) for trials that cannot run
+    budgets = ", ".join(f"{v.label} {plan.budget(v)}" for v in plan.variants)
     print(
-        f"tuning {', '.join(v.label for v in plan.variants)}: {args.trials} trials each on the validation split, "
-        f"selecting by the mean {plan.headline} over seeds {', '.join(map(str, plan.seeds))}; studies in {results / 'tuning.db'}"
+        f"tuning on the validation split, trials per method: {budgets} ({plan.budget_text}); studies in "
+        f"{results / 'tuning.db'}"
     )
     tuned = run_tuning(plan)
     for label, values in tuned["values"].items():
         scores = tuned["validation"][label]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
         print(
-            f"chosen {label}: {shown} (validation {plan.headline} {scores['tuned']:.2f}; paper default "
+            f"chosen {label}: {shown} (validation {plan.headline} {scores['tuned']:.2f}; best point "
+            f"{scores['best_point']:.2f}; paper default "
             f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})"
+            + (f"; flagged: {tuned['flags'][label]}" if label in tuned.get("flags", {}) else "")
         )
-    print(f"wrote {results / 'tuning.csv'}, {results / 'tuned.yaml'}")
+    print(
+        f"wrote {results / 'tuning.csv'}, {results / 'tuning.md'}, {results / 'tuning.png'}, {results / 'tuned.yaml'}"
+    )
     # Every method's budget is spent now: one without values had no trial that finished.
     failed = [v.label for v in plan.variants if v.label not in tuned["values"]]
     if failed:

@@ -1,0 +1,256 @@
+"""The search `fedbench tune` runs for one method, apart from running anything: which points
+to try, which one to choose, and what a reader must be told about the choice.
+
+1. A fixed grid over every tuned hyperparameter's declared range, anchored at the paper
+   default: from the default towards each end in equal steps of at most 1/POINTS_PER_DECADE
+   decade (log ranges) or a quarter of the range (linear ones), both ends included, every
+   value of a Choice. So no decade of a learning-rate range goes untried (the sampler of the
+   previous tuner drew six values of which none lay between 0.0013 and 0.026 for any method).
+2. Refinement: each further trial halves the widest gap next to the current choice along one
+   numeric axis (a bisection of the smoothed curve's peak), so the neighbours of the choice
+   end up close enough that a cliff beside it shows.
+3. The choice: the point whose *smoothed* score is highest among the points that score within
+   the noise of the best single point. Smoothing averages each point with its neighbours
+   (a Gaussian kernel of SMOOTHING grid steps), so one lucky draw next to a collapse does not
+   win; a failed trial (diverged) counts as 0 there.
+4. The noise: the spread of one point's score over its tuning seeds, measured on every trial
+   (the median standard deviation over seeds), as the standard error of a trial's mean; two
+   points differ beyond noise when their gap exceeds twice the standard error of a difference.
+5. Flags: a choice at an end of its declared range (the best may lie beyond it), or next to a
+   neighbour that differs from it by more than the noise (a jump: the choice is fragile).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any, Mapping, Sequence
+
+from benchmark.method import Choice, LogUniform, SearchSpace
+
+POINTS_PER_DECADE = 2  # log ranges: grid steps of at most half a decade
+LINEAR_STEPS = 4  # linear ranges: grid steps of at most a quarter of the range
+REFINEMENTS = 4  # trials after the grid, the same for every method: two on each side of the choice
+SMOOTHING = 0.5  # the smoothing kernel's standard deviation, in grid steps
+MIN_GAP = 1 / 8  # refinement stops splitting gaps narrower than this, in grid steps
+NOISE_MULTIPLE = 2.0  # a gap beyond this many standard errors of a difference is not noise
+
+Params = dict[str, Any]
+CHOICE_RULE = (
+    f"the best point of the smoothed curve (Gaussian kernel of {SMOOTHING:g} grid steps, a failed trial counting 0) "
+    f"among the points within the noise of the best point; noise = the median std over seeds / sqrt(seeds), "
+    f"a gap within noise = below {NOISE_MULTIPLE:g} x sqrt(2) x noise"
+)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A finished trial: its hyperparameters, its score per tuning seed (None: it failed)."""
+
+    params: Params
+    per_seed: tuple[float, ...] | None
+
+    @property
+    def value(self) -> float | None:
+        return None if self.per_seed is None else sum(self.per_seed) / len(self.per_seed)
+
+    @property
+    def score(self) -> float:
+        """What the curve counts: a failed trial (a diverged run) scores 0."""
+        return 0.0 if self.per_seed is None else self.value
+
+
+def grid_values(space: SearchSpace, default: Any, points_per_decade: int = POINTS_PER_DECADE) -> list[Any]:
+    """The grid of one hyperparameter: the default, then towards each end in equal steps of at
+    most one grid step (1/points_per_decade decade on a log range), both ends included; a
+    Choice's values in order."""
+    if isinstance(space, Choice):
+        return list(space.values)
+    log = isinstance(space, LogUniform)
+    to_axis = math.log10 if log else float
+    from_axis = (lambda u: 10**u) if log else float
+    step = 1 / points_per_decade if log else (space.high - space.low) / LINEAR_STEPS
+    low, mid, high = to_axis(space.low), to_axis(default), to_axis(space.high)
+    values = [float(default)]
+    for end in (low, high):
+        steps = math.ceil(abs(end - mid) / step - 1e-9)
+        values += [from_axis(mid + (end - mid) * k / steps) for k in range(1, steps + 1)]
+    values = sorted(values)
+    values[0], values[-1] = float(space.low), float(space.high)  # exactly the declared ends
+    return values
+
+
+def grid(
+    space: Mapping[str, SearchSpace], defaults: Params, points_per_decade: int = POINTS_PER_DECADE
+) -> list[Params]:
+    """Every combination of the hyperparameters' grids, the paper default first."""
+    names = sorted(space)
+    points: list[Params] = [{}]
+    for name in names:
+        values = grid_values(space[name], defaults[name], points_per_decade)
+        points = [{**p, name: v} for p in points for v in values]
+    first = {name: defaults[name] for name in names}
+    return [first] + [p for p in points if not _same(p, first)]
+
+
+def _numeric(space: Mapping[str, SearchSpace]) -> list[str]:
+    return [name for name in sorted(space) if not isinstance(space[name], Choice)]
+
+
+def _axis(space: SearchSpace, value: float) -> float:
+    """A numeric value on its axis, in steps of the default grid (half a decade, a quarter of a
+    linear range): the smoothing and the refinement measure distances in these."""
+    if isinstance(space, LogUniform):
+        return math.log10(value) * POINTS_PER_DECADE
+    return value / ((space.high - space.low) / LINEAR_STEPS)
+
+
+def _same(a: Params, b: Params) -> bool:
+    return all(math.isclose(a[k], b[k], rel_tol=1e-9) if isinstance(a[k], float) else a[k] == b[k] for k in a)
+
+
+def noise(trials: Sequence[Trial]) -> float:
+    """The standard error of one point's score: the median over the finished trials of the
+    standard deviation of its score over the tuning seeds, divided by the root of their number
+    (NaN with fewer than two seeds: no noise can be measured)."""
+    spreads = [_std(t.per_seed) for t in trials if t.per_seed is not None and len(t.per_seed) > 1]
+    if not spreads:
+        return float("nan")
+    seeds = median(len(t.per_seed) for t in trials if t.per_seed is not None and len(t.per_seed) > 1)
+    return median(spreads) / math.sqrt(seeds)
+
+
+def jump_limit(standard_error: float) -> float:
+    """The largest gap between two points' scores that noise explains."""
+    return NOISE_MULTIPLE * math.sqrt(2) * standard_error
+
+
+def _std(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+
+
+def smoothed(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> list[float]:
+    """Each trial's score averaged with its neighbours' (Gaussian weights in grid steps along
+    the numeric axes; only trials with the same Choice values count as neighbours)."""
+    numeric = _numeric(space)
+    coords = [{n: _axis(space[n], t.params[n]) for n in numeric} for t in trials]
+    out = []
+    for i, t in enumerate(trials):
+        total = weight = 0.0
+        for j, other in enumerate(trials):
+            if any(other.params[n] != t.params[n] for n in space if n not in numeric):
+                continue
+            distance2 = sum((coords[i][n] - coords[j][n]) ** 2 for n in numeric)
+            w = math.exp(-distance2 / (2 * SMOOTHING**2))
+            total, weight = total + w * other.score, weight + w
+        out.append(total / weight)
+    return out
+
+
+@dataclass
+class Selection:
+    """What the search chose, and why a reader may doubt it."""
+
+    index: int  # into the trials
+    smoothed: list[float]
+    noise: float  # the standard error of one point's score
+    within_noise: bool  # its score is within the noise of the best single point's
+    flags: list[str] = field(default_factory=list)
+
+
+def choose(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Selection | None:
+    """The best point of the smoothed curve among the points within the noise of the best
+    single point (all finished points when the noise cannot be measured); ties: the earlier
+    trial. None when no trial finished."""
+    finished = [i for i, t in enumerate(trials) if t.per_seed is not None]
+    if not finished:
+        return None
+    curve = smoothed(space, trials)
+    se = noise(trials)
+    top = max(trials[i].value for i in finished)
+    limit = jump_limit(se) if math.isfinite(se) else 0.0
+    candidates = [i for i in finished if trials[i].value >= top - limit]
+    best = max(candidates, key=lambda i: (curve[i], -i))
+    chosen = Selection(best, curve, se, trials[best].value >= top - limit)
+    chosen.flags = flags(space, trials, best, se)
+    return chosen
+
+
+def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, standard_error: float) -> list[str]:
+    """Why the choice `index` may not be where the method does best: at an end of its range,
+    or next to a jump (a neighbour along a numeric axis whose score differs by more than the
+    noise)."""
+    chosen = trials[index]
+    found = []
+    for name in _numeric(space):
+        value = chosen.params[name]
+        if math.isclose(value, space[name].low, rel_tol=1e-9) or math.isclose(value, space[name].high, rel_tol=1e-9):
+            end = "bottom" if math.isclose(value, space[name].low, rel_tol=1e-9) else "top"
+            found.append(
+                f"{name}={_short(value)} is the {end} of its range [{_short(space[name].low)}, "
+                f"{_short(space[name].high)}]: the best may lie beyond it"
+            )
+        if not math.isfinite(standard_error):
+            continue
+        limit = jump_limit(standard_error)
+        for neighbour in _neighbours(space, trials, index, name):
+            gap = chosen.score - trials[neighbour].score
+            if abs(gap) > limit:
+                other = trials[neighbour]
+                shown = "failed" if other.per_seed is None else f"{other.value:.2f}"
+                found.append(
+                    f"next to a jump: {name}={_short(other.params[name])} scores {shown} against "
+                    f"{chosen.score:.2f} at {name}={_short(value)} (noise limit {limit:.2f})"
+                )
+    return found
+
+
+def _neighbours(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, name: str) -> list[int]:
+    """The nearest trial on each side of trial `index` along axis `name`, the others equal."""
+    chosen = trials[index]
+    line = [
+        i
+        for i, t in enumerate(trials)
+        if i != index and all(_same({k: t.params[k]}, {k: chosen.params[k]}) for k in space if k != name)
+    ]
+    below = [i for i in line if trials[i].params[name] < chosen.params[name]]
+    above = [i for i in line if trials[i].params[name] > chosen.params[name]]
+    picked = []
+    if below:
+        picked.append(max(below, key=lambda i: trials[i].params[name]))
+    if above:
+        picked.append(min(above, key=lambda i: trials[i].params[name]))
+    return picked
+
+
+def refinement(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Params | None:
+    """The next point after the grid: the midpoint (on the axis's scale) of the widest gap next
+    to the best smoothed point along one of its numeric axes, gaps narrower than MIN_GAP grid
+    steps left alone; the next best point's gaps when the best has none left. None when no
+    point has a gap to split (a space of Choices only)."""
+    numeric = _numeric(space)
+    if not numeric or not trials:
+        return None
+    curve = smoothed(space, trials)
+    for index in sorted(range(len(trials)), key=lambda i: (-curve[i], i)):
+        if trials[index].per_seed is None:
+            continue
+        options = []
+        for name in numeric:
+            here = _axis(space[name], trials[index].params[name])
+            for neighbour in _neighbours(space, trials, index, name):
+                there = _axis(space[name], trials[neighbour].params[name])
+                if abs(there - here) >= 2 * MIN_GAP:
+                    options.append((abs(there - here), trials[neighbour].score, name, neighbour))
+        if options:
+            _, _, name, neighbour = max(options, key=lambda o: (o[0], o[1]))
+            a, b = trials[index].params[name], trials[neighbour].params[name]
+            middle = math.sqrt(a * b) if isinstance(space[name], LogUniform) else (a + b) / 2
+            return {**trials[index].params, name: middle}
+    return None
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
