@@ -30,6 +30,9 @@ SAMPLING_RULES = (
     "uniform",
 )  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 FEDERATIONS = ("fedavg", "local", "central")  # run option `federation` (benchmark.federation.baselines)
+# The authors' rules, named run options beside the suite's (docs/methods.md, Deviations): the first is the default.
+OPTIMIZER_STATES = ("per_client", "shared")  # run option `optimizer_state` (benchmark.federation.client_loop)
+ROUND_SELECTIONS = ("final", "best_local_test")  # run option `select_round` (benchmark.evaluation.round_selection)
 
 
 @dataclass
@@ -52,6 +55,8 @@ class RunConfig:
     federation: str = "fedavg"  # fedavg (the method's federation) | local (every client trains alone on its own data, nothing uploaded) | central (one client holding the union of the clients' training data, as many steps as the federation; scored on every client's test data)
     finetune_epochs: int = 0  # after the last round each client trains the state it is scored with for K local epochs on its own data, then is scored (+FT); 0 = none
     aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
+    optimizer_state: str = "per_client"  # per_client (a fresh optimizer and schedule every client-round) | shared (one optimizer whose momentum and schedule carry across clients and rounds, as the official pFedMMA code: the authors' rule, docs/methods.md)
+    select_round: str = "final"  # final (the last round is scored) | best_local_test (every round is evaluated and the one with the best mean Local is reported, as the official pFedMMA code: selection on the evaluated split, marked "selected on test" in tables)
     batch_size: int = 32  # local training batch size
     seed: int = 1  # run seed: few-shot sample, client sampling, initialization, shuffling
     backbone: str = "fedbench-toy-vit"  # open_clip model name
@@ -102,6 +107,8 @@ class RunConfig:
             (self.wandb in {"auto", "disabled", "offline", "online"}, "wandb", "auto, online, offline or disabled"),
             (self.checkpoint_every >= -1, "checkpoint_every", "K >= 1 rounds, 0 (never) or -1 (every 5 minutes)"),
             (self.eval_split in {"test", "val"}, "eval_split", "test or val"),
+            (self.optimizer_state in OPTIMIZER_STATES, "optimizer_state", " or ".join(OPTIMIZER_STATES)),
+            (self.select_round in ROUND_SELECTIONS, "select_round", " or ".join(ROUND_SELECTIONS)),
         ]
         for ok, name, expected in checks:
             if not ok:

@@ -7,7 +7,9 @@ a client-round computes is the Trainer's, bit for bit (`tests/federation/test_cl
 every method both ways):
 
 - `configure_optimizers` runs at the start of every client-round, so every client gets a
-  fresh optimizer and scheduler; it is read the way Lightning reads it.
+  fresh optimizer and scheduler; it is read the way Lightning reads it. (Run option
+  optimizer_state = shared keeps the first client-round's for every later one: the
+  official pFedMMA code's rule, offered to show what the paper's numbers depend on.)
 - Automatic optimization, per batch: `training_step`, zero the gradients, backward,
   optimizer step, then the "step"-interval schedulers ("epoch" ones after each epoch).
   A `training_step` that returns None skips its backward, as in Lightning.
@@ -119,12 +121,18 @@ class NonFiniteLoss(ArithmeticError):
 
 
 class ClientLoop:
-    """Runs the local training of client-rounds on one device and precision."""
+    """Runs the local training of client-rounds on one device and precision. `shared_optimizer`:
+    `configure_optimizers` runs once and its optimizers and schedulers are stepped in every
+    later client-round too (run option optimizer_state = shared, the official pFedMMA code's
+    rule: one SGD for all clients, so one client's momentum moves the next client's personal
+    parameters); otherwise each client-round starts fresh."""
 
-    def __init__(self, accelerator: str, precision: str) -> None:
+    def __init__(self, accelerator: str, precision: str, shared_optimizer: bool = False) -> None:
         self.fabric = LocalTrainingFabric(accelerator, precision)
         # What `module.fabric` holds while attached (Lightning keeps a weak proxy).
         self._proxy = weakref.proxy(self.fabric)
+        self.shared_optimizer = shared_optimizer
+        self._shared: tuple[object, list, list, list] | None = None  # (module, optimizers, schedulers, wrapped)
 
     def fit(
         self,
@@ -159,12 +167,24 @@ class ClientLoop:
         if module.fabric is self._proxy:
             module.fabric = None
 
-    def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
-        fabric = self.fabric
+    def _optimizers(self, module) -> tuple[list, list, float]:
+        """The client-round's optimizers and schedulers, and the seconds `configure_optimizers`
+        took: a fresh set, or the shared one kept since the first client-round."""
+        if self._shared is not None and self._shared[0] is module:
+            _, optimizers, schedulers, wrapped = self._shared
+            module._fabric_optimizers = wrapped
+            return optimizers, schedulers, 0.0
         start = time.perf_counter()
         configured = module.configure_optimizers()
         optimizer_seconds = time.perf_counter() - start
         optimizers, schedulers = self.read_optimizers(module, configured)
+        if self.shared_optimizer:
+            self._shared = (module, optimizers, schedulers, module._fabric_optimizers)
+        return optimizers, schedulers, optimizer_seconds
+
+    def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
+        fabric = self.fabric
+        optimizers, schedulers, optimizer_seconds = self._optimizers(module)
         # The lr the client-round starts at (a scheduler built with the optimizer has set it).
         start_lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None
         automatic = module.automatic_optimization

@@ -303,6 +303,7 @@ class FederationSettings:
     local_epochs: int = 1
     aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
     batched_training: bool = False  # a round's clients in one pass where the method allows (batched_training.py)
+    optimizer_state: str = "per_client"  # "shared": one optimizer for every client-round (client_loop.ClientLoop)
 
 
 class FederatedSimulator:
@@ -362,10 +363,13 @@ class FederatedSimulator:
         self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
         self.on_evaluate = on_evaluate
         self.server = self._server()  # a fresh one for every `run`
-        self._loop = ClientLoop(settings.accelerator, settings.precision)
+        self._loop = ClientLoop(settings.accelerator, settings.precision, settings.optimizer_state == "shared")
         self._together: BatchedTraining | None = None
         self._batching = BatchingProbe(method, "train one by one")
-        if settings.batched_training and method.trains:
+        if settings.batched_training and method.trains and settings.optimizer_state == "shared":
+            # one optimizer stepped client after client has no batched equivalent
+            self._batching.refuse("optimizer_state = shared steps one optimizer client after client")
+        elif settings.batched_training and method.trains:
             try:
                 self._together = BatchedTraining(method, self._loop)
             except BatchingRefused as refused:

@@ -20,6 +20,7 @@ from benchmark.errors import RunInterrupted
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
+from benchmark.evaluation.round_selection import RoundSelection, check_round_selection
 from benchmark.evaluation.spread import client_spread
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
 from benchmark.federation.features import FeatureCache
@@ -127,6 +128,12 @@ def run_experiment(
         raise ConfigError(
             "federation local / central, --finetune-epochs and evaluating a saved run run in process only "
             "(the clients' states stay on Flower's clients): use `fedbench run` / `fedbench evaluate`"
+        )
+    if engine is not None and (config.optimizer_state != "per_client" or config.select_round != "final"):
+        raise ConfigError(
+            "optimizer_state = shared and select_round = best_local_test (the authors' rules) run in process only: "
+            "Flower's clients keep no optimizer between rounds and the server does not keep every round's "
+            "states; use `fedbench run`"
         )
     with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
         if not write:
@@ -281,6 +288,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         config.local_epochs,
         config.aggregation,
         config.batched_training,
+        config.optimizer_state,
     )
     attributes = None
     if method.uses_class_attributes:
@@ -322,11 +330,14 @@ def _train_and_evaluate(
     protocol, device, precision, method = run.protocol, run.device, run.precision, run.method
     dataset, partition, validation, attributes = run.dataset, run.partition, run.validation, run.attributes
     rows: list[MetricRow] = []
+    check_round_selection(config, protocol.metrics)
 
     run_dir = Path(config.out) / run_name(config)
+    # A shared optimizer's momentum is not in a round checkpoint: a resumed run would differ.
+    checkpointing = write and engine is None and config.optimizer_state == "per_client"
     checkpointer = Checkpointer(
         run_dir,
-        config.checkpoint_every if write and engine is None else 0,
+        config.checkpoint_every if checkpointing else 0,
         partition.hash,
         resolved_config(config).to_dict(),
     )
@@ -382,8 +393,16 @@ def _train_and_evaluate(
         if last_round and checkpointer.every != 0 and not checkpointer.saved(last_round[0].federation.next_round):
             checkpointer.save(last_round[0])
 
-    eval_rounds = evaluation_rounds(config.rounds, config.eval_every)
+    selection = RoundSelection(config.select_round)
+    # the authors' best round is chosen among every round: each is evaluated
+    eval_rounds = evaluation_rounds(config.rounds, 1 if config.select_round != "final" else config.eval_every)
     final_round = config.rounds
+
+    def evaluate_offered(round_number: int, client_states):
+        evaluation = evaluate_round(round_number, client_states)
+        selection.offer(round_number, client_states, evaluation)
+        return evaluation
+
     scored: dict[int, State] = {}  # the states the final metrics score (saved as clients.pt)
     if config.evaluate_from:  # `fedbench evaluate`: the saved clients of a finished run, no training
         scored = load_clients(Path(config.evaluate_from), partition, method)
@@ -411,7 +430,7 @@ def _train_and_evaluate(
             on_round_end=on_round_end,
             on_snapshot=on_snapshot if write else None,
             eval_rounds=eval_rounds,
-            on_evaluate=lambda number, states: evaluate_round(number, run.scored_states(states)),
+            on_evaluate=lambda number, states: evaluate_offered(number, run.scored_states(states)),
         )
         try:
             with kept_on_preemption(keep_last_round), memory.phase("training"):
@@ -428,7 +447,9 @@ def _train_and_evaluate(
             with memory.phase("training"):
                 scored, losses = run.finetuner().finetune(scored, config.finetune_epochs)
             rows.extend(MetricRow(final_round, cid, "finetune_loss", loss) for cid, loss in losses.items())
-        per_client, summary_metrics, details = evaluate_round(final_round, scored)
+        evaluate_offered(final_round, scored)
+        chosen = selection.chosen
+        scored, (per_client, summary_metrics, details) = chosen.states, chosen.evaluation
     # 0 flags a client that never trained: evaluated with the final download alone.
     rows.extend(MetricRow(final_round, cid, "rounds_trained", n) for cid, n in federation.rounds_trained.items())
     if federation.never_trained:
@@ -450,7 +471,8 @@ def _train_and_evaluate(
         "shots": config.shots,
         "seed": config.seed,
         "config_hash": cell_hash(config),
-        "round": final_round,
+        "round": final_round if selection.chosen is None else selection.chosen.round,
+        **({"select_round": config.select_round} if config.select_round != "final" else {}),
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),

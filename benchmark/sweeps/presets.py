@@ -7,13 +7,15 @@ A preset file holds
             table section, `dataset` (default: name) is what the runs load, one or a list;
   targets:  for a protocol with parts (its `part_option`; e.g. target domains: fixed | lodo |
             [domains]), per dataset too: one cell per part, the table averages them unweighted,
-  methods:  names, or {label, method, method_args} variants (ablations),
+  methods:  names, or {label, method, method_args, run} variants (ablations; `run`: run options
+            of this row only, e.g. the authors' schedule and rules),
   seeds:    list of seeds,
   grid:     optional {option: [values]} axes (shots, beta, ...),
-  tuned:    optional {command, values: {label: {hyperparameter: value}}}: values chosen by
-            `fedbench tune` (stored with the command that produced them), applied over the
-            variant's own method_args; `fedbench reproduce --tuned` replaces them with the
-            table's results/<table>/tuned.yaml.
+  tuned:    optional {command, values: {label: {hyperparameter: value}}, flags: {label: reason}}:
+            values chosen by `fedbench tune` (stored with the command that produced them),
+            applied over the variant's own method_args, and the reasons the search flagged a
+            choice (the table marks those rows ¶); `fedbench reproduce --tuned` replaces them
+            with the table's results/<table>/tuned.yaml.
 Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
 """
 
@@ -43,6 +45,7 @@ class MethodVariant:
     label: str
     method: str
     method_args: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=dict)  # run options of this row only
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class Preset:
     targets: Any = None  # the protocol's parts, as its `parts` reads them
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> tuned hyperparameters
     tuned_command: str = ""  # the `fedbench tune` command that chose them
+    tuned_flags: dict[str, str] = field(default_factory=dict)  # label -> why the search flagged its choice
 
     def cells(
         self,
@@ -128,6 +132,7 @@ class Preset:
                                     self.run,
                                     ds.get("run", {}),
                                     dict(chosen),
+                                    variant.run,
                                     {
                                         "dataset": data,
                                         "method": variant.method,
@@ -141,7 +146,9 @@ class Preset:
                                     overrides or {},
                                 )
                             )
-                            origin = hyperparameter_origin(variant.method_args, tuned.get(variant.label))
+                            origin = hyperparameter_origin(
+                                {**variant.run, **variant.method_args}, tuned.get(variant.label)
+                            )
                             label = f"{variant.label} ({suffix})" if suffix else variant.label
                             cells.append(Cell(label, ds["name"], grid, config, part, origin))
         return cells
@@ -165,8 +172,11 @@ class Preset:
             )
         return protocol.parts(str(dataset), targets)
 
-    def with_tuned(self, values: dict[str, dict[str, Any]], command: str = "") -> "Preset":
-        """This preset with `values` (label -> hyperparameters) as its tuned values."""
+    def with_tuned(
+        self, values: dict[str, dict[str, Any]], command: str = "", flags: dict[str, str] | None = None
+    ) -> "Preset":
+        """This preset with `values` (label -> hyperparameters) as its tuned values and `flags`
+        (label -> reason) as the search's doubts about them."""
         from dataclasses import replace
 
         unknown = sorted(set(values) - {m.label for m in self.methods})
@@ -175,7 +185,12 @@ class Preset:
                 f"tuned values for {', '.join(unknown)}, which preset {self.name!r} does not list "
                 f"(its methods: {', '.join(m.label for m in self.methods)})"
             )
-        return replace(self, tuned={k: dict(v) for k, v in values.items()}, tuned_command=command)
+        return replace(
+            self,
+            tuned={k: dict(v) for k, v in values.items()},
+            tuned_command=command,
+            tuned_flags={str(k): str(v) for k, v in (flags or {}).items() if k in values},
+        )
 
     def select_methods(self, wanted: list[str] | None) -> list[MethodVariant]:
         """The preset's variants named in `wanted`; a registered method the preset does not
@@ -238,7 +253,9 @@ def load_preset(name_or_path: str) -> Preset:
     methods = [
         MethodVariant(m, m)
         if isinstance(m, str)
-        else MethodVariant(m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})))
+        else MethodVariant(
+            m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})), dict(m.get("run", {}))
+        )
         for m in data["methods"]
     ]
     labels = [m.label for m in methods]
@@ -260,7 +277,9 @@ def load_preset(name_or_path: str) -> Preset:
         paper_table=data.get("paper_table"),
         targets=data.get("targets"),
     )
-    return preset.with_tuned(tuned.get("values", {}), str(tuned.get("command", ""))) if tuned else preset
+    if not tuned:
+        return preset
+    return preset.with_tuned(tuned.get("values", {}), str(tuned.get("command", "")), tuned.get("flags") or {})
 
 
 def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:

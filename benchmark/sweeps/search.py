@@ -16,8 +16,9 @@ to try, which one to choose, and what a reader must be told about the choice.
 4. The noise: the spread of one point's score over its tuning seeds, measured on every trial
    (the median standard deviation over seeds), as the standard error of a trial's mean; two
    points differ beyond noise when their gap exceeds twice the standard error of a difference.
-5. Flags: a choice at an end of its declared range (the best may lie beyond it), or next to a
-   neighbour that differs from it by more than the noise (a jump: the choice is fragile).
+5. Flags: a choice at an end of its declared range (the best may lie beyond it), or within one
+   grid step of a jump: a step of the curve beyond the noise and much steeper than its typical
+   step (a collapse, or points apart by more than the noise for a tiny change of rate).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ REFINEMENTS = 4  # trials after the grid, the same for every method: two on each
 SMOOTHING = 0.5  # the smoothing kernel's standard deviation, in grid steps
 MIN_GAP = 1 / 8  # refinement stops splitting gaps narrower than this, in grid steps
 NOISE_MULTIPLE = 2.0  # a gap beyond this many standard errors of a difference is not noise
+CLIFF_RATIO = 4.0  # a jump: a step this many times steeper than the curve's median step
 
 Params = dict[str, Any]
 CHOICE_RULE = (
@@ -180,41 +182,65 @@ def choose(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Selecti
 
 def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, standard_error: float) -> list[str]:
     """Why the choice `index` may not be where the method does best: at an end of its range,
-    or next to a jump (a neighbour along a numeric axis whose score differs by more than the
-    noise)."""
+    or next to a jump -- along a numeric axis, a step between two neighbouring points within
+    one grid step of the choice that is beyond the noise and CLIFF_RATIO times steeper than the
+    curve's typical step (so a smooth peak sampled at half a decade is not a jump, a collapse
+    or a three-point change between two nearly equal rates is)."""
     chosen = trials[index]
     found = []
     for name in _numeric(space):
         value = chosen.params[name]
-        if math.isclose(value, space[name].low, rel_tol=1e-9) or math.isclose(value, space[name].high, rel_tol=1e-9):
-            end = "bottom" if math.isclose(value, space[name].low, rel_tol=1e-9) else "top"
-            found.append(
-                f"{name}={_short(value)} is the {end} of its range [{_short(space[name].low)}, "
-                f"{_short(space[name].high)}]: the best may lie beyond it"
-            )
-        if not math.isfinite(standard_error):
-            continue
-        limit = jump_limit(standard_error)
-        for neighbour in _neighbours(space, trials, index, name):
-            gap = chosen.score - trials[neighbour].score
-            if abs(gap) > limit:
-                other = trials[neighbour]
-                shown = "failed" if other.per_seed is None else f"{other.value:.2f}"
+        for end, bound in (("bottom", space[name].low), ("top", space[name].high)):
+            if math.isclose(value, bound, rel_tol=1e-9):
                 found.append(
-                    f"next to a jump: {name}={_short(other.params[name])} scores {shown} against "
-                    f"{chosen.score:.2f} at {name}={_short(value)} (noise limit {limit:.2f})"
+                    f"{name}={_short(value)} is the {end} of its range [{_short(space[name].low)}, "
+                    f"{_short(space[name].high)}]: the best may lie beyond it"
                 )
+        if math.isfinite(standard_error):
+            found += _jumps(space, trials, index, name, jump_limit(standard_error))
     return found
+
+
+def _jumps(space, trials: Sequence[Trial], index: int, name: str, limit: float) -> list[str]:
+    line = sorted(_line(space, trials, index, name), key=lambda i: trials[i].params[name])
+    at = [_axis(space[name], trials[i].params[name]) for i in line]
+    here = _axis(space[name], trials[index].params[name])
+    segments = [(line[k], line[k + 1], at[k + 1] - at[k]) for k in range(len(line) - 1) if at[k + 1] > at[k]]
+    if not segments:
+        return []
+    slopes = [abs(trials[b].score - trials[a].score) / width for a, b, width in segments]
+    typical = median(slopes)
+    found = []
+    for (a, b, width), slope in zip(segments, slopes):
+        near = min(abs(at[line.index(a)] - here), abs(at[line.index(b)] - here)) <= 1.0
+        gap = abs(trials[b].score - trials[a].score)
+        if near and gap > limit and slope > CLIFF_RATIO * typical:
+            shown = [f"{_short(trials[i].params[name])} ({_score_text(trials[i])})" for i in (a, b)]
+            found.append(
+                f"next to a jump: {name} {shown[0]} to {shown[1]}, {gap:.2f} points where the noise explains "
+                f"{limit:.2f} and the curve's typical step is {typical * width:.2f}"
+            )
+    return found
+
+
+def _score_text(trial: Trial) -> str:
+    return "failed" if trial.per_seed is None else f"{trial.value:.2f}"
+
+
+def _line(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, name: str) -> list[int]:
+    """The trials on the line through trial `index` along axis `name` (the others equal), itself included."""
+    chosen = trials[index]
+    return [
+        i
+        for i, t in enumerate(trials)
+        if all(_same({k: t.params[k]}, {k: chosen.params[k]}) for k in space if k != name)
+    ]
 
 
 def _neighbours(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, name: str) -> list[int]:
     """The nearest trial on each side of trial `index` along axis `name`, the others equal."""
     chosen = trials[index]
-    line = [
-        i
-        for i, t in enumerate(trials)
-        if i != index and all(_same({k: t.params[k]}, {k: chosen.params[k]}) for k in space if k != name)
-    ]
+    line = [i for i in _line(space, trials, index, name) if i != index]
     below = [i for i in line if trials[i].params[name] < chosen.params[name]]
     above = [i for i in line if trials[i].params[name] > chosen.params[name]]
     picked = []

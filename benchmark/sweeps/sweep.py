@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from benchmark.errors import RunInterrupted, UserError
 from benchmark.evaluation.protocols import get_protocol
@@ -349,7 +349,14 @@ def render_tables(
     finished = [c for c in plan.shown if is_complete(run_dir(c))]
     scope = table_scope(plan.preset, plan.shown, finished, plan.overrides, plan.partial)
     rendered = render_cells(
-        plan.shown, Path(results_dir), plan.preset.title, plan.preset.paper_table, preset_methods, notes, scope=scope
+        plan.shown,
+        Path(results_dir),
+        plan.preset.title,
+        plan.preset.paper_table,
+        preset_methods,
+        notes,
+        scope=scope,
+        tuning_flags=plan.preset.tuned_flags,
     )
     if rendered is None:
         return {}
@@ -368,16 +375,24 @@ def render_cells(
     notes: list[str] = (),
     reference: str = HEADLINE_METHOD,
     scope: TableScope | None = None,
+    tuning_flags: Mapping[str, str] | None = None,
 ):
     """The table (md/csv/tex), the paper comparison, `reference` minus each other row
     (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
     into `out`: what `fedbench reproduce` renders for a preset and `fedbench runs --plot`
-    for a folder of runs. Returns (stats, comparison, files), or None when no cell finished."""
+    for a folder of runs. `tuning_flags` (variant label -> reason) marks the tuned rows whose
+    choice `fedbench tune` flagged. Returns (stats, comparison, files), or None when no cell
+    finished."""
     long = collect(cells)
     headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
     stats = summarize(long, failed_cells(cells), headlines)
     if stats.empty:
         return None
+    if tuning_flags:
+        stats["tuning"] = [
+            tuning_flags.get(label.split(" (")[0], "") if origin.startswith("tuned") else ""
+            for label, origin in zip(stats["label"], stats["hyperparameters"])
+        ]
     numbers = reference_numbers(paper_table) if paper_table else None
     comparison = paper_comparison(stats, numbers if numbers is not None else _empty(), list(preset_methods))
     if scope is not None:  # a subset or a changed table: says so, and compares only what is the paper's

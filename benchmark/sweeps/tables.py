@@ -43,9 +43,10 @@ def run_dir(cell: Cell) -> Path:
 
 
 def collect(cells: Sequence[Cell]) -> pd.DataFrame:
-    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value, unstable)
-    of the finished cells; `unstable` is the run's own reason to be flagged (its train loss
-    rose: `benchmark.runs.results.training_health`), "" when it has none."""
+    """Long rows (label, hyperparameters, method, dataset, grid, seed, metric, value, unstable,
+    selected) of the finished cells; `unstable` is the run's own reason to be flagged (its train
+    loss rose: `benchmark.runs.results.training_health`), "" when it has none; `selected` is
+    the run's round selection (`final`, or `best_local_test`: chosen on the data it reports)."""
     rows = []
     parts: dict[tuple, dict[str, float | None]] = {}  # (*KEYS, seed) -> part -> value
     part_metric: dict[tuple, str] = {}  # (*KEYS, seed) -> the headline its parts average
@@ -68,6 +69,7 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
         if summary is None:
             continue
         metrics = summary["metrics"]
+        selected = summary.get("select_round", "final")
         unstable = "; ".join(run_health(folder, summary)["reasons"])
         if cell.part:
             headline = part_metric[tuple(key.values())]
@@ -76,7 +78,8 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
             if unstable:
                 part_reasons.setdefault(tuple(key.values()), []).append(f"{cell.part}: {unstable}")
         rows.extend(
-            {**key, "metric": metric, "value": float(value), "unstable": unstable} for metric, value in metrics.items()
+            {**key, "metric": metric, "value": float(value), "unstable": unstable, "selected": selected}
+            for metric, value in metrics.items()
         )
     for key, values in parts.items():
         if all(v is not None for v in values.values()):
@@ -86,9 +89,10 @@ def collect(cells: Sequence[Cell]) -> pd.DataFrame:
                     "metric": part_metric[key],
                     "value": sum(values.values()) / len(values),
                     "unstable": "; ".join(part_reasons.get(key, [])),
+                    "selected": "final",
                 }
             )
-    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value", "unstable"])
+    return pd.DataFrame(rows, columns=[*KEYS, "seed", "metric", "value", "unstable", "selected"])
 
 
 def numerics_context(folder: Path) -> tuple[str, str, str]:
@@ -236,7 +240,18 @@ HALF_OF_ZEROSHOT = 0.5
 # its mean is uncertain by more than the gaps a table is read for.
 SPREAD_LIMIT = 5.0
 ROW = ["label", "hyperparameters", "method"]
-ASSESSMENT = ["best", "tied", "pairs", "diff_mean", "diff_low", "diff_high", "unstable", "unstable_reasons", "spread"]
+ASSESSMENT = [
+    "best",
+    "tied",
+    "pairs",
+    "diff_mean",
+    "diff_low",
+    "diff_high",
+    "unstable",
+    "unstable_reasons",
+    "spread",
+    "on_test",
+]
 
 
 def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -246,14 +261,20 @@ def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] 
     number of pairs, `diff_*` its mean and interval); `unstable` (the number of the row's runs
     flagged by `unstable_runs`) with `unstable_reasons`; `spread` (the std over seeds of the
     row's `headline` metric -- dataset -> name, the Average block flagged when its datasets
-    share one -- when it exceeds SPREAD_LIMIT, else 0, on every metric of the row).
-    Failed rows are never best or tied."""
+    share one -- when it exceeds SPREAD_LIMIT, else 0, on every metric of the row); `on_test`
+    (a run of the row reports the round it selected on its own test data: the authors' rule).
+    Failed rows and rows selected on test are never best or tied."""
     stats = stats.copy()
     stats["best"], stats["tied"], stats["pairs"] = False, False, 0
     stats["diff_mean"], stats["diff_low"], stats["diff_high"] = float("nan"), float("nan"), float("nan")
     stats["unstable"], stats["unstable_reasons"], stats["spread"] = 0, "", 0.0
+    stats["on_test"] = False
     if stats.empty or long.empty:
         return stats
+    if "selected" in long.columns:
+        on_test = long[long["selected"].fillna("final") != "final"][ROW].drop_duplicates()
+        for row in on_test.itertuples(index=False):
+            stats.loc[(stats[ROW] == pd.Series(dict(zip(ROW, row)))).all(axis=1), "on_test"] = True
     if headline:
         keys = [*ROW, "grid", "dataset"]
         datasets = [d for d in dict.fromkeys(stats["dataset"]) if d != AVERAGE]
@@ -320,7 +341,7 @@ def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
     the seeds both rows ran; in the Average block every (dataset, seed) both ran (the pairing
     of `differences`' 'all (seeds x datasets)'). `_interval_and_test` gives the interval, as
     it does for differences.csv; fewer than 2 pairs give none, and only the best is marked."""
-    ok = (stats["failed"] == 0) & stats["mean"].notna()
+    ok = (stats["failed"] == 0) & stats["mean"].notna() & ~stats["on_test"].astype(bool)
     for (dataset, grid, metric), block in stats[ok].groupby(["dataset", "grid", "metric"], sort=False):
         top = block["mean"].max()
         best = block[block["mean"] == top]
@@ -429,7 +450,8 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
     the columns of `assess`): the best cell of a column in bold, a cell not distinguishable
     from it with †, a column `n` (seeds behind the row's means) first, and a column
     `unstable` when a row of the block is flagged: ‡ and the number of its unstable runs, §
-    and the std of a wide spread."""
+    and the std of a wide spread, ¶ when its tuned value was flagged by `fedbench tune` (the
+    `tuning` column), and a column `round` when a row reports the round it selected on test."""
     part = stats[stats["dataset"] == dataset].copy()
     marked = marks and "best" in part.columns
     part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
@@ -445,13 +467,21 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
         table.insert(0, "n", [_n_text(lo, hi) for lo, hi in zip(counts["min"], counts["max"])])
         flagged = rows["unstable"].max().reindex(table.index)
         spread = rows["spread"].max().reindex(table.index)
-        if (flagged > 0).any() or (spread > 0).any():
+        tuning = (rows["tuning"].max() if "tuning" in part.columns else pd.Series("", index=spread.index)).reindex(
+            table.index
+        )
+        if (flagged > 0).any() or (spread > 0).any() or (tuning.fillna("") != "").any():
             table["unstable"] = [
                 ", ".join(
-                    ([f"‡ {k} run{'s' if k > 1 else ''}"] if k > 0 else []) + ([f"§ std {sd:.2f}"] if sd > 0 else [])
+                    ([f"‡ {k} run{'s' if k > 1 else ''}"] if k > 0 else [])
+                    + ([f"§ std {sd:.2f}"] if sd > 0 else [])
+                    + (["¶ tuning"] if isinstance(tf, str) and tf else [])
                 )
-                for k, sd in zip(flagged, spread)
+                for k, sd, tf in zip(flagged, spread, tuning)
             ]
+        on_test = rows["on_test"].max().reindex(table.index) if "on_test" in part.columns else None
+        if on_test is not None and on_test.astype(bool).any():
+            table["round"] = ["selected on test" if t else "final" for t in on_test.astype(bool)]
     return table
 
 
@@ -501,6 +531,19 @@ def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
         notes.append(
             "‡ unstable = a run whose mean train loss ended above its first round's, or whose accuracy is below half "
             "of zero-shot's on the same dataset and seed; its numbers are shown (and averaged) as they are."
+        )
+    if "tuning" in part.columns:
+        for row in (
+            part[part["tuning"].fillna("") != ""]
+            .drop_duplicates(["label", "hyperparameters", "grid"])
+            .itertuples(index=False)
+        ):
+            notes.append(f"¶ tuning: {_row_name(row)}: `fedbench tune` flagged its value: {row.tuning} (tuning.md).")
+    on_test = part[part["on_test"].astype(bool)] if "on_test" in part.columns else part.iloc[0:0]
+    for row in on_test.drop_duplicates(["label", "hyperparameters", "grid"]).itertuples(index=False):
+        notes.append(
+            f"selected on test: {_row_name(row)} reports, per run, the round with the best mean Local on the test "
+            "split it is scored on (the official code's rule); it is never bold or tied against final-round rows."
         )
     wide_spread = part[part["spread"] > 0].drop_duplicates(["label", "hyperparameters", "grid"])
     for row in wide_spread.itertuples(index=False):

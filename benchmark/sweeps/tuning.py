@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -154,7 +154,10 @@ class TuningPlan:
         """The runs of one trial: every (dataset x grid) cell at every tuning seed, on the
         validation split, with the trial's hyperparameters over the variant's own."""
         layer = {**self.overrides, "eval_split": "val", "wandb": "disabled", "method_args": dict(params)}
-        return self.preset.cells(layer, list(self.seeds), self.datasets, [variant.label], tuned={})
+        cells = self.preset.cells(layer, list(self.seeds), self.datasets, [variant.label], tuned={})
+        # A trial reads the final round only: no evaluation between rounds (it changes no number,
+        # and on FedOTP it was most of a trial's time).
+        return [replace(c, config=replace(c.config, eval_every=c.config.rounds)) for c in cells]
 
     def identity(self, variant: MethodVariant) -> dict[str, Any]:
         """What a study's trials depend on; a study is resumed only under the same identity."""
@@ -622,6 +625,12 @@ def _exclusive(path: Path, label: str) -> Iterator[None]:
                 "(--methods), or use another --results folder"
             )
         yield
+
+
+def load_tuned_flags(path: Path) -> dict[str, str]:
+    """The flags of a tuned.yaml (label -> why the search doubts its choice); {} for none."""
+    data = yaml.safe_load(Path(path).read_text()) or {} if Path(path).is_file() else {}
+    return {str(k): str(v) for k, v in (data.get("flags") or {}).items()}
 
 
 def load_tuned(path: Path) -> dict[str, dict[str, Any]]:
