@@ -35,3 +35,17 @@ def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
     # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine
     assert (args.executor, args.workers, args.cpus_per_cell) == ("local", 3, 1)
     assert reproduce.make_executor(args).workers == 3  # reads every executor option
+
+
+@pytest.mark.parametrize("preset", ["pfedmma_authors", "pfedmma_authors_real"])
+def test_the_authors_preset_puts_their_rules_beside_the_suites(preset):
+    cells = {c.label: c for c in load_preset(preset).cells(seeds=[1])}
+    suite, authors = cells["pfedmma"].config, cells["pfedmma (authors' rules)"].config
+    assert (suite.optimizer_state, suite.select_round) == ("per_client", "final")
+    assert (authors.optimizer_state, authors.select_round) == ("shared", "best_local_test")
+    assert (authors.rounds, authors.local_epochs, authors.method_args.get("lr", 0.001)) == (100, 1, 0.001)
+    shared = cells["pfedmma (shared optimizer)"].config
+    assert (shared.optimizer_state, shared.select_round) == ("shared", "final")
+    # a row's hyperparameters column names every rule and value its preset sets
+    assert "optimizer_state=shared" in cells["pfedmma (authors' rules)"].hyperparameters
+    assert "select_round=best_local_test" in cells["pfedmma (authors' rules)"].hyperparameters

@@ -16,6 +16,7 @@ from benchmark.sweeps.tables import (
     AVERAGE,
     SPREAD_LIMIT,
     assess,
+    block_notes,
     differences,
     latex_table,
     render,
@@ -255,3 +256,31 @@ def test_a_row_whose_headline_varies_over_seeds_beyond_the_limit_is_flagged_not_
     assert "worse$^\\S$ &" in paths["tex"].read_text()
     csv = pd.read_csv(paths["csv"])
     assert csv[(csv.label == "worse") & (csv.dataset == "dtd")]["spread"].eq(8.0).all()
+
+
+def test_a_row_selected_on_test_is_marked_and_never_bold_or_tied():
+    """The authors' rule (select_round = best_local_test) selects on the data it reports: the
+    row is shown, marked, and kept out of the best and the tied, even when it is highest."""
+    long = three_methods()
+    long["selected"] = "final"
+    lifted = long[long.label == "best"].copy()
+    lifted["label"], lifted["value"], lifted["selected"] = "authors", lifted["value"] + 5, "best_local_test"
+    stats = summarize(pd.concat([long, lifted], ignore_index=True))
+    for dataset in (*DATASETS, AVERAGE):
+        found = marks(stats, dataset, "HM")
+        assert found["authors"] == (False, False) and found["best"] == (True, False)
+    table = wide(stats, "dtd", marks=True)
+    assert table.loc[("authors", "paper"), "round"] == "selected on test"
+    assert table.loc[("best", "paper"), "round"] == "final"
+    notes = " ".join(block_notes(stats[stats.dataset == "dtd"], "dtd"))
+    assert "selected on test: authors (paper)" in notes and "never bold or tied" in notes
+    assert "round" not in wide(summarize(long), "dtd", marks=True).columns  # only when a row selects
+
+
+def test_a_tuning_flag_is_marked_with_its_reason():
+    stats = summarize(three_methods())
+    stats["tuning"] = ["lr=0.03 is the top of its range" if label == "worse" else "" for label in stats["label"]]
+    table = wide(stats, "dtd", marks=True)
+    assert table.loc[("worse", "paper"), "unstable"] == "¶ tuning" and table.loc[("best", "paper"), "unstable"] == ""
+    notes = block_notes(stats[stats.dataset == "dtd"], "dtd")
+    assert any(n.startswith("¶ tuning: worse (paper)") and "top of its range" in n for n in notes)
