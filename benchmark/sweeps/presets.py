@@ -11,7 +11,7 @@ A preset file holds
             of this row only, e.g. the authors' schedule and rules),
   seeds:    list of seeds,
   grid:     optional {option: [values]} axes (shots, beta, ...),
-  tuned:    optional {command, values: {label: {hyperparameter: value}}, flags: {label: reason}}:
+  tuned:    optional {command, budget, values: {label: {hyperparameter: value}}, flags: {label: reason}}:
             values chosen by `fedbench tune` (stored with the command that produced them),
             applied over the variant's own method_args, and the reasons the search flagged a
             choice (the table marks those rows ¶); `fedbench reproduce --tuned` replaces them
@@ -95,6 +95,7 @@ class Preset:
     tuned: dict[str, dict[str, Any]] = field(default_factory=dict)  # label -> tuned hyperparameters
     tuned_command: str = ""  # the `fedbench tune` command that chose them
     tuned_flags: dict[str, str] = field(default_factory=dict)  # label -> why the search flagged its choice
+    tuned_budget: str = ""  # the search every tuned method got, in words (the table's notes say it)
 
     def cells(
         self,
@@ -173,7 +174,11 @@ class Preset:
         return protocol.parts(str(dataset), targets)
 
     def with_tuned(
-        self, values: dict[str, dict[str, Any]], command: str = "", flags: dict[str, str] | None = None
+        self,
+        values: dict[str, dict[str, Any]],
+        command: str = "",
+        flags: dict[str, str] | None = None,
+        budget: str = "",
     ) -> "Preset":
         """This preset with `values` (label -> hyperparameters) as its tuned values and `flags`
         (label -> reason) as the search's doubts about them."""
@@ -190,6 +195,7 @@ class Preset:
             tuned={k: dict(v) for k, v in values.items()},
             tuned_command=command,
             tuned_flags={str(k): str(v) for k, v in (flags or {}).items() if k in values},
+            tuned_budget=budget,
         )
 
     def select_methods(self, wanted: list[str] | None) -> list[MethodVariant]:
@@ -279,7 +285,9 @@ def load_preset(name_or_path: str) -> Preset:
     )
     if not tuned:
         return preset
-    return preset.with_tuned(tuned.get("values", {}), str(tuned.get("command", "")), tuned.get("flags") or {})
+    return preset.with_tuned(
+        tuned.get("values", {}), str(tuned.get("command", "")), tuned.get("flags") or {}, str(tuned.get("budget", ""))
+    )
 
 
 def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:

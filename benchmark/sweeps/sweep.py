@@ -345,6 +345,8 @@ def render_tables(
             if plan.preset.tuned_command
             else "Tuned rows use the values chosen by `fedbench tune`."
         )
+        if plan.preset.tuned_budget:
+            notes.append(f"Tuning budget, the same for every tuned method: {plan.preset.tuned_budget}.")
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
     finished = [c for c in plan.shown if is_complete(run_dir(c))]
     scope = table_scope(plan.preset, plan.shown, finished, plan.overrides, plan.partial)

@@ -627,10 +627,12 @@ def _exclusive(path: Path, label: str) -> Iterator[None]:
         yield
 
 
-def load_tuned_flags(path: Path) -> dict[str, str]:
-    """The flags of a tuned.yaml (label -> why the search doubts its choice); {} for none."""
-    data = yaml.safe_load(Path(path).read_text()) or {} if Path(path).is_file() else {}
-    return {str(k): str(v) for k, v in (data.get("flags") or {}).items()}
+def load_tuned_notes(path: Path) -> tuple[dict[str, str], str]:
+    """What a tuned.yaml says about its values beside them: the flags (label -> why the search
+    doubts its choice) and the budget every method got, in words."""
+    data = (yaml.safe_load(Path(path).read_text()) or {}) if Path(path).is_file() else {}
+    flags = {str(k): str(v) for k, v in (data.get("flags") or {}).items()}
+    return flags, str((data.get("selection") or {}).get("budget", ""))
 
 
 def load_tuned(path: Path) -> dict[str, dict[str, Any]]:

@@ -180,8 +180,14 @@ def plot_curves(plan: "TuningPlan", searches: dict[str, "MethodSearch"], path: P
         ax.tick_params(labelsize=8)
     for ax in list(axes.flat)[len(labels) :]:
         ax.axis("off")
-    handles, names = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize=8, frameon=False)
+    handles = {}
+    for ax in axes.flat:  # every kind of mark once, from whichever panel has it
+        for handle, name in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(name, handle)
+    if handles:
+        fig.legend(
+            list(handles.values()), list(handles), loc="lower center", ncol=len(handles), fontsize=8, frameon=False
+        )
     fig.suptitle(
         f"fedbench tune {plan.preset.name}: validation {plan.headline} per trial (mean ± std over seeds)", fontsize=11
     )

@@ -167,8 +167,26 @@ def test_reproduce_tuned_applies_the_choice_and_marks_rows(tuned, fedbench):
     table = (tmp / "results" / "table.md").read_text()
     assert "| promptfl | tuned |" in table and "| zeroshot | paper |" in table
     assert "Tuned rows use the values chosen by" in table
+    # the budget every method got is stated with the table (grid density, refinements, seeds)
+    assert "Tuning budget, the same for every tuned method: a grid of 1 points per decade" in table
+    assert "then 0 refinements" in table and "seeds 101, 102" in table
     stats = pd.read_csv(tmp / "results" / "table.csv")
     assert set(stats[stats.label == "promptfl"]["hyperparameters"]) == {"tuned"}
+    flags = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text()).get("flags", {})
+    for label, reason in flags.items():  # a flagged choice is marked in the table with its reason
+        assert f"¶ tuning: {label} (tuned)" in table and reason in table
+
+
+def test_tuning_md_and_png_show_every_methods_curve(tuned):
+    tmp, _ = tuned
+    report = (tmp / "results" / "tuning.md").read_text()
+    frame = trials(tmp / "results")
+    for method in ("promptfl", "clip_adapter"):
+        assert f"## {method}" in report
+        chosen = frame[(frame.method == method) & frame.chosen].iloc[0]
+        assert f"| lr={chosen.param_lr:.4g} | {chosen.value:.2f} |" in report  # the summary row
+    assert "Noise: one point's HM has a standard error of" in report
+    assert (tmp / "results" / "tuning.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_reproduce_tuned_without_tuning_says_what_to_run(tmp_path, fake_data_root, fedbench):
@@ -266,9 +284,11 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     uninterrupted = trials(straight / "results")
     assert list(uninterrupted["param_lr"]) == list(finished["param_lr"])
     assert list(uninterrupted["value"]) == list(finished["value"])
-    assert (straight / "results" / "tuned.yaml").read_text().split("values:")[1] == (
-        killed / "results" / "tuned.yaml"
-    ).read_text().split("values:")[1]
+    resumed, whole = (yaml.safe_load((f / "results" / "tuned.yaml").read_text()) for f in (killed, straight))
+    assert resumed["values"] == whole["values"] and resumed.get("flags") == whole.get("flags")
+    for scores in (resumed["validation"]["promptfl"], whole["validation"]["promptfl"]):
+        scores.pop("trial")  # Optuna's trial number counts the interrupted trial too
+    assert resumed["validation"] == whole["validation"]
 
 
 def test_trials_run_round_robin_so_an_interrupted_search_leaves_budgets_at_most_one_apart(
@@ -378,7 +398,7 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
     assert fedbench(*tune_args(tmp_path, preset, "--methods", "clip_adapter")).returncode == 0
     assert sorted(trials(tmp_path / "results")["method"]) == ["clip_adapter", "promptfl"]
     done = fedbench(*tune_args(tmp_path, preset))  # everything is done: only collects
-    assert done.returncode == 0 and " trial " not in done.stdout
+    assert done.returncode == 0 and " trial 1/" not in done.stdout  # no trial ran
     chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
     assert chosen["command"] == f"fedbench tune {preset} --points-per-decade 1 --refinements 0 --seeds 101 102"
@@ -446,7 +466,7 @@ def test_tuning_refuses_seeds_the_table_reports(tmp_path, fake_data_root):
     from benchmark.sweeps.tuning import plan_tuning, tuning_seeds
 
     three = load_preset(str(write_preset(tmp_path, fake_data_root, seeds=(3, 4, 101))))
-    assert tuning_seeds(three) == [102, 103]
+    assert tuning_seeds(three) == [102, 103, 104, 105]
     with pytest.raises(ConfigError, match=r"shares seed\(s\) \[4\] with table"):
         plan_tuning(three, tmp_path / "r", {}, ["promptfl"], seeds=[4, 7])
 

@@ -131,14 +131,14 @@ def run(args) -> int:
     from benchmark.runs.identity import prepare_data, prepare_weights
     from benchmark.sweeps.presets import load_preset
     from benchmark.sweeps.sweep import needed_datasets, plan_sweep, run_sweep
-    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_flags
+    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_notes
 
     executor = make_executor(args)
     preset = load_preset(args.table)
     full_table = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
         tuned_file = full_table / TUNED_YAML
-        preset = preset.with_tuned(load_tuned(tuned_file), f"see {tuned_file}", load_tuned_flags(tuned_file))
+        preset = preset.with_tuned(load_tuned(tuned_file), f"see {tuned_file}", *load_tuned_notes(tuned_file))
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
     for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
