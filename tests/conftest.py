@@ -75,6 +75,28 @@ def tiny_config(fake_data_root: Path, tmp_path: Path, **overrides):
     return build_config(base, {"method_args": method_args})
 
 
+def toy_run_config(tmp_path: Path, method: str, method_args: dict | None = None, **overrides):
+    """A short run on the toy world with the test toy CLIP (2 rounds, 4 clients, 4 shots)."""
+    from benchmark.config import build_config
+
+    base = dict(
+        method=method,
+        dataset="toy",
+        backbone="fedbench-toy-vit",
+        pretrained="fedbench-toy-test",
+        clients=4,
+        shots=4,
+        rounds=2,
+        local_epochs=1,
+        batch_size=8,
+        seed=3,
+        wandb="disabled",
+        checkpoint_every=0,
+        out=str(tmp_path / "runs"),
+    )
+    return build_config({**base, **overrides}, {"method_args": dict(method_args or {})})
+
+
 # What a built-in method needs beyond its defaults on the tiny CLIP (4 blocks per tower).
 TINY_METHOD_ARGS = {"fedmaple": {"depth": 3}}
 

@@ -32,7 +32,7 @@ from benchmark.method import Choice, LogUniform, SearchSpace
 
 POINTS_PER_DECADE = 2  # log ranges: grid steps of at most half a decade
 LINEAR_STEPS = 4  # linear ranges: grid steps of at most a quarter of the range
-REFINEMENTS = 4  # trials after the grid, the same for every method: two on each side of the choice
+REFINEMENTS = 2  # trials after the grid, the same for every method: one on each side of the choice, typically
 SMOOTHING = 0.5  # the smoothing kernel's standard deviation, in grid steps
 MIN_GAP = 1 / 8  # refinement stops splitting gaps narrower than this, in grid steps
 NOISE_MULTIPLE = 2.0  # a gap beyond this many standard errors of a difference is not noise

@@ -169,8 +169,7 @@ class TuningPlan:
             configs.append(key)
         return {
             "space": {k: repr(v) for k, v in sorted(space.items())},
-            "points_per_decade": self.points_per_decade,
-            "refinements": self.refinements,
+            "points_per_decade": self.points_per_decade,  # the grid; refinements only extend a study
             "seeds": list(self.seeds),
             "metric": self.headline,
             "configs": configs,

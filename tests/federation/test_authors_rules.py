@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import toy_run_config
 
-from benchmark.config import ConfigError, build_config
+from benchmark.config import ConfigError
 from benchmark.federation import simulator as federation
 from benchmark.federation.client_loop import ClientRoundTraining
 from benchmark.runs import runner
@@ -18,22 +19,8 @@ ARGS = {"first_block": 2, "lr": 0.1}
 
 
 def toy_config(tmp_path, **options):
-    base = dict(
-        method="pfedmma",
-        dataset="toy",
-        backbone="fedbench-toy-vit",
-        pretrained="fedbench-toy-test",
-        clients=3,
-        shots=4,
-        rounds=3,
-        local_epochs=2,
-        batch_size=4,
-        seed=3,
-        wandb="disabled",
-        checkpoint_every=0,
-        out=str(tmp_path / "runs"),
-    )
-    return build_config({**base, **options}, {"method_args": ARGS})
+    options = {"clients": 3, "rounds": 3, "local_epochs": 2, "batch_size": 4, **options}
+    return toy_run_config(tmp_path, "pfedmma", ARGS, **options)
 
 
 def final_states(config) -> dict[int, dict[str, torch.Tensor]]:

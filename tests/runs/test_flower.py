@@ -11,8 +11,9 @@ import sys
 import pandas as pd
 import pytest
 import torch
+from conftest import toy_run_config
 
-from benchmark.config import ConfigError, build_config
+from benchmark.config import ConfigError
 
 # A small toy federation both engines run: 4 clients, 2 rounds, seed 3.
 TOY_FLAGS = [
@@ -38,24 +39,7 @@ TOY_FLAGS = [
 
 
 def toy_config(tmp_path, method: str, **method_args):
-    return build_config(
-        dict(
-            method=method,
-            dataset="toy",
-            backbone="fedbench-toy-vit",
-            pretrained="fedbench-toy-test",
-            clients=4,
-            shots=4,
-            rounds=2,
-            local_epochs=1,
-            batch_size=8,
-            seed=3,
-            wandb="disabled",
-            checkpoint_every=0,
-            out=str(tmp_path / "runs"),
-        ),
-        {"method_args": method_args},
-    )
+    return toy_run_config(tmp_path, method, method_args)
 
 
 # pFedMMA at 100x its paper lr: on 2 short rounds its personal adapters then move enough

@@ -7,7 +7,7 @@ from pathlib import Path
 
 # benchmark.sweeps.search's defaults, repeated so that `fedbench tune --help` imports no torch
 POINTS_PER_DECADE = 2
-REFINEMENTS = 4
+REFINEMENTS = 2
 
 
 def add_parser(subparsers) -> None:
