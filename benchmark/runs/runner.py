@@ -38,6 +38,13 @@ from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_pree
 from benchmark.runs.clients_file import load_clients, save_clients
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
+from benchmark.runs.numerics import (
+    apply_tf32,
+    check_numerics,
+    resolved_augment_backend,
+    resolved_device,
+    resolved_precision,
+)
 from benchmark.runs.partition_files import partition_table
 from benchmark.runs.prechecks import check_device, validate_run
 from benchmark.runs.results import (
@@ -74,12 +81,12 @@ class RunResult:
 
 def resolve_device(config: RunConfig) -> tuple[str, str]:
     """(torch device, Lightning precision) for the config's `device` and `precision`."""
-    device = config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    precision = config.precision
-    if precision == "auto":  # the method says what it needs on a GPU (FederatedMethod.gpu_precision)
-        precision = get_method(config.method).gpu_precision if device.startswith("cuda") else "32-true"
+    device = resolved_device(config.device)
+    # auto: the method says what it needs on a GPU (FederatedMethod.gpu_precision); the cell's
+    # identity records the same resolution (benchmark.runs.numerics)
+    precision = resolved_precision(config.method, device, config.precision)
+    if precision == "auto":
+        get_method(config.method)  # not installed here: its MethodError names the fix
     if precision == "16-mixed" and not device.startswith("cuda"):
         # Lightning would train in bf16 instead, while evaluation (autocast_context) ran in fp16.
         raise ConfigError(
@@ -182,6 +189,7 @@ class PreparedRun:
     cache_train: bool
     settings: FederationSettings
     attributes: Any
+    augment_backend: str = "pil"  # who augments the training images (benchmark.runs.numerics)
 
     def simulator(self, progress: bool = False, federation: str | None = None, **hooks) -> FederatedSimulator:
         """The federation of the run's `federation` option (or of `federation`): the method's
@@ -242,6 +250,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
     check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
     device, precision = resolve_device(config)
+    check_numerics(config)
+    apply_tf32(device, config.tf32)  # off unless asked: PyTorch's default allows it in convolutions
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
     if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
@@ -302,6 +312,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         cache_train,
         settings,
         attributes,
+        resolved_augment_backend(config, device),
     )
 
 
@@ -468,7 +479,9 @@ def _train_and_evaluate(
         "train_features_cached": run.cache_train,
         **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
-        "precision": precision,
+        # `--tf32` said with the precision: a table's numerics note keeps TF32 cells apart
+        "precision": f"{precision} (tf32)" if config.tf32 and device.startswith("cuda") else precision,
+        **({"augment_backend": run.augment_backend} if config.augment else {}),
         # the loss half of the unstable flag (the zero-shot half is the table's: benchmark.sweeps.tables)
         "health": training_health(round_mean_losses({r.round: r.train_loss for r in rounds})),
     }
