@@ -37,7 +37,9 @@ from benchmark.federation.server import Server, check_finite, divergence
 from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
+from data.augmentation import view_seed
 from data.base import LabeledImages
+from data.decoded import DeviceImages
 from data.partition import ClientShard
 
 
@@ -109,9 +111,15 @@ class ClientTrainSet(Dataset):
     """
 
     def __init__(
-        self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard, seed: int = 0
+        self,
+        images: LabeledImages | torch.Tensor | DeviceImages,
+        labels: Sequence[int],
+        shard: ClientShard,
+        seed: int = 0,
     ) -> None:
-        self.images = images  # a LabeledImages split, or precomputed features [N, D]
+        # a LabeledImages split, precomputed features [N, D], or the split decoded on the device
+        # (`--augment-backend device`: augmented a batch at a time there, `data.decoded`)
+        self.images = images
         self.indices = list(shard.train_indices)
         to_local = {c: i for i, c in enumerate(shard.train_classes)}
         self.labels = [to_local[labels[i]] for i in self.indices]
@@ -125,9 +133,10 @@ class ClientTrainSet(Dataset):
         index = self.indices[i]
         if isinstance(self.images, torch.Tensor):  # cached features: nothing random
             return self.images[index], self.labels[i]
-        sample_seed = int(np.random.SeedSequence([self.seed, epoch, i]).generate_state(1, np.uint64)[0])
+        if isinstance(self.images, DeviceImages):  # one view, as a batch of one
+            return self.images.views(self.seed, [(epoch, i, index)])[0], self.labels[i]
         with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's CPU RNG
-            torch.default_generator.manual_seed(sample_seed)
+            torch.default_generator.manual_seed(view_seed(self.seed, epoch, i))
             image = self.images.load(index)
         return image, self.labels[i]
 
@@ -138,6 +147,9 @@ class ClientTrainSet(Dataset):
             positions = [i for _, i in keys]
             inputs = self.images[[self.indices[i] for i in positions]]
             return [inputs, torch.tensor([self.labels[i] for i in positions])]
+        if isinstance(self.images, DeviceImages):  # every view of the batch in one resample on the device
+            views = [(epoch, i, self.indices[i]) for epoch, i in keys]
+            return [self.images.views(self.seed, views), torch.tensor([self.labels[i] for _, i in keys])]
         return default_collate([self[key] for key in keys])
 
 
@@ -173,7 +185,7 @@ class ClientBatches:
         self.dataset, self.batch_size = dataset, batch_size
         self.sampler = EpochTaggedSampler(len(dataset), seed)
         self.loader = None
-        if num_workers > 0:
+        if num_workers > 0 and not isinstance(dataset.images, DeviceImages):  # device images: no worker
             self.loader = DataLoader(
                 dataset,
                 batch_size=batch_size,
@@ -311,7 +323,7 @@ class FederatedSimulator:
     def __init__(
         self,
         method: FederatedMethod,
-        train_images: LabeledImages | torch.Tensor,
+        train_images: LabeledImages | torch.Tensor | DeviceImages,
         train_labels: Sequence[int],
         class_names: Sequence[str],
         clients: Sequence[ClientShard],

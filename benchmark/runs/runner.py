@@ -60,6 +60,7 @@ from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info, resolve_data_root
 from data.combined import load_datasets
+from data.decoded import DeviceImages
 from data.partition import Partition
 from data.transforms import clip_transforms
 from data.validation import validation_view
@@ -282,6 +283,14 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         with autocast_context(device, precision):
             train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
 
+    augment_backend = resolved_augment_backend(config, device)
+    if augment_backend == "device" and train_features and not cache_train:
+        # decoded once (cached on disk) and kept on the device; augmented there a batch at a time
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        train_inputs = DeviceImages(
+            dataset.train, needed, device, backbone.image_size, backbone.image_mean, backbone.image_std
+        )
+
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     settings = FederationSettings(
         accelerator,
@@ -312,7 +321,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         cache_train,
         settings,
         attributes,
-        resolved_augment_backend(config, device),
+        augment_backend,
     )
 
 
