@@ -33,6 +33,7 @@ from benchmark.config import SAMPLING_RULES
 from benchmark.federation.baselines import SoloServer, steps_per_epoch
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
+from benchmark.federation.loading import ScheduleStream
 from benchmark.federation.server import Server, check_finite, divergence
 from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
@@ -206,6 +207,17 @@ class ClientBatches:
             yield self.dataset.batch(keys[start : start + self.batch_size])
 
 
+class ClientSets:
+    """(round index, client id) -> that client-round's `ClientTrainSet`: what a worker of the
+    schedule's one loader (`benchmark.federation.loading`) builds its items from."""
+
+    def __init__(self, images, labels: Sequence[int], shards: dict[int, ClientShard], seeds: dict) -> None:
+        self.images, self.labels, self.shards, self.seeds = images, list(labels), shards, seeds
+
+    def __call__(self, round_index: int, cid: int) -> ClientTrainSet:
+        return ClientTrainSet(self.images, self.labels, self.shards[cid], self.seeds[round_index, cid])
+
+
 class StreamBatches:
     """`steps` batches per iteration (one local epoch of a central run's client), drawn from
     consecutive shuffled passes over its images (`EpochTaggedSampler`'s passes 0, 1, ...)
@@ -315,6 +327,7 @@ class FederationSettings:
     local_epochs: int = 1
     aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
     batched_training: bool = False  # a round's clients in one pass where the method allows (batched_training.py)
+    schedule_loader: bool = True  # with num_workers > 0 and PIL images: one loader over the whole schedule (loading.py)
 
 
 class FederatedSimulator:
@@ -376,6 +389,7 @@ class FederatedSimulator:
         self.server = self._server()  # a fresh one for every `run`
         self._loop = ClientLoop(settings.accelerator, settings.precision)
         self._together: BatchedTraining | None = None
+        self._stream: ScheduleStream | None = None  # the run's one loader, where it has one
         self._batching = BatchingProbe(method, "train one by one")
         if settings.batched_training and method.trains:
             try:
@@ -406,6 +420,7 @@ class FederatedSimulator:
             result.rounds = list(resume.rounds)
         name = getattr(self.method, "name", type(self.method).__name__)
         bar = _progress(len(self.schedule), "rounds", self.progress, first_round, f"training {name}")
+        self._stream = self._schedule_stream(first_round)
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
@@ -453,6 +468,9 @@ class FederatedSimulator:
                 bar.update()
         finally:
             self._loop.release(method)  # the module leaves the Fabric it trained under
+            if self._stream is not None:
+                self._stream.close()  # its workers end with the run
+                self._stream = None
         bar.close()
         result.client_states, result.final_download_bytes = self.evaluation_states(states)
         return result
@@ -570,6 +588,29 @@ class FederatedSimulator:
             self.method.set_client(None)
         return trained
 
+    def _schedule_stream(self, first_round: int) -> ScheduleStream | None:
+        """One loader over the rounds from `first_round` on, where worker processes decode PIL
+        images (`loading.py`); None where batches come otherwise: cached features or device
+        images (nothing to decode in workers), no workers, batched training (it takes the
+        clients' batches interleaved), a central run's stream of steps."""
+        s = self.settings
+        if not (s.schedule_loader and s.num_workers > 0 and isinstance(self.train_images, LabeledImages)):
+            return None
+        if self._together is not None or self.epoch_steps is not None:
+            return None
+        plan, sizes = [], {}
+        for round_index, sampled in enumerate(self.schedule):
+            if round_index < first_round:
+                continue
+            for cid in sampled:
+                shard, seed = self.clients[cid], self._seeds[round_index, cid]
+                sampler = EpochTaggedSampler(len(shard.train_indices), seed)
+                epochs = [[position for _, position in sampler] for _ in range(s.local_epochs)]
+                plan.append((round_index, cid, epochs))
+                sizes[round_index, cid] = min(s.batch_size, max(1, shard.num_samples))
+        make_set = ClientSets(self.train_images, self.train_labels, self.clients, self._seeds)
+        return ScheduleStream(make_set, plan, sizes, s.num_workers, pin_memory=s.accelerator == "gpu")
+
     def client_data(self, cid: int, round_index: int) -> tuple[ClientBatches, ClientContext]:
         """Client `cid`'s batches and context in round `round_index`, torch seeded for its
         local training: what any loop that trains the client-round starts from."""
@@ -581,6 +622,8 @@ class FederatedSimulator:
         batch_size = min(s.batch_size, max(1, shard.num_samples))
         if self.epoch_steps is not None and round_index < len(self.epoch_steps):  # central: the federation's steps
             batches = StreamBatches(dataset, batch_size, seed, self.epoch_steps[round_index])
+        elif self._stream is not None and self._stream.planned(round_index, cid):  # the run's one loader
+            batches = self._stream.batches(round_index, cid)
         else:
             batches = ClientBatches(dataset, batch_size, seed, s.num_workers)
         client = ClientContext(
