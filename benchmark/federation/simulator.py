@@ -33,6 +33,7 @@ from benchmark.config import SAMPLING_RULES
 from benchmark.federation.baselines import SoloServer, steps_per_epoch
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
+from benchmark.federation.features import ViewFeatures
 from benchmark.federation.loading import ScheduleStream
 from benchmark.federation.server import Server, check_finite, divergence
 from benchmark.federation.stacked import BatchingProbe
@@ -121,6 +122,9 @@ class ClientTrainSet(Dataset):
         # a LabeledImages split, precomputed features [N, D], or the split decoded on the device
         # (`--augment-backend device`: augmented a batch at a time there, `data.decoded`)
         self.images = images
+        # (cache, key prefix, encoder): features of augmented batches shared across methods
+        # (`features.ViewFeatures`); set by the simulator for frozen-image-tower methods
+        self.shared: tuple[ViewFeatures, tuple, Callable[[torch.Tensor], torch.Tensor]] | None = None
         self.indices = list(shard.train_indices)
         to_local = {c: i for i, c in enumerate(shard.train_classes)}
         self.labels = [to_local[labels[i]] for i in self.indices]
@@ -143,7 +147,16 @@ class ClientTrainSet(Dataset):
 
     def batch(self, keys: Sequence[tuple[int, int]]):
         """The items of `keys` collated as a DataLoader collates them; cached features are
-        gathered in one indexing instead of one tensor per item."""
+        gathered in one indexing instead of one tensor per item. With `shared` set, the
+        batch's frozen features in place of its images, computed once per process."""
+        if self.shared is not None and not isinstance(self.images, torch.Tensor):
+            cache, prefix, encode = self.shared
+            key = (*prefix, self.seed, tuple((epoch, i, self.indices[i]) for epoch, i in keys))
+            features = cache.batch(key, lambda: encode(self._images(keys)[0]))
+            return [features, torch.tensor([self.labels[i] for _, i in keys])]
+        return self._images(keys)
+
+    def _images(self, keys: Sequence[tuple[int, int]]):
         if isinstance(self.images, torch.Tensor):
             positions = [i for _, i in keys]
             inputs = self.images[[self.indices[i] for i in positions]]
@@ -328,6 +341,7 @@ class FederationSettings:
     aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
     batched_training: bool = False  # a round's clients in one pass where the method allows (batched_training.py)
     schedule_loader: bool = True  # with num_workers > 0 and PIL images: one loader over the whole schedule (loading.py)
+    share_views: bool = True  # augmented batches' frozen features computed once per process (features.ViewFeatures)
 
 
 class FederatedSimulator:
@@ -350,8 +364,10 @@ class FederatedSimulator:
         on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
         federation: str = "fedavg",
         epoch_steps: Sequence[int] | None = None,
+        view_features: ViewFeatures | None = None,
     ) -> None:
         self.method = method
+        self.view_features = view_features  # shared features of augmented views (frozen image tower)
         # fedavg: the method's federation; local / central: no server (benchmark.federation.baselines),
         # central with `epoch_steps`: its one client's steps per local epoch, per round.
         self.federation = federation
@@ -588,6 +604,40 @@ class FederatedSimulator:
             self.method.set_client(None)
         return trained
 
+    def _shared_views(self) -> tuple | None:
+        """What `ClientTrainSet.batch` needs to hand a frozen-image-tower method the features of
+        augmented batches computed once per process: None where it has no say -- features are
+        cached already (no augmentation), the method's image tower trains or is prompted, or
+        workers collate the images (their batches are encoded in the step, as before)."""
+        method, s = self.method, self.settings
+        if self.view_features is None or not s.share_views or not method.frozen_image_features:
+            return None
+        if isinstance(self.train_images, torch.Tensor):
+            return None
+        if isinstance(self.train_images, LabeledImages) and s.num_workers > 0:
+            return None
+        device = method.device
+        mixed = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(s.precision)
+        backend = "device" if isinstance(self.train_images, DeviceImages) else "pil"
+        prefix = (
+            method.backbone.key,
+            method.image_feature_kind,
+            self.train_images.cache_key,
+            backend,
+            str(device),
+            str(mixed),
+        )
+
+        @torch.no_grad()
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            images = images.to(device, non_blocking=True)
+            # the autocast of the training step (Lightning's for the run's precision)
+            with torch.autocast(device.type, dtype=mixed or torch.float32, enabled=mixed is not None):
+                with flops.charge("features"):  # shared by the methods, like the frozen features
+                    return method.encode_images(images)
+
+        return self.view_features, prefix, encode
+
     def _schedule_stream(self, first_round: int) -> ScheduleStream | None:
         """One loader over the rounds from `first_round` on, where worker processes decode PIL
         images (`loading.py`); None where batches come otherwise: cached features or device
@@ -619,6 +669,7 @@ class FederatedSimulator:
         seed = self._seeds[round_index, cid]
         seed_torch(seed)
         dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
+        dataset.shared = self._shared_views()
         batch_size = min(s.batch_size, max(1, shard.num_samples))
         if self.epoch_steps is not None and round_index < len(self.epoch_steps):  # central: the federation's steps
             batches = StreamBatches(dataset, batch_size, seed, self.epoch_steps[round_index])

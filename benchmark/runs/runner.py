@@ -22,7 +22,7 @@ from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rou
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.spread import client_spread
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
-from benchmark.federation.features import FeatureCache
+from benchmark.federation.features import FeatureCache, ViewFeatures
 from benchmark.federation.simulator import (
     FederatedSimulator,
     FederationResult,
@@ -68,6 +68,8 @@ from data.validation import validation_view
 # Frozen features survive across runs in one process (a sweep, the demo): same backbone,
 # same split, same transform -> same features.
 SHARED_FEATURES = FeatureCache()
+# And the frozen features of augmented training views: the same views for every method of a cell's seed.
+SHARED_VIEWS = ViewFeatures()
 
 
 @dataclass
@@ -213,6 +215,7 @@ class PreparedRun:
             progress=progress,
             federation=federation,
             epoch_steps=epoch_steps,
+            view_features=SHARED_VIEWS,
             **hooks,
         )
 
