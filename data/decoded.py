@@ -36,7 +36,7 @@ def cache_key(split: LabeledImages, indices: Sequence[int], side: int) -> str:
     for index in indices:
         name = split.raw_key(index)
         path = Path(name)
-        if path.is_absolute() and path.is_file():
+        if path.is_file():  # a file: its size and modification time too (an in-memory image: its key)
             stat = path.stat()
             name = f"{name}:{stat.st_size}:{stat.st_mtime_ns}"
         names.append(name)
