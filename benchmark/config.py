@@ -29,6 +29,7 @@ SAMPLING_RULES = (
     "authors",
     "uniform",
 )  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
+AUGMENT_BACKENDS = ("auto", "device", "pil")  # run option `augment_backend` (benchmark.runs.numerics)
 FEDERATIONS = ("fedavg", "local", "central")  # run option `federation` (benchmark.federation.baselines)
 # The authors' rules, named run options beside the suite's (docs/methods.md, Deviations): the first is the default.
 OPTIMIZER_STATES = ("per_client", "shared")  # run option `optimizer_state` (benchmark.federation.client_loop)
@@ -73,6 +74,8 @@ class RunConfig:
     shortcuts: bool = True  # exact compute shortcuts: the text tower stops at the longest prompt, frozen prefixes are computed once (docs/performance.md); false (--no-shortcuts) runs the plain path, equal up to float rounding
     batched_evaluation: bool = False  # score a round's clients in one vmapped pass where the method allows (its batched_evaluation), equal up to float rounding; off by default: on this suite's CPU it was slower for pFedMMA and PromptFL, faster for LoRA (results/perf.md)
     batched_training: bool = False  # train a round's clients in one vmapped pass where the method allows (its batched_training), equal up to float rounding; off by default: on the toy demo it moved PromptFL's row by float rounding (docs/toy-world.md), and the shipped tables are the client-by-client path's
+    augment_backend: str = "auto"  # auto (device on a GPU when augment is on, else pil; recorded resolved in the identity) | device (images decoded once and kept on the device, RandomResizedCrop + flip from pil's seeded draws, resized as PIL resizes in one batched pass: pil's pixels in most views, docs/performance.md) | pil (torchvision on PIL images, per image: exact reproduction of earlier numbers)
+    tf32: bool = False  # let 32-bit matrix products and convolutions use TF32 on CUDA (faster, 10-bit mantissas); off by default, and part of the identity; no effect on CPU
     num_workers: int = 0  # data-loader workers
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
     keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written
@@ -113,6 +116,10 @@ class RunConfig:
         for ok, name, expected in checks:
             if not ok:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
+        if self.augment_backend not in AUGMENT_BACKENDS:
+            raise ConfigError(
+                f"augment_backend = {self.augment_backend!r} is invalid: expected {' | '.join(AUGMENT_BACKENDS)}"
+            )
         parts = dataset_list(self.dataset)
         if not parts or any(not p for p in parts) or len(set(parts)) != len(parts):
             raise ConfigError(

@@ -69,8 +69,9 @@ class LabeledImages(Dataset):
         # reads through its `load`: guarding each class's `load` here means no source can
         # forget the check.
         super().__init_subclass__(**kwargs)
-        if "load" in cls.__dict__:
-            cls.load = _refuse_when_sealed(cls.__dict__["load"])
+        for reader in ("load", "raw"):
+            if reader in cls.__dict__:
+                setattr(cls, reader, _refuse_when_sealed(cls.__dict__[reader]))
 
     def seal(self, reason: str) -> None:
         """From now on, reading any image of this split raises `SealedSplitError` naming `reason`."""
@@ -81,6 +82,19 @@ class LabeledImages(Dataset):
 
     def load(self, index: int) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def raw(self, index: int):
+        """Image `index` as stored, before any transform: an RGB PIL image. What the device
+        augmentation decodes once (`data.decoded`); a source without it trains with
+        `--augment-backend pil`."""
+        raise DatasetError(
+            f"{self.name}: {type(self).__name__} gives no untransformed images, which --augment-backend device "
+            "decodes once; run with --augment-backend pil"
+        )
+
+    def raw_key(self, index: int) -> str:
+        """What names image `index`'s stored bytes in the decoded-image cache (`data.decoded`)."""
+        return f"{self.cache_key}#{index}"
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.load(index), self.labels[index]
@@ -120,6 +134,12 @@ class FileImages(LabeledImages):
         self.transform = transform
 
     def load(self, index: int) -> torch.Tensor:
+        return self.transform(self.raw(index))
+
+    def raw_key(self, index: int) -> str:
+        return str(self.paths[index])  # the file list names the images (data.decoded adds sizes and times)
+
+    def raw(self, index: int):
         from PIL import Image, UnidentifiedImageError
 
         path = self.paths[index]
@@ -136,7 +156,7 @@ class FileImages(LabeledImages):
                 f"{self.name}: image {path} cannot be decoded ({exc.__class__.__name__}: {exc}). "
                 "The file is corrupt: replace it from the original archive."
             ) from None
-        return self.transform(img)
+        return img
 
 
 class TensorImages(LabeledImages):
@@ -161,9 +181,12 @@ class TensorImages(LabeledImages):
         self.transform = transform
 
     def load(self, index: int) -> torch.Tensor:
+        return self.transform(self.raw(index))
+
+    def raw(self, index: int):
         from PIL import Image
 
-        return self.transform(Image.fromarray(self.images[index].numpy()))
+        return Image.fromarray(self.images[index].numpy())
 
 
 class SubsetImages(LabeledImages):
@@ -199,6 +222,14 @@ class SubsetImages(LabeledImages):
         if self.origin.sealed is not None:  # sealed after the copy was made: the same images
             self.source.seal(self.origin.sealed)
         return self.source.load(self.indices[index])
+
+    def raw(self, index: int):
+        if self.origin.sealed is not None:
+            self.source.seal(self.origin.sealed)
+        return self.source.raw(self.indices[index])
+
+    def raw_key(self, index: int) -> str:
+        return self.source.raw_key(self.indices[index])
 
 
 @dataclass

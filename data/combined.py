@@ -72,6 +72,14 @@ class ConcatImages(LabeledImages):
         part = bisect.bisect_right(self.starts, index) - 1
         return self.parts[part].load(index - self.starts[part])
 
+    def raw(self, index: int):
+        part = bisect.bisect_right(self.starts, index) - 1
+        return self.parts[part].raw(index - self.starts[part])
+
+    def raw_key(self, index: int) -> str:
+        part = bisect.bisect_right(self.starts, index) - 1
+        return self.parts[part].raw_key(index - self.starts[part])
+
 
 def combine(
     name: str, train_members: Sequence[DatasetSplits], test_only: Sequence[DatasetSplits] = ()

@@ -31,7 +31,13 @@ from torch.func import functional_call, vmap
 from benchmark import flops
 from benchmark.evaluation.inputs import input_batches, targets
 from benchmark.federation.features import FeatureCache
-from benchmark.federation.stacked import BatchingProbe, batchable_attention, relative_difference, stack_states
+from benchmark.federation.stacked import (
+    BatchingProbe,
+    batchable_attention,
+    comparable_kernels,
+    relative_difference,
+    stack_states,
+)
 from benchmark.method import FederatedMethod, State
 from data.base import LabeledImages
 
@@ -175,21 +181,26 @@ def probe(
     scorer: BatchedScorer, states: Sequence[State], indices: Sequence[int], class_ids: Sequence[int]
 ) -> str | None:
     """Why batched scoring cannot stand in for client-by-client scoring of this method
-    (an error, or logits differing beyond PROBE_RTOL on one batch), or None when it can."""
+    (an error, or logits differing beyond PROBE_RTOL on one batch, 4 unit roundoffs of the half
+    type under a mixed-precision autocast), or None when it can."""
     method = scorer.method
     saved = method.client_state()
+    rtol = PROBE_RTOL
+    device_type = method.device.type
+    if torch.is_autocast_enabled(device_type):  # logits of bf16 products: bf16's rounding, not fp32's
+        rtol = max(rtol, 4 * torch.finfo(torch.get_autocast_dtype(device_type)).eps / 2)
     indices = list(indices)[: min(8, scorer.batch_size)]
     try:
         stacked = stack_states(states)
         inputs, _ = next(scorer.batches(indices))
-        with torch.no_grad():
+        with torch.no_grad(), comparable_kernels():  # both sides on the same kernels
             batched = scorer.logits(stacked, inputs, scorer.class_features(stacked, class_ids))
             names = [scorer.split.class_names[c] for c in class_ids]
             for k, state in enumerate(states):
                 method.load_client_state(state)
                 method.eval()
                 alone = method.logits(inputs, names)
-                difference = relative_difference(batched[k], alone, PROBE_RTOL)
+                difference = relative_difference(batched[k], alone, rtol)
                 if difference is not None:
                     return f"batched logits differ from client-by-client ones by {difference:.1e} (relative)"
     finally:  # an error (vmap refuses what it cannot batch) is BatchingProbe's to report

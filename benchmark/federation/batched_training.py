@@ -53,7 +53,7 @@ from benchmark.federation.client_loop import (
     step_schedulers,
     to_device,
 )
-from benchmark.federation.stacked import batchable_attention, relative_difference, stack_states
+from benchmark.federation.stacked import batchable_attention, comparable_kernels, relative_difference, stack_states
 from benchmark.method import ClientContext, FederatedMethod, State
 
 # One batched step's losses must equal the client loop's to this relative tolerance, and its
@@ -62,6 +62,22 @@ from benchmark.method import ClientContext, FederatedMethod, State
 # order), while one computed wrongly is off by its own size.
 PROBE_RTOL = 1e-5
 GRADIENT_RTOL = 1e-3
+# Under mixed precision the products are rounded to the half type's unit roundoff (bf16: 2^-8 =
+# 3.9e-3, fp16: 2^-11), and two summation orders differ by that much per product, not by fp32's
+# rounding: the probe's tolerances scale with it (`probe_tolerances`). A wrongly batched step is
+# off by its own size, far above either.
+UNIT_ROUNDOFF = {"bf16-mixed": 2.0**-8, "16-mixed": 2.0**-11}
+
+
+def probe_tolerances(precision: str) -> tuple[float, float]:
+    """(loss, gradient) relative tolerances of the probe for a run's Lightning `precision`:
+    the fp32 ones, or 4 and 32 unit roundoffs of the half type (bf16: 1.6e-2 and 0.125)."""
+    unit = UNIT_ROUNDOFF.get(precision)
+    if unit is None:
+        return PROBE_RTOL, GRADIENT_RTOL
+    return max(PROBE_RTOL, 4 * unit), max(GRADIENT_RTOL, 32 * unit)
+
+
 # What the client loop calls besides training_step; a method overriding one trains client by client.
 LOOP_HOOKS = (
     "on_fit_start",
@@ -378,9 +394,17 @@ def probe(
     training: BatchedTraining, starts: Sequence[State], clients: Sequence[tuple[int, Any, ClientContext]]
 ) -> str | None:
     """Why one batched step cannot stand in for the client loop's (an error, or a loss or
-    gradient differing beyond PROBE_RTOL on the clients' first batches), or None when it can.
-    Compares up to two clients of equal class counts; their batches are left at epoch 0."""
+    gradient differing beyond the run precision's tolerance, `probe_tolerances`, on the
+    clients' first batches), or None when it can. Compares up to two clients of equal class
+    counts, both sides on the same kernels (`comparable_kernels`); their batches are left at
+    epoch 0."""
+    with comparable_kernels():
+        return _probe(training, starts, clients)
+
+
+def _probe(training, starts, clients) -> str | None:
     method, loop = training.method, training.loop
+    loss_rtol, gradient_rtol = probe_tolerances(loop.precision)
     device = loop.fabric.device
     width = len(clients[0][2].class_names)
     chosen = [k for k, (_, _, context) in enumerate(clients) if len(context.class_names) == width][:2]
@@ -410,9 +434,9 @@ def probe(
                 method.set_client(None)
             own = dict(method.named_parameters())
             alone_grads = torch.autograd.grad(alone, [own[n] for n in trainable], allow_unused=True)
-            pairs = [("the loss", together[row], alone, PROBE_RTOL)]
+            pairs = [("the loss", together[row], alone, loss_rtol)]
             pairs += [
-                (f"the gradient of {n}", None if g is None else g[row], a, GRADIENT_RTOL)
+                (f"the gradient of {n}", None if g is None else g[row], a, gradient_rtol)
                 for n, g, a in zip(trainable, grads, alone_grads)
             ]
             for what, b, a, rtol in pairs:

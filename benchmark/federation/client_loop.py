@@ -129,6 +129,7 @@ class ClientLoop:
 
     def __init__(self, accelerator: str, precision: str, shared_optimizer: bool = False) -> None:
         self.fabric = LocalTrainingFabric(accelerator, precision)
+        self.precision = precision  # what the batching probe's tolerances follow
         # What `module.fabric` holds while attached (Lightning keeps a weak proxy).
         self._proxy = weakref.proxy(self.fabric)
         self.shared_optimizer = shared_optimizer

@@ -17,7 +17,8 @@ Image prefixes: for a method whose image tower changes only from block k on
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections import OrderedDict
+from typing import Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -112,3 +113,47 @@ class FeatureCache:
 def _autocast_key(device_type: str) -> str:
     """Features computed under autocast differ from fp32 ones: keep them apart."""
     return str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else "fp32"
+
+
+# Device memory for the features of augmented views (all runs of a process together): Table 1's
+# 10 clients x 50 rounds x 2 epochs of DTD take ~150 MB of 512-float features.
+VIEW_CACHE_BYTES = 2 << 30
+
+
+class ViewFeatures:
+    """Frozen image features of augmented training batches, shared by the methods of a process
+    (a sweep, the demo) whose image tower is frozen and unprompted (`frozen_image_features`).
+
+    An augmented view is a function of (dataset, client-round seed, epoch, position, image) and
+    of the backend that augments it -- never of the method -- and a batch of views is the same
+    batch for every method of a cell's seed: its features are computed once, by the first
+    method that trains on it, and handed to the next ones instead of its images. Exact: the
+    same encoder on the same batch under the same autocast (tests/federation/test_view_features.py
+    compares whole runs). Keyed by everything the features depend on (`ClientTrainSet.batch`
+    builds the key); the oldest batches leave first past `max_bytes`."""
+
+    def __init__(self, max_bytes: int = VIEW_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._store: OrderedDict[Hashable, Tensor] = OrderedDict()
+        self._used = 0
+        self.hits = self.misses = 0
+
+    def batch(self, key: Hashable, compute: Callable[[], Tensor]) -> Tensor:
+        found = self._store.get(key)
+        if found is not None:
+            self.hits += 1
+            return found
+        self.misses += 1
+        features = compute()
+        size = features.numel() * features.element_size()
+        if size <= self.max_bytes:
+            self._store[key] = features
+            self._used += size
+            while self._used > self.max_bytes:
+                _, old = self._store.popitem(last=False)
+                self._used -= old.numel() * old.element_size()
+        return features
+
+    def clear(self) -> None:
+        self._store.clear()
+        self._used = 0

@@ -33,11 +33,15 @@ from benchmark.config import SAMPLING_RULES
 from benchmark.federation.baselines import SoloServer, steps_per_epoch
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
+from benchmark.federation.features import ViewFeatures
+from benchmark.federation.loading import ScheduleStream
 from benchmark.federation.server import Server, check_finite, divergence
 from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
+from data.augmentation import view_seed
 from data.base import LabeledImages
+from data.decoded import DeviceImages
 from data.partition import ClientShard
 
 
@@ -109,9 +113,18 @@ class ClientTrainSet(Dataset):
     """
 
     def __init__(
-        self, images: LabeledImages | torch.Tensor, labels: Sequence[int], shard: ClientShard, seed: int = 0
+        self,
+        images: LabeledImages | torch.Tensor | DeviceImages,
+        labels: Sequence[int],
+        shard: ClientShard,
+        seed: int = 0,
     ) -> None:
-        self.images = images  # a LabeledImages split, or precomputed features [N, D]
+        # a LabeledImages split, precomputed features [N, D], or the split decoded on the device
+        # (`--augment-backend device`: augmented a batch at a time there, `data.decoded`)
+        self.images = images
+        # (cache, key prefix, encoder): features of augmented batches shared across methods
+        # (`features.ViewFeatures`); set by the simulator for frozen-image-tower methods
+        self.shared: tuple[ViewFeatures, tuple, Callable[[torch.Tensor], torch.Tensor]] | None = None
         self.indices = list(shard.train_indices)
         to_local = {c: i for i, c in enumerate(shard.train_classes)}
         self.labels = [to_local[labels[i]] for i in self.indices]
@@ -125,19 +138,32 @@ class ClientTrainSet(Dataset):
         index = self.indices[i]
         if isinstance(self.images, torch.Tensor):  # cached features: nothing random
             return self.images[index], self.labels[i]
-        sample_seed = int(np.random.SeedSequence([self.seed, epoch, i]).generate_state(1, np.uint64)[0])
+        if isinstance(self.images, DeviceImages):  # one view, as a batch of one
+            return self.images.views(self.seed, [(epoch, i, index)])[0], self.labels[i]
         with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's CPU RNG
-            torch.default_generator.manual_seed(sample_seed)
+            torch.default_generator.manual_seed(view_seed(self.seed, epoch, i))
             image = self.images.load(index)
         return image, self.labels[i]
 
     def batch(self, keys: Sequence[tuple[int, int]]):
         """The items of `keys` collated as a DataLoader collates them; cached features are
-        gathered in one indexing instead of one tensor per item."""
+        gathered in one indexing instead of one tensor per item. With `shared` set, the
+        batch's frozen features in place of its images, computed once per process."""
+        if self.shared is not None and not isinstance(self.images, torch.Tensor):
+            cache, prefix, encode = self.shared
+            key = (*prefix, self.seed, tuple((epoch, i, self.indices[i]) for epoch, i in keys))
+            features = cache.batch(key, lambda: encode(self._images(keys)[0]))
+            return [features, torch.tensor([self.labels[i] for _, i in keys])]
+        return self._images(keys)
+
+    def _images(self, keys: Sequence[tuple[int, int]]):
         if isinstance(self.images, torch.Tensor):
             positions = [i for _, i in keys]
             inputs = self.images[[self.indices[i] for i in positions]]
             return [inputs, torch.tensor([self.labels[i] for i in positions])]
+        if isinstance(self.images, DeviceImages):  # every view of the batch in one resample on the device
+            views = [(epoch, i, self.indices[i]) for epoch, i in keys]
+            return [self.images.views(self.seed, views), torch.tensor([self.labels[i] for _, i in keys])]
         return default_collate([self[key] for key in keys])
 
 
@@ -173,7 +199,7 @@ class ClientBatches:
         self.dataset, self.batch_size = dataset, batch_size
         self.sampler = EpochTaggedSampler(len(dataset), seed)
         self.loader = None
-        if num_workers > 0:
+        if num_workers > 0 and not isinstance(dataset.images, DeviceImages):  # device images: no worker
             self.loader = DataLoader(
                 dataset,
                 batch_size=batch_size,
@@ -192,6 +218,17 @@ class ClientBatches:
         keys = list(self.sampler)
         for start in range(0, len(keys), self.batch_size):
             yield self.dataset.batch(keys[start : start + self.batch_size])
+
+
+class ClientSets:
+    """(round index, client id) -> that client-round's `ClientTrainSet`: what a worker of the
+    schedule's one loader (`benchmark.federation.loading`) builds its items from."""
+
+    def __init__(self, images, labels: Sequence[int], shards: dict[int, ClientShard], seeds: dict) -> None:
+        self.images, self.labels, self.shards, self.seeds = images, list(labels), shards, seeds
+
+    def __call__(self, round_index: int, cid: int) -> ClientTrainSet:
+        return ClientTrainSet(self.images, self.labels, self.shards[cid], self.seeds[round_index, cid])
 
 
 class StreamBatches:
@@ -304,6 +341,8 @@ class FederationSettings:
     aggregation: str = "samples"  # the server's client weights: "samples" (n_i) or "uniform" (1)
     batched_training: bool = False  # a round's clients in one pass where the method allows (batched_training.py)
     optimizer_state: str = "per_client"  # "shared": one optimizer for every client-round (client_loop.ClientLoop)
+    schedule_loader: bool = True  # with num_workers > 0 and PIL images: one loader over the whole schedule (loading.py)
+    share_views: bool = True  # augmented batches' frozen features computed once per process (features.ViewFeatures)
 
 
 class FederatedSimulator:
@@ -312,7 +351,7 @@ class FederatedSimulator:
     def __init__(
         self,
         method: FederatedMethod,
-        train_images: LabeledImages | torch.Tensor,
+        train_images: LabeledImages | torch.Tensor | DeviceImages,
         train_labels: Sequence[int],
         class_names: Sequence[str],
         clients: Sequence[ClientShard],
@@ -326,8 +365,10 @@ class FederatedSimulator:
         on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
         federation: str = "fedavg",
         epoch_steps: Sequence[int] | None = None,
+        view_features: ViewFeatures | None = None,
     ) -> None:
         self.method = method
+        self.view_features = view_features  # shared features of augmented views (frozen image tower)
         # fedavg: the method's federation; local / central: no server (benchmark.federation.baselines),
         # central with `epoch_steps`: its one client's steps per local epoch, per round.
         self.federation = federation
@@ -365,6 +406,7 @@ class FederatedSimulator:
         self.server = self._server()  # a fresh one for every `run`
         self._loop = ClientLoop(settings.accelerator, settings.precision, settings.optimizer_state == "shared")
         self._together: BatchedTraining | None = None
+        self._stream: ScheduleStream | None = None  # the run's one loader, where it has one
         self._batching = BatchingProbe(method, "train one by one")
         if settings.batched_training and method.trains and settings.optimizer_state == "shared":
             # one optimizer stepped client after client has no batched equivalent
@@ -398,6 +440,7 @@ class FederatedSimulator:
             result.rounds = list(resume.rounds)
         name = getattr(self.method, "name", type(self.method).__name__)
         bar = _progress(len(self.schedule), "rounds", self.progress, first_round, f"training {name}")
+        self._stream = self._schedule_stream(first_round)
         try:
             for round_index, sampled in enumerate(self.schedule):
                 if round_index < first_round:
@@ -445,6 +488,9 @@ class FederatedSimulator:
                 bar.update()
         finally:
             self._loop.release(method)  # the module leaves the Fabric it trained under
+            if self._stream is not None:
+                self._stream.close()  # its workers end with the run
+                self._stream = None
         bar.close()
         result.client_states, result.final_download_bytes = self.evaluation_states(states)
         return result
@@ -562,6 +608,63 @@ class FederatedSimulator:
             self.method.set_client(None)
         return trained
 
+    def _shared_views(self) -> tuple | None:
+        """What `ClientTrainSet.batch` needs to hand a frozen-image-tower method the features of
+        augmented batches computed once per process: None where it has no say -- features are
+        cached already (no augmentation), the method's image tower trains or is prompted, or
+        workers collate the images (their batches are encoded in the step, as before)."""
+        method, s = self.method, self.settings
+        if self.view_features is None or not s.share_views or not method.frozen_image_features:
+            return None
+        if isinstance(self.train_images, torch.Tensor):
+            return None
+        if isinstance(self.train_images, LabeledImages) and s.num_workers > 0:
+            return None
+        device = method.device
+        mixed = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(s.precision)
+        backend = "device" if isinstance(self.train_images, DeviceImages) else "pil"
+        prefix = (
+            method.backbone.key,
+            method.image_feature_kind,
+            self.train_images.cache_key,
+            backend,
+            str(device),
+            str(mixed),
+        )
+
+        @torch.no_grad()
+        def encode(images: torch.Tensor) -> torch.Tensor:
+            images = images.to(device, non_blocking=True)
+            # the autocast of the training step (Lightning's for the run's precision)
+            with torch.autocast(device.type, dtype=mixed or torch.float32, enabled=mixed is not None):
+                with flops.charge("features"):  # shared by the methods, like the frozen features
+                    return method.encode_images(images)
+
+        return self.view_features, prefix, encode
+
+    def _schedule_stream(self, first_round: int) -> ScheduleStream | None:
+        """One loader over the rounds from `first_round` on, where worker processes decode PIL
+        images (`loading.py`); None where batches come otherwise: cached features or device
+        images (nothing to decode in workers), no workers, batched training (it takes the
+        clients' batches interleaved), a central run's stream of steps."""
+        s = self.settings
+        if not (s.schedule_loader and s.num_workers > 0 and isinstance(self.train_images, LabeledImages)):
+            return None
+        if self._together is not None or self.epoch_steps is not None:
+            return None
+        plan, sizes = [], {}
+        for round_index, sampled in enumerate(self.schedule):
+            if round_index < first_round:
+                continue
+            for cid in sampled:
+                shard, seed = self.clients[cid], self._seeds[round_index, cid]
+                sampler = EpochTaggedSampler(len(shard.train_indices), seed)
+                epochs = [[position for _, position in sampler] for _ in range(s.local_epochs)]
+                plan.append((round_index, cid, epochs))
+                sizes[round_index, cid] = min(s.batch_size, max(1, shard.num_samples))
+        make_set = ClientSets(self.train_images, self.train_labels, self.clients, self._seeds)
+        return ScheduleStream(make_set, plan, sizes, s.num_workers, pin_memory=s.accelerator == "gpu")
+
     def client_data(self, cid: int, round_index: int) -> tuple[ClientBatches, ClientContext]:
         """Client `cid`'s batches and context in round `round_index`, torch seeded for its
         local training: what any loop that trains the client-round starts from."""
@@ -570,9 +673,12 @@ class FederatedSimulator:
         seed = self._seeds[round_index, cid]
         seed_torch(seed)
         dataset = ClientTrainSet(self.train_images, self.train_labels, shard, seed)
+        dataset.shared = self._shared_views()
         batch_size = min(s.batch_size, max(1, shard.num_samples))
         if self.epoch_steps is not None and round_index < len(self.epoch_steps):  # central: the federation's steps
             batches = StreamBatches(dataset, batch_size, seed, self.epoch_steps[round_index])
+        elif self._stream is not None and self._stream.planned(round_index, cid):  # the run's one loader
+            batches = self._stream.batches(round_index, cid)
         else:
             batches = ClientBatches(dataset, batch_size, seed, s.num_workers)
         client = ClientContext(

@@ -30,6 +30,20 @@ def batchable_attention() -> Iterator[None]:
         torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
+@contextlib.contextmanager
+def comparable_kernels() -> Iterator[None]:
+    """Both sides of the probe on the same kernels: attention as matrix products (what the
+    vmapped side runs, `batchable_attention`) and no TF32 (a one-by-one step on cuDNN's TF32
+    convolutions against a batched one without would differ by TF32's rounding, 1e-3)."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with batchable_attention():
+            yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 def stack_states(states: Sequence[State]) -> State:
     """The clients' states stacked along a new leading dimension, key by key."""
     return {k: torch.stack([s[k] for s in states]) for k in states[0]}

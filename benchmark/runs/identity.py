@@ -54,6 +54,7 @@ from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.method import FederatedMethod
 from benchmark.protocol import available_protocols, protocol_class
 from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
+from benchmark.runs.numerics import numerics_identity, run_name_part
 from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir, sentence_frames
 from data.catalog import dataset_info, resolve_data_root
 
@@ -91,7 +92,9 @@ def cell_identity(config: RunConfig) -> dict[str, Any]:
         data[0]["sentence_frames"] = sentence_frames(config.dataset)
     source = {"source_run": Path(config.evaluate_from).name} if config.evaluate_from else {}
     return {
-        "run": {**config.result_key(), "method_args": method_args},
+        # `precision` and `augment_backend` resolved (`auto` -> what this machine runs): a bf16
+        # cell and a 32-true cell of one config are two cells (benchmark.runs.numerics)
+        "run": {**config.result_key(), **numerics_identity(config), "method_args": method_args},
         **source,  # `fedbench evaluate`: the run folder (named by its own identity's hash) whose clients are scored
         "method": method,
         "framework": modules_sha256((*FRAMEWORK_ROOTS, *_protocol_module(config.protocol))),
@@ -406,9 +409,10 @@ def run_name(config: RunConfig) -> str:
     federation = f"_{config.federation}" if config.federation != "fedavg" else ""
     finetuned = f"_ft{config.finetune_epochs}" if config.finetune_epochs else ""
     evaluated = "_evaluated" if config.evaluate_from else ""
+    numerics = run_name_part(config)  # `_bf16`, `_fp16`, `_fp32tf32`; absent for fp32 (names as before)
     return (
         f"{config.method}{federation}{finetuned}{evaluated}_{datasets}{part}_{config.protocol}_{config.shots}shot"
-        f"_seed{config.seed}_{cell_hash(config)}"
+        f"_seed{config.seed}{numerics}_{cell_hash(config)}"
     )
 
 

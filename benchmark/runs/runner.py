@@ -23,7 +23,7 @@ from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.round_selection import RoundSelection, check_round_selection
 from benchmark.evaluation.spread import client_spread
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
-from benchmark.federation.features import FeatureCache
+from benchmark.federation.features import FeatureCache, ViewFeatures
 from benchmark.federation.simulator import (
     FederatedSimulator,
     FederationResult,
@@ -39,6 +39,13 @@ from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_pree
 from benchmark.runs.clients_file import load_clients, save_clients
 from benchmark.runs.identity import cell_hash, prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
+from benchmark.runs.numerics import (
+    apply_tf32,
+    check_numerics,
+    resolved_augment_backend,
+    resolved_device,
+    resolved_precision,
+)
 from benchmark.runs.partition_files import partition_table
 from benchmark.runs.prechecks import check_device, validate_run
 from benchmark.runs.results import (
@@ -54,6 +61,7 @@ from data.attributes import load_class_attributes
 from data.base import DatasetSplits
 from data.catalog import dataset_info, resolve_data_root
 from data.combined import load_datasets
+from data.decoded import DeviceImages
 from data.partition import Partition
 from data.transforms import clip_transforms
 from data.validation import validation_view
@@ -61,6 +69,8 @@ from data.validation import validation_view
 # Frozen features survive across runs in one process (a sweep, the demo): same backbone,
 # same split, same transform -> same features.
 SHARED_FEATURES = FeatureCache()
+# And the frozen features of augmented training views: the same views for every method of a cell's seed.
+SHARED_VIEWS = ViewFeatures()
 
 
 @dataclass
@@ -75,12 +85,12 @@ class RunResult:
 
 def resolve_device(config: RunConfig) -> tuple[str, str]:
     """(torch device, Lightning precision) for the config's `device` and `precision`."""
-    device = config.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    precision = config.precision
-    if precision == "auto":  # the method says what it needs on a GPU (FederatedMethod.gpu_precision)
-        precision = get_method(config.method).gpu_precision if device.startswith("cuda") else "32-true"
+    device = resolved_device(config.device)
+    # auto: the method says what it needs on a GPU (FederatedMethod.gpu_precision); the cell's
+    # identity records the same resolution (benchmark.runs.numerics)
+    precision = resolved_precision(config.method, device, config.precision)
+    if precision == "auto":
+        get_method(config.method)  # not installed here: its MethodError names the fix
     if precision == "16-mixed" and not device.startswith("cuda"):
         # Lightning would train in bf16 instead, while evaluation (autocast_context) ran in fp16.
         raise ConfigError(
@@ -189,6 +199,7 @@ class PreparedRun:
     cache_train: bool
     settings: FederationSettings
     attributes: Any
+    augment_backend: str = "pil"  # who augments the training images (benchmark.runs.numerics)
 
     def simulator(self, progress: bool = False, federation: str | None = None, **hooks) -> FederatedSimulator:
         """The federation of the run's `federation` option (or of `federation`): the method's
@@ -211,6 +222,7 @@ class PreparedRun:
             progress=progress,
             federation=federation,
             epoch_steps=epoch_steps,
+            view_features=SHARED_VIEWS,
             **hooks,
         )
 
@@ -249,6 +261,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
     check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
     device, precision = resolve_device(config)
+    check_numerics(config)
+    apply_tf32(device, config.tf32)  # off unless asked: PyTorch's default allows it in convolutions
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
     if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
@@ -278,6 +292,14 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         needed = sorted({i for c in partition.clients for i in c.train_indices})
         with autocast_context(device, precision):
             train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
+
+    augment_backend = resolved_augment_backend(config, device)
+    if augment_backend == "device" and train_features and not cache_train:
+        # decoded once (cached on disk) and kept on the device; augmented there a batch at a time
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        train_inputs = DeviceImages(
+            dataset.train, needed, device, backbone.image_size, backbone.image_mean, backbone.image_std
+        )
 
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
     settings = FederationSettings(
@@ -310,6 +332,7 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         cache_train,
         settings,
         attributes,
+        augment_backend,
     )
 
 
@@ -490,7 +513,9 @@ def _train_and_evaluate(
         "train_features_cached": run.cache_train,
         **({"attributes_file": attributes.source, "attributes_sha256": attributes.sha256} if attributes else {}),
         "device": device,
-        "precision": precision,
+        # `--tf32` said with the precision: a table's numerics note keeps TF32 cells apart
+        "precision": f"{precision} (tf32)" if config.tf32 and device.startswith("cuda") else precision,
+        **({"augment_backend": run.augment_backend} if config.augment else {}),
         # the loss half of the unstable flag (the zero-shot half is the table's: benchmark.sweeps.tables)
         "health": training_health(round_mean_losses({r.round: r.train_loss for r in rounds})),
     }

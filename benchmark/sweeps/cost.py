@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -28,6 +29,8 @@ from benchmark.backbone import load_backbone
 from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.flops import count_flops
+from benchmark.sweeps import gpu_rate
+from benchmark.sweeps.gpu_rate import measured_rate
 from data.catalog import dataset_info
 
 # The sustained rate the GPU-hour figure assumes: bf16 training of a ViT-B/16 reaches about a
@@ -94,7 +97,21 @@ class PresetCost:
     cells: int = 0
     unknown: list[str] = field(default_factory=list)  # cells whose image counts are not known
 
-    def line(self, rate_tflops: float = SUSTAINED_TFLOPS) -> str:
+    def line(self, rate_tflops: float | None = None, report: Path | None = None) -> str:
+        """`rate_tflops` None: the rate `scripts/gpu_check.sh` measured (`report`, default
+        results/gpu.md, named), else the assumed `SUSTAINED_TFLOPS` (said to be assumed)."""
+        report = gpu_rate.GPU_REPORT if report is None else report
+        measured = measured_rate(report) if rate_tflops is None else None
+        if measured is not None:
+            rate_tflops, at = measured.tflops, f"at {measured.says()}"
+        elif rate_tflops is None:
+            rate_tflops = SUSTAINED_TFLOPS
+            at = (
+                f"at a sustained {rate_tflops:g} TFLOP/s (assumed: no rate measured by scripts/gpu_check.sh "
+                f"in {report.name} yet)"
+            )
+        else:
+            at = f"at a sustained {rate_tflops:g} TFLOP/s"
         hours = self.flops / (rate_tflops * 1e12) / 3600
         rest = (
             f"; {len(self.unknown)} cells not counted ({', '.join(sorted(set(self.unknown)))}: their image counts "
@@ -104,8 +121,7 @@ class PresetCost:
         )
         return (
             f"cost estimate for {self.cells} cells: {_flops(self.flops)} (counted image/text tower passes x the "
-            f"schedule, `benchmark/sweeps/cost.py`), {_hours(hours)} GPU-hours at a sustained {rate_tflops:g} TFLOP/s"
-            + rest
+            f"schedule, `benchmark/sweeps/cost.py`), {_hours(hours)} GPU-hours {at}" + rest
         )
 
 

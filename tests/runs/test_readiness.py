@@ -77,9 +77,22 @@ def test_a_missing_attribute_file_is_not_ready(capsys, tmp_path, fake_data_root)
     assert "cannot start" not in out
 
 
-def test_the_dry_run_prints_a_flop_and_gpu_hour_line(capsys, tmp_path, fake_data_root):
-    out = dry_run(capsys, tmp_path, write_mini_preset(tmp_path, fake_data_root, rounds=1))
-    assert "cost estimate for 2 cells: " in out and "GPU-hours at a sustained 100 TFLOP/s" in out
+def test_the_dry_run_prints_a_flop_and_gpu_hour_line(capsys, tmp_path, fake_data_root, monkeypatch):
+    from benchmark.sweeps import gpu_rate
+
+    monkeypatch.setattr(gpu_rate, "GPU_REPORT", tmp_path / "results" / "gpu.md")  # none measured yet
+    preset = write_mini_preset(tmp_path, fake_data_root, rounds=1)
+    out = dry_run(capsys, tmp_path, preset)
+    assert "cost estimate for 2 cells: " in out and "GPU-hours at a sustained 100 TFLOP/s (assumed: " in out
+    assumed = next(line for line in out.splitlines() if line.startswith("cost estimate"))
+    # scripts/gpu_check.sh wrote a report: the line uses its rate and names it.
+    gpu_rate.GPU_REPORT.parent.mkdir()
+    gpu_rate.GPU_REPORT.write_text("# GPU\n\n" + gpu_rate.rate_comment(25.0, "NVIDIA H200", "2026-12-05") + "\n")
+    out = dry_run(capsys, tmp_path, preset)
+    measured = next(line for line in out.splitlines() if line.startswith("cost estimate"))
+    assert "GPU-hours at the measured 25 TFLOP/s (NVIDIA H200, 2026-12-05, " in measured and "assumed" not in measured
+    hours = [float(line.split("), ")[-1].split(" GPU-hours")[0]) for line in (assumed, measured)]
+    assert hours[1] == pytest.approx(4 * hours[0], rel=0.05)  # a quarter of the rate: four times the hours
 
 
 def test_the_estimate_follows_the_schedule(fake_data_root):
@@ -108,7 +121,7 @@ def test_every_preset_has_a_cost_line(capsys, tmp_path):
     for name in available_presets():
         out = dry_run(capsys, tmp_path, Path(name), "--data-root", str(tmp_path / "empty"))
         line = next(line for line in out.splitlines() if line.startswith("cost estimate for "))
-        assert "FLOP" in line and "GPU-hours at a sustained" in line, (name, line)
+        assert "FLOP" in line and "GPU-hours at " in line, (name, line)
         # FedBN's DomainNet and Office-Caltech10 splits have no published size: counted from the data only.
         assert ("not counted" in line) == (name == "featureshift"), (name, line)
 

@@ -416,6 +416,20 @@ def _batched_evaluation_walls(quick: bool) -> list[dict]:
     return time_batched_evaluation(base, runs)
 
 
+def spread_apart(module, seed: int, scale: float = 0.01) -> None:
+    """Add seeded noise to `module`'s trainable parameters (a client's personal state). The
+    noise is drawn on the CPU, the same numbers on every device, and moved to each parameter's
+    device: adding CPU noise to CUDA parameters crashed scripts/gpu_check.sh (issue 48)."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in module.parameters():
+            if parameter.requires_grad:
+                noise = torch.randn(parameter.shape, generator=generator) * scale
+                parameter.add_(noise.to(parameter.device, parameter.dtype))
+
+
 def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> list[dict]:
     """For each (label, method, method_args) in `runs` on the run settings `base`: a round's
     evaluation of every client timed with batched evaluation on and off, alternated, the
@@ -438,11 +452,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
             run = prepare_run(config, progress=False, train_features=False)
             states = {}
             for client in run.partition.clients:  # personal states, apart from each other
-                generator = torch.Generator().manual_seed(client.client_id)
-                with torch.no_grad():
-                    for parameter in run.method.parameters():
-                        if parameter.requires_grad:
-                            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.01)
+                spread_apart(run.method, client.client_id)
                 states[client.client_id] = run.method.client_state()
 
             def evaluate(batched: bool) -> tuple[float, dict]:

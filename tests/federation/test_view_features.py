@@ -1,0 +1,64 @@
+"""Frozen features of augmented views shared across methods (`features.ViewFeatures`): a view
+depends on (dataset, seed, round, client, epoch, image), never on the method, so methods whose
+image tower is frozen and unprompted take one image-tower pass per batch of views between them,
+and train exactly as if each had encoded its own."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from benchmark import shortcuts
+from benchmark.federation.features import ViewFeatures
+from benchmark.runs import runner
+
+
+def train(config, share: bool, views: ViewFeatures, monkeypatch):
+    monkeypatch.setattr(runner, "SHARED_VIEWS", views)
+    with shortcuts.use(config.shortcuts):
+        run = runner.prepare_run(config, progress=False)
+        run.settings = dataclasses.replace(run.settings, share_views=share)
+        return run.simulator().run()
+
+
+def assert_same_training(a, b):
+    assert [r.train_loss for r in a.rounds] == [r.train_loss for r in b.rounds]
+    for cid, state in a.client_states.items():
+        for key, value in state.items():
+            assert torch.equal(value, b.client_states[cid][key]), (cid, key)
+
+
+@pytest.mark.parametrize("backend", ["pil", pytest.param("device", marks=pytest.mark.slow)])
+def test_methods_share_one_image_tower_pass_per_batch_of_views_exactly(tmp_path, fake_data_root, monkeypatch, backend):
+    def config(method):
+        return tiny_config(
+            fake_data_root, tmp_path, method=method, augment=True, augment_backend=backend, local_epochs=2
+        )
+
+    views = ViewFeatures()
+    promptfl = train(config("promptfl"), True, views, monkeypatch)
+    batches = views.misses
+    assert batches > 0 and views.hits == 0  # every batch of views encoded once
+    adapter = train(config("clip_adapter"), True, views, monkeypatch)
+    assert views.misses == batches and views.hits == batches  # the second method encoded nothing
+    # The same training as each method encoding its own views in its steps.
+    assert_same_training(promptfl, train(config("promptfl"), False, ViewFeatures(), monkeypatch))
+    assert_same_training(adapter, train(config("clip_adapter"), False, ViewFeatures(), monkeypatch))
+
+
+def test_a_method_whose_image_tower_trains_does_not_share(tmp_path, fake_data_root, monkeypatch):
+    views = ViewFeatures()
+    train(tiny_config(fake_data_root, tmp_path, method="pfedmma", augment=True), True, views, monkeypatch)
+    assert views.hits == views.misses == 0
+
+
+def test_the_oldest_batches_leave_first_past_the_budget():
+    views = ViewFeatures(max_bytes=3 * 4 * 4)  # three batches of 4 floats
+    for key in range(4):
+        views.batch(key, lambda: torch.zeros(4))
+    views.batch(0, lambda: torch.zeros(4))  # evicted: computed again
+    views.batch(3, lambda: torch.zeros(4))  # kept
+    assert (views.misses, views.hits) == (5, 1)
