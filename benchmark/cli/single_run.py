@@ -44,6 +44,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
     from benchmark.runs.prechecks import check_device, validate_run
+    from benchmark.runs.readiness import fit_shots_to_data
     from benchmark.runs.reporting import format_summary
     from benchmark.runs.results import (
         check_output_location,
@@ -58,13 +59,16 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     notes = validate_run(config)  # before W&B starts or a backbone is built
     check_device(config.device)  # this machine runs it
     check_weights_reachable(config.backbone, config.pretrained)  # offline: say how to pass a file, now
+    check_output_location(Path(config.out))
+    # Named by the shots its data give, not those asked for (a load writes DomainBed's splits,
+    # as prepare_data would: after the output check, so a refused run writes nothing).
+    config, data_notes = fit_shots_to_data(config)
     print(run_header(config))
     warning = toy_backbone_on_real_data(config)
-    if warning:
-        print(f"warning: {warning}", file=sys.stderr)
+    for line in ([warning] if warning else []) + data_notes:
+        print(f"warning: {line}", file=sys.stderr)
     for note in notes:
         print(f"note: {note}")
-    check_output_location(Path(config.out))
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
     prepare_data(config)  # and the split files it reads
     run_dir = Path(config.out) / run_name(config)
