@@ -41,6 +41,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     A cell whose finished run folder exists is not run again (as `fedbench reproduce`
     skips it): its table is printed from the folder; `force` runs it again."""
     from benchmark.backbone import check_weights_reachable
+    from benchmark.errors import UserError
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
     from benchmark.runs.prechecks import check_device, validate_run
@@ -84,7 +85,9 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
             try:
                 result = run_experiment(config, tracker=tracker, engine=engine)
             except Exception as exc:  # recorded beside the folder: `fedbench runs` lists the cell as failed
-                if tracker.started:  # not a run refused while it was built: it never trained
+                # Not a run refused while it was built, nor one refused for a setting or input the user
+                # fixes (a UserError, exit 2): a refused command leaves the runs folder as it was.
+                if tracker.started and not isinstance(exc, UserError):
                     record_failure(run_dir, f"{exc.__class__.__name__}: {exc}", config.to_dict())
                 raise
     from benchmark.sweeps.compare import run_curves

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    from benchmark.cli.args import add_quiet_argument
+    from benchmark.cli.args import add_protocol_option_flags, add_quiet_argument
 
     p = subparsers.add_parser(
         "evaluate",
@@ -23,21 +23,35 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", default=None, help="folder receiving the new run folder (default: RUN_DIR's folder)")
     p.add_argument("--wandb", default="disabled", help="W&B mode of the evaluation run (default: disabled)")
     p.add_argument("--force", action="store_true", help="score again although the evaluation's run folder exists")
+    # A protocol's own options (--beta ...): with --protocol, they replace its defaults; without
+    # it, they replace the source run's values of its protocol's options.
+    add_protocol_option_flags(p)
     add_quiet_argument(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    import json
     from pathlib import Path
 
+    from benchmark.cli.args import protocol_options_given
     from benchmark.cli.single_run import run_config
     from benchmark.config import ConfigError, build_config, load_yaml
+    from benchmark.runs.clients_file import CLIENTS_FILE
 
     source = Path(args.run_dir)
     if not (source / "summary.json").is_file() or not (source / "config.yaml").is_file():
         raise ConfigError(
             f"{source} is not a finished run folder (no summary.json and config.yaml); pass a folder `fedbench run` "
             "wrote, e.g. runs/promptfl_toy_base2novel_16shot_seed1_<hash> (`fedbench runs` lists them)"
+        )
+    summary = json.loads((source / "summary.json").read_text())
+    if summary.get("trainable_params", 1) and not (source / CLIENTS_FILE).is_file():
+        # Refused here, before a model is built or a folder written (a refusal leaves --out as it was).
+        raise ConfigError(
+            f"{source} holds no {CLIENTS_FILE}, the clients' states its final metrics scored, so there is nothing "
+            "to evaluate: pass a run folder that `fedbench run` wrote and still holds it (a run on Flower keeps "
+            "its clients' states on its clients), or run the cell again with `fedbench run`"
         )
     settings = load_yaml(source / "config.yaml")
     changes = {
@@ -51,6 +65,9 @@ def run(args) -> int:
         # Another protocol takes its own options (its defaults), not the source run's.
         settings.pop("protocol_args", None)
     settings.update({k: v for k, v in changes.items() if v is not None})
+    given = protocol_options_given(args)
+    if given:
+        settings["protocol_args"] = {**settings.get("protocol_args", {}), **given}
     # The scored states are the saved ones: nothing trains again, nothing is fine-tuned again.
     settings.update(evaluate_from=str(source.resolve()), finetune_epochs=0)
     return run_config(build_config(settings), tags=("fedbench evaluate",), force=args.force)

@@ -40,6 +40,7 @@ def run(args) -> int:
     from benchmark.runs.partition_files import partition_table, plot_partition, write_partition_csv
     from data.catalog import resolve_data_root
     from data.combined import load_datasets
+    from data.loaders.domainbed import splits_in_memory
     from data.transforms import clip_transforms
 
     config = build_config(
@@ -55,9 +56,13 @@ def run(args) -> int:
     )
     protocol = get_protocol(config.protocol)
     protocol.check(config)
-    dataset = load_datasets(
-        config.datasets, resolve_data_root(config.data_root), clip_transforms(224, augment=False), config.test_datasets
-    )
+    with splits_in_memory():  # a look at the partition writes nothing into the data root
+        dataset = load_datasets(
+            config.datasets,
+            resolve_data_root(config.data_root),
+            clip_transforms(224, augment=False),
+            config.test_datasets,
+        )
     partition = protocol.partition(dataset, config)
     table = partition_table(partition, dataset.train.labels, dataset.class_names)
     options_text = ", ".join(f"{k}={v}" for k, v in config.protocol_args.items())
