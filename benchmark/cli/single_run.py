@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 
-def run_header(config) -> str:
-    """The first line of a run: what runs, on what, with which backbone and weights."""
+def run_header(config, command: str = "fedbench run") -> str:
+    """The first line of a run: the command, what runs (its kind: `promptfl (local)`), on what,
+    with which backbone and weights."""
+    from benchmark.runs.reporting import config_label
+
     weights = "none (random initialization)" if str(config.pretrained).lower() in ("none", "") else config.pretrained
     return (
-        f"fedbench run: {config.method} on {config.dataset} ({config.protocol}, {config.shots}-shot, seed "
+        f"{command}: {config_label(config)} on {config.dataset} ({config.protocol}, {config.shots}-shot, seed "
         f"{config.seed}), backbone {config.backbone}, weights {weights}"
     )
 
@@ -46,7 +49,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     from benchmark.runs.locks import cell_lock
     from benchmark.runs.prechecks import check_device, validate_run
     from benchmark.runs.readiness import fit_shots_to_data
-    from benchmark.runs.reporting import format_summary
+    from benchmark.runs.reporting import config_label, format_summary
     from benchmark.runs.results import (
         check_output_location,
         is_complete,
@@ -64,7 +67,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     # Named by the shots its data give, not those asked for (a load writes DomainBed's splits,
     # as prepare_data would: after the output check, so a refused run writes nothing).
     config, data_notes = fit_shots_to_data(config)
-    print(run_header(config))
+    print(run_header(config, tags[0]))
     warning = toy_backbone_on_real_data(config)
     for line in ([warning] if warning else []) + data_notes:
         print(f"warning: {line}", file=sys.stderr)
@@ -75,7 +78,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     run_dir = Path(config.out) / run_name(config)
     with cell_lock(run_dir):
         if not force and is_complete(run_dir):  # checked under the lock: another process may just have finished it
-            print(format_summary(read_summary(run_dir), read_timing(run_dir)))
+            print(format_summary(read_summary(run_dir), read_timing(run_dir), config_label(config)))
             print(
                 f"skipped: {run_dir} holds this cell's finished run (the same settings, code and weights); "
                 "its table is above. Pass --force to run it again (it replaces the folder)."
@@ -93,6 +96,6 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     from benchmark.sweeps.compare import run_curves
 
     run_curves(result.run_dir)  # accuracy by round, drawn as `reproduce` draws a table's
-    print(format_summary(result.summary, result.timing))
+    print(format_summary(result.summary, result.timing, config_label(config)))
     print(f"run folder: {result.run_dir}")
     return 0

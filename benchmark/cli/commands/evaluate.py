@@ -13,14 +13,17 @@ def add_parser(subparsers) -> None:
         help="score a finished run's saved clients again (or on another dataset / protocol), without training",
         description="Score the clients a finished `fedbench run` saved (RUN_DIR/clients.pt: the states its final "
         "metrics scored) with the run's settings, or on another --dataset or --protocol, without training. "
-        "Writes a new run folder (NAME_evaluated_...) under --out whose identity names the source run; on the "
+        "Writes a new run folder (NAME_evaluated_...) under --out (default: evaluated/ beside RUN_DIR) whose "
+        "identity names the source run; on the "
         "run's own dataset and protocol its metrics are the run's final metrics.",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a finished run folder (it holds summary.json and clients.pt)")
     p.add_argument("--dataset", default=None, help="score on this dataset instead of the run's (the same clients)")
     p.add_argument("--protocol", default=None, help="score under this protocol instead of the run's")
     p.add_argument("--data-root", default=None, help="the dataset root, when not the run's")
-    p.add_argument("--out", default=None, help="folder receiving the new run folder (default: RUN_DIR's folder)")
+    p.add_argument(
+        "--out", default=None, help="folder receiving the new run folder (default: evaluated/ in RUN_DIR's folder)"
+    )
     p.add_argument("--wandb", default="disabled", help="W&B mode of the evaluation run (default: disabled)")
     p.add_argument("--force", action="store_true", help="score again although the evaluation's run folder exists")
     # A protocol's own options (--beta ...): with --protocol, they replace its defaults; without
@@ -58,7 +61,9 @@ def run(args) -> int:
         "dataset": args.dataset,
         "protocol": args.protocol,
         "data_root": args.data_root,
-        "out": args.out if args.out is not None else str(source.resolve().parent),
+        # Beside the source's folder, not in it: `fedbench runs DIR` lists DIR's runs, and a re-scored
+        # run there read as one more row and one more baseline of the same federation.
+        "out": args.out if args.out is not None else str(source.resolve().parent / "evaluated"),
         "wandb": args.wandb,
     }
     if args.protocol is not None and args.protocol != settings.get("protocol"):
