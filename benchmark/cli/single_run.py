@@ -31,11 +31,33 @@ def toy_backbone_on_real_data(config) -> str:
     real = [d for d in config.datasets + config.test_datasets if not dataset_info(d).generated]
     if not real:
         return ""
+    presets = presets_with(real[0], config.protocol)
+    preset = (
+        f" (or run a preset that holds it: `fedbench reproduce {presets[0]} --datasets {real[0]}`)" if presets else ""
+    )
     return (
         f"backbone {config.backbone} is the suite's small CLIP (for the toy world and tests), but {', '.join(real)} "
-        "is real data: its numbers say nothing about CLIP. For a paper cell pass --backbone ViT-B-16-quickgelu "
-        "--pretrained openai (or run the preset: `fedbench reproduce base2novel --datasets ...`)."
+        f"is real data: its numbers say nothing about CLIP. For a paper cell pass --backbone ViT-B-16-quickgelu "
+        f"--pretrained openai{preset}."
     )
+
+
+def presets_with(dataset: str, protocol: str) -> list[str]:
+    """The presets whose table has `dataset` under `protocol` (those under another protocol after
+    them): the one a warning points to must accept `--datasets dataset` (base2novel has no pacs)."""
+    from benchmark.config import RunConfig
+    from benchmark.sweeps.presets import available_presets, load_preset
+
+    found = []
+    for name in available_presets():
+        try:
+            preset = load_preset(name)
+        except Exception:  # a preset that does not load is reported by `fedbench presets`, not here
+            continue
+        if any(d.get("name") == dataset for d in preset.datasets):
+            # the protocol's own preset first (base2novel before the backbone ablation), then by name
+            found.append((preset.run.get("protocol", RunConfig.protocol) != protocol, name != protocol, name))
+    return [name for *_, name in sorted(found)]
 
 
 def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) -> int:
