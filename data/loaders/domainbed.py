@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 import json
 import random
 import warnings
@@ -120,7 +121,8 @@ class DomainBedSpec:
         return (
             f"{folders} holding {{{names}}}/<class>/* images; per domain a split file "
             f"{first}/split_{self.tag}_<domain>.json (FedMVP's place) or split_{self.tag}_<domain>.json "
-            "(the suite's, made when absent)" + (f"; {self.duplicates} beside them" if self.duplicates else "")
+            "(the suite's, made when absent)"
+            + (f"; {self.duplicates} beside them, if its duplicates are still there" if self.duplicates else "")
         )
 
 
@@ -202,16 +204,50 @@ def split_counts(n: int) -> tuple[int, int, int]:
 
 
 def read_duplicates(spec: DomainBedSpec, root: Path) -> frozenset[str]:
-    """The images to leave out, as paths relative to the dataset folder ('clipart/x/y.jpg')."""
+    """The images to leave out, as paths relative to the dataset folder ('clipart/x/y.jpg'):
+    those DomainBed's list names when it is in the folder, else the exact duplicates found by
+    content (`content_duplicates`). DomainBed's download.py deletes the listed files and keeps
+    no list, so the folder users have holds no list: it must be found all the same."""
     if not spec.duplicates:
         return frozenset()
     path = root / spec.duplicates
-    if not path.is_file():
-        raise DatasetError(
-            f"{spec.name}: {path} is missing: DomainBed's list of the images that duplicate others, left out of "
-            f"every split as DomainBed does. Download it there: curl -o {path} {DUPLICATES_URL}"
-        )
-    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+    if path.is_file():
+        return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+    image_dirs, _ = _classes(spec, root)
+    return content_duplicates(root, tuple(image_dirs[d.name] for d in spec.domains))
+
+
+def content_duplicates(root: Path, image_dirs: tuple[Path, ...]) -> frozenset[str]:
+    """Every image whose bytes equal an earlier one's (by path, sorted), as paths relative to
+    `root`: the first of each set of equal files stays. Only files of equal size are read and
+    hashed, so a folder from which DomainBed's download.py deleted the duplicates costs one
+    listing with sizes. Kept per process for a folder whose listing has not changed."""
+    sizes: dict[int, list[Path]] = {}
+    listing = []
+    for image_dir in image_dirs:
+        for cls in subfolders(image_dir):
+            for path in image_files(image_dir / cls):
+                stat = path.stat()
+                sizes.setdefault(stat.st_size, []).append(path)
+                listing.append((str(path), stat.st_size, stat.st_mtime_ns))
+    key = hashlib.sha256(repr(sorted(listing)).encode()).hexdigest()
+    if key not in _DUPLICATES_FOUND:
+        left_out = set()
+        for same_size in sizes.values():
+            if len(same_size) < 2:
+                continue
+            first: dict[str, Path] = {}
+            for path in sorted(same_size):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                if digest in first:
+                    left_out.add(path.relative_to(root).as_posix())
+                else:
+                    first[digest] = path
+        _DUPLICATES_FOUND[key] = frozenset(left_out)
+    return _DUPLICATES_FOUND[key]
+
+
+_DUPLICATES_FOUND: dict[str, frozenset[str]] = {}
 
 
 def make_domain_split(
@@ -346,10 +382,10 @@ def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
         if domain.name in made:
             path = spec.split_file(root, domain)
             _write_split(spec, path, made[domain.name])
-            written.append(path.name)
+            written.append(str(path))
     warnings.warn(  # a SetupWarning: the CLI prints it as one line, without the code's file and line
         f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
-        f"50/20/30 % per class) and wrote {', '.join(written)} in {root}. Later loads reuse these files.",
+        f"50/20/30 % per class) and wrote {', '.join(written)}. Later loads reuse these files.",
         SetupWarning,
         stacklevel=4,
     )
@@ -429,7 +465,8 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
             n for n in said if not n.startswith("split made by the suite")
         ]
     said += [f"FedMVP's split files for {', '.join(fedmvp)}"] if fedmvp else []
-    said += [f"{removed} images of {spec.duplicates} left out of the splits"] if removed else []
+    found_by = spec.duplicates if (root / spec.duplicates).is_file() else "exact duplicates (by content)"
+    said += [f"{removed} images of {found_by} left out of the splits"] if removed else []
     extra = {"notes": said} if said else {}
     return DatasetSplits(
         spec.name,
@@ -449,8 +486,9 @@ _HOW = {
     "vlcs": "VLCS (DomainBed's copy: https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8).",
     "terra_incognita": "TerraIncognita: Caltech Camera Traps (https://lila.science/datasets/caltech-camera-traps), "
     "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
-    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/), with DomainBed's list of duplicate "
-    f"images ({DUPLICATES_URL}) in the folder.",
+    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/), as DomainBed's download.py leaves it "
+    f"(duplicates deleted), or unpacked with DomainBed's list of duplicate images ({DUPLICATES_URL}) in the folder "
+    "(without it, exact duplicates are found by content).",
 }
 
 

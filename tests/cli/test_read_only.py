@@ -46,7 +46,7 @@ def test_a_run_says_the_split_it_writes_in_one_line(fedbench, tmp_path):
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "no published split" in line]
     assert line.startswith("fedbench: warning: pacs: no published split") and "UserWarning" not in done.stderr
-    assert "wrote split_pacs_artpainting.json" in line
+    assert f"wrote {root / 'PACS' / 'split_pacs_artpainting.json'}" in line
     assert sorted(p.name for p in (root / "PACS").glob("split_*.json")) == [
         "split_pacs_artpainting.json", "split_pacs_cartoon.json", "split_pacs_photo.json", "split_pacs_sketch.json",
     ]  # fmt: skip
