@@ -20,7 +20,7 @@ from benchmark.errors import RunInterrupted, SetupWarning
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
-from benchmark.evaluation.spread import client_spread
+from benchmark.evaluation.spread import client_spread, states_differ
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.simulator import (
@@ -474,7 +474,8 @@ def _train_and_evaluate(
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),
-        **({"spread": spread} if (spread := client_spread(per_client)) else {}),
+        # spread of every metric when the scored models are the clients' own (states_differ)
+        **({"spread": spread} if (spread := client_spread(per_client, states_differ(scored))) else {}),
         **({"evaluated_from": Path(config.evaluate_from).name} if config.evaluate_from else {}),
         "clients": len(partition.clients),
         **counts,
