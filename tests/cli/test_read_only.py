@@ -69,3 +69,17 @@ def test_a_missing_data_root_is_an_error(fedbench, tmp_path):
     done = fedbench("datasets", "--data-root", tmp_path / "nowhere")
     assert done.returncode == 2 and f"--data-root {tmp_path / 'nowhere'}: does not exist" in done.stderr
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_runs_on_a_folder_that_does_not_exist_answers_before_torch_loads(tmp_path):
+    """Issue 50, item 10: `fedbench runs /nowhere` took 7 s (pandas and torch) to say no."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from benchmark.cli import main; rc = main(['runs', sys.argv[1]]); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path / 'nowhere'} is not a folder" in done.stderr
