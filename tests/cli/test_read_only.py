@@ -83,3 +83,18 @@ def test_runs_on_a_folder_that_does_not_exist_answers_before_torch_loads(tmp_pat
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "nowhere")], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert f"{tmp_path / 'nowhere'} is not a folder" in done.stderr
+
+
+def test_flower_refuses_a_local_run_before_torch_loads(tmp_path):
+    """Issue 50, item 10: the refusal of `fedbench flower --federation local` came after 8 s."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from benchmark.cli import main; "
+        "rc = main(['flower', '--method', 'promptfl', '--federation', 'local', '--out', sys.argv[1]]); "
+        "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert "run in process only" in done.stderr and not (tmp_path / "runs").exists()
