@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
+	@echo "installed fedbench (editable, with its pinned dependencies) into $(VENV); next: make demo, make test," \
+		"or $(VENV)/bin/fedbench --help"
 
 install: $(STAMP)
 

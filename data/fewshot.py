@@ -34,3 +34,12 @@ def few_shot_subset(labels: Sequence[int], pool: Iterable[int], shots: int, seed
     pool = sorted(set(pool))
     chosen = few_shot_indices([labels[i] for i in pool], shots, seed)
     return [pool[p] for p in chosen]
+
+
+def images_per_class(labels: Sequence[int], class_ids: Iterable[int]) -> dict[int, int]:
+    """How many of `labels` each class of `class_ids` has (0 for a class with none): the most
+    images a few-shot sample can take of it."""
+    counts: dict[int, int] = defaultdict(int)
+    for label in labels:
+        counts[label] += 1
+    return {c: counts.get(c, 0) for c in sorted(set(class_ids))}

@@ -257,7 +257,7 @@ def _dirichlet_split(labels: Sequence[int], num_clients: int, beta: float, rng, 
     if n < num_clients * min_size:
         raise ValueError(
             f"{n} images cannot give {num_clients} clients at least {min_size} each; "
-            "use fewer clients or a smaller min_size"
+            "use fewer clients (--clients) or a smaller --min-client-size"
         )
     classes = np.unique(labels_arr)
     for _ in range(_MAX_DIRICHLET_DRAWS):
@@ -276,7 +276,7 @@ def _dirichlet_split(labels: Sequence[int], num_clients: int, beta: float, rng, 
             return [sorted(share) for share in shares]
     raise ValueError(
         f"no Dirichlet(beta={beta}) split of {n} images over {num_clients} clients gave every client "
-        f">= {min_size} images in {_MAX_DIRICHLET_DRAWS} draws; raise beta or lower min_size/num_clients"
+        f">= {min_size} images in {_MAX_DIRICHLET_DRAWS} draws; raise --beta or lower --min-client-size or --clients"
     )
 
 

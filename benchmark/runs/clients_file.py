@@ -38,7 +38,9 @@ def load_clients(run_dir: Path, partition: Partition, method: FederatedMethod) -
     if missing:
         raise ConfigError(
             f"{run_dir} saved clients {sorted(saved)}, but this partition has clients {missing[:10]} too: "
-            f"evaluate with as many clients as the run trained ({len(saved)}), e.g. --clients {len(saved)}"
+            f"`fedbench evaluate` scores the run's {len(saved)} clients, so pass a --dataset / --protocol (and its "
+            f"options) whose partition has at most {len(saved)} clients, or run the cell with more clients "
+            "(`fedbench run --clients N`) and evaluate that"
         )
     own = method.client_state()
     for cid in (c.client_id for c in partition.clients):

@@ -10,6 +10,7 @@ dataset is "present" only when both pass.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from benchmark.registry import get_method
 from data.attributes import AttributeFileError, load_class_attributes
 from data.base import DatasetError
 from data.catalog import dataset_info, load_dataset, resolve_data_root
+from data.fewshot import images_per_class
 from data.transforms import clip_transforms
 
 
@@ -78,3 +80,37 @@ def check_attributes(config, class_names: list[str]) -> str:
     except AttributeFileError as exc:
         return str(exc)
     return ""
+
+
+def fit_shots_to_data(config):
+    """(`config` with the shots its data can give, warnings) for one `fedbench run`, before the
+    run is named. A dataset whose every class has fewer training images than `--shots` (a CoOp
+    folder holding 8 per class, run at the default 16) trains on all of them: the same
+    images as `--shots N` with N its largest class, so the run is named and recorded N-shot
+    instead of claiming 16 (the computation is equal: a class with no more images than the
+    shots is taken whole either way). A dataset holding fewer classes than its release is
+    said too. The suite's generated datasets are made with enough images and are not loaded
+    here (their runs keep their names)."""
+    root = resolve_data_root(config.data_root)
+    notes, largest = [], 0
+    for name in dict.fromkeys(config.datasets + config.test_datasets):
+        info = dataset_info(name)
+        if info.generated:
+            return config, []  # a mixture with a generated dataset keeps the shots asked for
+        splits = load_dataset(name, root, clip_transforms(224, augment=False))  # no image is decoded
+        if info.num_classes and len(splits.class_names) < info.num_classes:
+            notes.append(
+                f"{name} holds {len(splits.class_names)} of the release's {info.num_classes} classes: its numbers "
+                "are not the paper's dataset (`fedbench datasets` says what is found)"
+            )
+        if name in config.datasets and not info.test_only:
+            counts = images_per_class(splits.train.labels, range(len(splits.class_names)))
+            largest = max([largest, *counts.values()])
+    if config.shots <= 0 or not largest or largest >= config.shots:
+        return config, notes
+    notes.append(
+        f"--shots {config.shots}, but no class of {'+'.join(config.datasets)} has more than {largest} training "
+        f"images: the run trains on all of them and is named and recorded {largest}-shot (pass --shots {largest} "
+        "to say so, or add images)"
+    )
+    return dataclasses.replace(config, shots=largest), notes

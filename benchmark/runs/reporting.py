@@ -7,19 +7,41 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def format_summary(summary: dict[str, Any], timing: dict[str, Any] | None = None) -> str:
+def run_label(method: str, federation: str = "fedavg", finetune_epochs: int = 0, evaluated: bool = False) -> str:
+    """What kind of run it was, as a table labels its row: `promptfl`, `promptfl (local)`,
+    `promptfl (FT 1)`, `promptfl (evaluated)` (the row axes of benchmark.sweeps.presets)."""
+    kind = [federation] if federation and federation != "fedavg" else []
+    kind += [f"FT {finetune_epochs}"] if finetune_epochs else []
+    kind += ["evaluated"] if evaluated else []
+    return f"{method} ({', '.join(kind)})" if kind else method
+
+
+def config_label(config) -> str:
+    """`run_label` of a RunConfig."""
+    return run_label(config.method, config.federation, config.finetune_epochs, bool(config.evaluate_from))
+
+
+def format_summary(summary: dict[str, Any], timing: dict[str, Any] | None = None, label: str | None = None) -> str:
+    """The table a run prints; `label` names its row (`config_label`; default: the method)."""
     metrics = summary["metrics"]
+    label = label or summary["method"]
+    width = max(len("method"), len(label))  # a long plugin name or label keeps the columns aligned
     header = " | ".join(f"{m:>7}" for m in metrics)
     values = " | ".join(f"{v:7.2f}" for v in metrics.values())
-    title = f"{summary['method']} on {summary['dataset']} ({summary['protocol']}, {summary['shots']}-shot, seed {summary['seed']})"
+    title = f"{label} on {summary['dataset']} ({summary['protocol']}, {summary['shots']}-shot, seed {summary['seed']})"
+    if summary.get("evaluated_from"):  # nothing trained, nothing travelled: say what it scored instead
+        cost = f"the saved clients of {summary['evaluated_from']} scored again; nothing trained or uploaded"
+    else:
+        cost = (
+            f"trainable {summary['trainable_params']:,} params, uploaded {summary['uploaded_params']:,} per "
+            f"client-round; {summary['bytes_up_total']:,} B up, {summary['bytes_down_total']:,} B down in total"
+        )
     return "\n".join(
         [
             title,
-            f"| {'method':<10} | {header} |",
-            f"| {summary['method']:<10} | {values} |",
-            f"trainable {summary['trainable_params']:,} params, uploaded {summary['uploaded_params']:,} per client-round; "
-            f"{summary['bytes_up_total']:,} B up, {summary['bytes_down_total']:,} B down in total"
-            + (f"; {timing['wall_seconds']:.1f} s" if timing else ""),
+            f"| {'method':<{width}} | {header} |",
+            f"| {label:<{width}} | {values} |",
+            cost + (f"; {timing['wall_seconds']:.1f} s" if timing else ""),
         ]
     )
 

@@ -16,12 +16,12 @@ import torch
 from benchmark import flops, shortcuts
 from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
-from benchmark.errors import RunInterrupted
+from benchmark.errors import RunInterrupted, SetupWarning
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.round_selection import RoundSelection, check_round_selection
-from benchmark.evaluation.spread import client_spread
+from benchmark.evaluation.spread import client_spread, states_differ
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
 from benchmark.federation.features import FeatureCache, ViewFeatures
 from benchmark.federation.simulator import (
@@ -62,6 +62,7 @@ from data.base import DatasetSplits
 from data.catalog import dataset_info, resolve_data_root
 from data.combined import load_datasets
 from data.decoded import DeviceImages
+from data.fewshot import images_per_class
 from data.partition import Partition
 from data.transforms import clip_transforms
 from data.validation import validation_view
@@ -118,6 +119,15 @@ def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
             )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
     return load_datasets(config.datasets, resolve_data_root(config.data_root), transforms, config.test_datasets)
+
+
+def classes_short_of_shots(shots: int, train_labels, partition: Partition) -> dict[int, int]:
+    """{class: its training images} for the classes the clients train on that hold fewer
+    images than `shots` (a few-shot sample takes such a class whole); empty for shots 0."""
+    if shots <= 0:
+        return {}
+    trained = {train_labels[i] for client in partition.clients for i in client.train_indices}
+    return {c: n for c, n in images_per_class(train_labels, trained).items() if n < shots}
 
 
 def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:
@@ -483,6 +493,14 @@ def _train_and_evaluate(
             "they are evaluated with the final download and flagged rounds_trained = 0 in metrics.csv"
         )
 
+    short = classes_short_of_shots(config.shots, dataset.train.labels, partition)
+    if short:
+        warnings.warn(
+            f"{len(short)} trained classes have fewer than {config.shots} training images (the fewest: "
+            f"{min(short.values())}): they train on all they have, so this {config.shots}-shot run is not one "
+            "of equal shots per class (`few_shot` in summary.json)",
+            SetupWarning,
+        )
     counts = method.parameter_counts()
     if config.federation != "fedavg":  # local, central: nothing leaves a client
         counts["uploaded_params"] = 0
@@ -493,13 +511,16 @@ def _train_and_evaluate(
         "protocol": config.protocol,
         "shots": config.shots,
         "seed": config.seed,
+        # present only when data fall short: the summaries of runs with enough images stay as they were
+        **({"few_shot": {"classes_short": len(short), "fewest_images": min(short.values())}} if short else {}),
         "config_hash": cell_hash(config),
         "round": final_round if selection.chosen is None else selection.chosen.round,
         **({"select_round": config.select_round} if config.select_round != "final" else {}),
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),
-        **({"spread": spread} if (spread := client_spread(per_client)) else {}),
+        # spread of every metric when the scored models are the clients' own (states_differ)
+        **({"spread": spread} if (spread := client_spread(per_client, states_differ(scored))) else {}),
         **({"evaluated_from": Path(config.evaluate_from).name} if config.evaluate_from else {}),
         "clients": len(partition.clients),
         **counts,

@@ -22,6 +22,7 @@ import pandas as pd
 
 from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, parse_yaml
 from benchmark.runs.checkpoints import read_sidecar
+from benchmark.runs.reporting import config_label
 from benchmark.runs.results import read_failure_record, read_summary, read_timing
 from benchmark.sweeps.plots import round_curves
 from benchmark.sweeps.presets import Cell
@@ -221,17 +222,33 @@ def cells(entries: list[RunEntry]) -> list[Cell]:
     """The finished runs as table cells: one row label per method and setting that differs
     (seed and dataset are the table's own axes), read from the run folders as they are."""
     finished = [e for e in entries if e.state == "finished" and e.config is not None]
-    keys = [k for k in differing(finished) if k not in ("seed", "dataset")]
+    # The run's kind is said as a table says it (`promptfl (local)`, `(FT 1)`, `(evaluated)`), not as
+    # `federation=local, finetune_epochs=1, evaluate_from=/abs/path`; a path never makes a label.
+    keys = [k for k in differing(finished) if k not in ("seed", "dataset", "method", *LABEL_KINDS)]
     out = []
     for e in finished:
         settings = e.settings()
         config = _run_config(e)
         if config is None:
             continue
-        shown = ", ".join(f"{k}={_text(settings[k])}" for k in keys if k in settings and k != "method")
-        label = f"{config.method} ({shown})" if shown else config.method
+        shown = [f"{k}={_short(settings[k])}" for k in keys if k in settings and settings[k] not in ("", None)]
+        label = config_label(config)
+        if shown:
+            label = f"{label[:-1]}, {', '.join(shown)})" if label.endswith(")") else f"{label} ({', '.join(shown)})"
         out.append(Cell(label, config.dataset, (), config, hyperparameters="as run", folder=e.folder))
     return out
+
+
+LABEL_KINDS = ("federation", "finetune_epochs", "evaluate_from")  # said by config_label
+LABEL_VALUE_CHARS = 24
+
+
+def _short(value: Any) -> str:
+    """A setting's value as a row label shows it: a path by its last part, a long value cut."""
+    text = _text(value)
+    if "/" in text:
+        text = Path(text).name
+    return text if len(text) <= LABEL_VALUE_CHARS else text[: LABEL_VALUE_CHARS - 1] + "…"
 
 
 def _run_config(entry: RunEntry) -> RunConfig | None:
@@ -257,8 +274,11 @@ def render(
     if chosen:
         # The paired differences: the headline method's row minus each other, as for a preset
         # (or the first row when no run is of the headline method).
-        labels = [c.label for c in chosen]
-        reference = next((c.label for c in chosen if c.config.method == HEADLINE_METHOD), labels[0])
+        # A row of the method's own federation (not its local / central / +FT / re-scored rows) first.
+        plain = [c for c in chosen if c.label == c.config.method]
+        reference = next(
+            (c.label for c in plain + chosen if c.config.method == HEADLINE_METHOD), (plain or chosen)[0].label
+        )
         rendered = render_cells(chosen, out, title, reference=reference)
         if rendered is not None:
             files.update(rendered[2])
@@ -274,5 +294,5 @@ def run_curves(run_dir: Path) -> Path | None:
     run_config = _run_config(entry)
     if run_config is None:
         return None
-    cell = Cell(run_config.method, run_config.dataset, (), run_config, folder=run_dir)
+    cell = Cell(config_label(run_config), run_config.dataset, (), run_config, folder=run_dir)
     return round_curves([cell], run_dir / "curves.png")

@@ -78,13 +78,15 @@ def method_dashes(labels: Sequence[str]) -> dict[str, str]:
 
 
 def shared_range(values: np.ndarray) -> tuple[float, float]:
-    """One radial range for every axis of a radar panel: the values' min and max, with a
-    margin, widened to whole multiples of 5 within [0, 100]. With one range a ring means
-    the same accuracy on every axis: 66.25 on one axis and 65.83 on another sit side by
-    side, not on the outer ring and at the centre."""
+    """One radial range for every axis of a radar panel, widened to whole multiples of 5
+    within [0, 100]. With one range a ring means the same accuracy on every axis: 66.25 on
+    one axis and 65.83 on another sit side by side, not on the outer ring and at the centre.
+    The centre lies twice the values' spread (at least 20 points) below the lowest value, so
+    the gap between two rows takes at most a third of the radius: a centre just under the
+    lowest value (55 for two runs at 58-62) drew a 4-point gap across the whole radius."""
     low, high = float(np.nanmin(values)), float(np.nanmax(values))
     span = max(high - low, 10.0)
-    return max(0.0, 5 * np.floor((low - 0.15 * span) / 5)), min(100.0, 5 * np.ceil((high + 0.05 * span) / 5))
+    return max(0.0, 5 * np.floor((low - 2 * span) / 5)), min(100.0, 5 * np.ceil((high + 0.05 * span) / 5))
 
 
 def radar(
@@ -157,7 +159,7 @@ def radar_figure(stats: pd.DataFrame, colours: dict[str, str] | None = None, met
     columns = min(4, max(1, (len(handles) + 3) // 4))
     fig.legend(
         list(handles.values()),
-        list(handles),
+        [_wrapped(name) for name in handles],
         loc="upper center",
         bbox_to_anchor=(0.5, 0.02),
         ncol=columns,
@@ -166,6 +168,15 @@ def radar_figure(stats: pd.DataFrame, colours: dict[str, str] | None = None, met
     )
     fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.06)
     return fig
+
+
+LEGEND_CHARS = 40  # a legend entry wider than this wraps: a long label must not widen the figure
+
+
+def _wrapped(label: str) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(label, LEGEND_CHARS, break_on_hyphens=False)) or label
 
 
 MARKERS = ("o", "s", "^", "v", "D", "P", "X", "*", "<", ">", "h", "p", "d", "H", "8")
@@ -187,6 +198,7 @@ def curve_looks(labels: Sequence[str]) -> dict[str, dict]:
     }
 
 
+CURVE_COLUMNS = 4
 MIN_SPAN = 10.0  # accuracy points the y-axis spans at least: a 0.4-point wiggle must not look like a cliff
 
 
@@ -211,12 +223,26 @@ def what_is_averaged(cells: Sequence[Cell]) -> str:
         return f"{cells[0].label} on {config.dataset}, seed {config.seed}: accuracy by round (over its clients)"
     seeds = {c.config.seed for c in cells}
     datasets = {c.dataset for c in cells}
+    # A line is a mean over the seeds and datasets of its own label only: runs of different
+    # labels on different datasets (a folder of single runs) average over neither.
+    pooled: dict[tuple[str, str], tuple[set, set]] = {}
+    for c in cells:
+        line = pooled.setdefault((c.label, c.grid_text), (set(), set()))
+        line[0].add(c.config.seed)
+        line[1].add(c.dataset)
+    pooled_seeds = max(len(s) for s, _ in pooled.values())
+    pooled_datasets = max(len(d) for _, d in pooled.values())
     over = ["clients"]
-    if len(seeds) > 1:
-        over.append(f"{len(seeds)} seeds")
-    if len(datasets) > 1:
-        over.append(f"{len(datasets)} datasets")
-    where = "" if len(datasets) > 1 else f" on {next(iter(datasets))}"
+    if pooled_seeds > 1:
+        over.append(f"{pooled_seeds} seeds")
+    if pooled_datasets > 1:
+        over.append(f"{pooled_datasets} datasets")
+    if len(datasets) == 1:
+        where = f" on {next(iter(datasets))}"
+    elif pooled_datasets == 1:  # each line on one dataset: name them
+        where = f" on {', '.join(sorted(datasets))}" if len(datasets) <= 3 else f" on {len(datasets)} datasets"
+    else:
+        where = ""
     seed = f", seed {next(iter(seeds))}" if len(seeds) == 1 else ""
     return f"Accuracy by round{where}{seed} (mean over {', '.join(over[:-1]) + ' and ' if len(over) > 1 else ''}{over[-1]})"
 
@@ -247,27 +273,49 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
     plt = _pyplot()
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 4), squeeze=False)
-    for ax, metric in zip(axes[0], metrics):
+    # At most CURVE_COLUMNS panels a row: nine metrics in one row made a figure 4,869 px wide.
+    columns = min(CURVE_COLUMNS, len(metrics))
+    rows_of_panels = -(-len(metrics) // columns)
+    fig, axes = plt.subplots(rows_of_panels, columns, figsize=(4.5 * columns, 3.8 * rows_of_panels), squeeze=False)
+    handles: dict[str, object] = {}  # one legend entry per line, whichever panels it is drawn in
+    for ax, metric in zip(axes.flat, metrics):
         part = data[data["metric"] == metric]
         for (label, grid), rows in part.groupby(["label", "grid"], sort=False):
-            ax.plot(
+            name = f"{label} ({grid})" if grid else label
+            (line,) = ax.plot(
                 rows["round"],
                 rows["value"],
                 color=colours.get(label),
                 linestyle=styles[grid],
                 **looks[label],
-                label=f"{label} ({grid})" if grid else label,
+                label=name,
             )
+            handles.setdefault(name, line)
         ax.set_title(metric)
         ax.set_xlabel("round")
         ax.set_ylabel("accuracy (%)")
         ax.set_ylim(*y_range(part["value"].to_numpy(dtype=float)))
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    if data["label"].nunique() > 1 or data["grid"].nunique() > 1:
-        axes[0][-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+        rounds = sorted(set(part["round"]))
+        if len(rounds) <= 12:  # the evaluated rounds themselves: no 0.5 ticks around a single round
+            ax.set_xticks(rounds)
+            if len(rounds) == 1:
+                ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in list(axes.flat)[len(metrics) :]:
+        ax.set_visible(False)
     fig.suptitle(what_is_averaged(finished))
     fig.tight_layout()
+    if len(handles) > 1:
+        fig.legend(
+            list(handles.values()),
+            [_wrapped(name) for name in handles],
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(4, len(handles)),
+            fontsize=8,
+            frameon=False,
+        )
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -87,6 +87,21 @@ class SweepPlan:
             counts[1] += cell in self.done
         for name, (total, done) in by_dataset.items():
             lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {self.data_status(name)}")
+        # The cells that cannot start, grouped by what they need ("21 cells need sun397"); one line
+        # per cell (168 for Table 1, before any summary) only when asked (`--cells`).
+        need: dict[str, int] = {}
+        blocked = 0
+        for cell in self.todo:
+            lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
+            for d in lacking:
+                need[d] = need.get(d, 0) + 1
+            blocked += not lacking and needs_key(cell) in self.blocked
+        waiting = self.cannot_start()
+        if waiting:
+            lines.append(f"{waiting} of the {len(self.todo)} cells to run cannot start:")
+            lines.extend(f"  {n} cells need {d}" for d, n in need.items())
+            if blocked:
+                lines.append(f"  {blocked} cells lack another input (cells that cannot start, below)")
         if every_cell:
             lines.append("cells (label | dataset | grid | target | seed | status):")
             for cell in self.cells:
@@ -138,6 +153,11 @@ class SweepPlan:
         if partial:
             said.append(f"NOT READY for the paper's table: {'; '.join(partial)}")
         return "; ".join(said) or "present"
+
+    def cannot_start(self) -> int:
+        """How many of the cells to run would not start: missing or unready data, a missing
+        input (an attribute file), or a method that cannot run."""
+        return sum(1 for c in self.todo if not self.can_run(c) or c.label in self.invalid)
 
     def can_run(self, cell: Cell) -> bool:
         if needs_key(cell) in self.blocked:

@@ -31,6 +31,9 @@ accepted (OfficeHome `Art` ... `Real World`, VLCS `Caltech101` ... `VOC2007`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import json
 import random
 import warnings
@@ -38,6 +41,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmark.errors import SetupWarning
 from benchmark.files import atomic_write
 from data.base import DatasetError, DatasetSplits, FileImages
 from data.loaders.image_folders import image_files, subfolders
@@ -51,6 +55,19 @@ DUPLICATES_URL = (  # the suite leaves them out of every split
     "https://raw.githubusercontent.com/facebookresearch/DomainBed/main/domainbed/misc/domain_net_duplicates.txt"
 )
 FRACTIONS = (0.5, 0.2)  # train, val; the rest is test
+# False inside `splits_in_memory()`: a load makes the missing splits without writing them.
+_WRITE_SPLITS = contextvars.ContextVar("fedbench_write_domainbed_splits", default=True)
+
+
+@contextlib.contextmanager
+def splits_in_memory():
+    """Loads inside make a domain's missing split in memory (the same split a run writes) and
+    write nothing: `fedbench datasets` lists and counts without touching the data root."""
+    token = _WRITE_SPLITS.set(False)
+    try:
+        yield
+    finally:
+        _WRITE_SPLITS.reset(token)
 
 
 @dataclass(frozen=True)
@@ -104,7 +121,8 @@ class DomainBedSpec:
         return (
             f"{folders} holding {{{names}}}/<class>/* images; per domain a split file "
             f"{first}/split_{self.tag}_<domain>.json (FedMVP's place) or split_{self.tag}_<domain>.json "
-            "(the suite's, made when absent)" + (f"; {self.duplicates} beside them" if self.duplicates else "")
+            "(the suite's, made when absent)"
+            + (f"; {self.duplicates} beside them, if its duplicates are still there" if self.duplicates else "")
         )
 
 
@@ -186,16 +204,50 @@ def split_counts(n: int) -> tuple[int, int, int]:
 
 
 def read_duplicates(spec: DomainBedSpec, root: Path) -> frozenset[str]:
-    """The images to leave out, as paths relative to the dataset folder ('clipart/x/y.jpg')."""
+    """The images to leave out, as paths relative to the dataset folder ('clipart/x/y.jpg'):
+    those DomainBed's list names when it is in the folder, else the exact duplicates found by
+    content (`content_duplicates`). DomainBed's download.py deletes the listed files and keeps
+    no list, so the folder users have holds no list: it must be found all the same."""
     if not spec.duplicates:
         return frozenset()
     path = root / spec.duplicates
-    if not path.is_file():
-        raise DatasetError(
-            f"{spec.name}: {path} is missing: DomainBed's list of the images that duplicate others, left out of "
-            f"every split as DomainBed does. Download it there: curl -o {path} {DUPLICATES_URL}"
-        )
-    return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+    if path.is_file():
+        return frozenset(line.strip() for line in path.read_text().splitlines() if line.strip())
+    image_dirs, _ = _classes(spec, root)
+    return content_duplicates(root, tuple(image_dirs[d.name] for d in spec.domains))
+
+
+def content_duplicates(root: Path, image_dirs: tuple[Path, ...]) -> frozenset[str]:
+    """Every image whose bytes equal an earlier one's (by path, sorted), as paths relative to
+    `root`: the first of each set of equal files stays. Only files of equal size are read and
+    hashed, so a folder from which DomainBed's download.py deleted the duplicates costs one
+    listing with sizes. Kept per process for a folder whose listing has not changed."""
+    sizes: dict[int, list[Path]] = {}
+    listing = []
+    for image_dir in image_dirs:
+        for cls in subfolders(image_dir):
+            for path in image_files(image_dir / cls):
+                stat = path.stat()
+                sizes.setdefault(stat.st_size, []).append(path)
+                listing.append((str(path), stat.st_size, stat.st_mtime_ns))
+    key = hashlib.sha256(repr(sorted(listing)).encode()).hexdigest()
+    if key not in _DUPLICATES_FOUND:
+        left_out = set()
+        for same_size in sizes.values():
+            if len(same_size) < 2:
+                continue
+            first: dict[str, Path] = {}
+            for path in sorted(same_size):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                if digest in first:
+                    left_out.add(path.relative_to(root).as_posix())
+                else:
+                    first[digest] = path
+        _DUPLICATES_FOUND[key] = frozenset(left_out)
+    return _DUPLICATES_FOUND[key]
+
+
+_DUPLICATES_FOUND: dict[str, frozenset[str]] = {}
 
 
 def make_domain_split(
@@ -243,10 +295,11 @@ def _write_split(spec: DomainBedSpec, path: Path, split: dict) -> None:
         ) from None
 
 
-def _read_split(spec: DomainBedSpec, path: Path, classes: list[str]) -> tuple[dict, bool]:
-    """(train, val and test rows, whether the suite made the file); "val" may be absent."""
+def _read_split(spec: DomainBedSpec, path: Path, classes: list[str], split: dict | None = None) -> tuple[dict, bool]:
+    """(train, val and test rows, whether the suite made the file); "val" may be absent.
+    `split`: the file's content already in memory (a split made and not written)."""
     try:
-        split = json.loads(path.read_text())
+        split = json.loads(path.read_text()) if split is None else split
         parts = {"train": split["train"], "val": split.get("val", []), "test": split["test"]}
         rows = {part: [(str(r[0]), int(r[1]), str(r[2])) for r in entries] for part, entries in parts.items()}
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, IndexError) as exc:
@@ -306,22 +359,34 @@ def split_source(spec: DomainBedSpec, root: Path, domain: Domain) -> SplitSource
     return SplitSource(suite, root, "the suite") if suite.is_file() else None
 
 
-def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
-    """Make and write the split file of every domain that has none (a warning names them)."""
+def missing_splits(spec: DomainBedSpec, root: Path) -> dict[str, dict]:
+    """{domain: the split the suite makes for it} for every domain without a split file."""
     if all(split_source(spec, root, d) is not None for d in spec.domains):
-        return
+        return {}
     leave_out = read_duplicates(spec, root)
     image_dirs, classes = _classes(spec, root)
+    return {
+        domain.name: make_domain_split(spec, root, domain, image_dirs[domain.name], classes, leave_out)
+        for domain in spec.domains
+        if split_source(spec, root, domain) is None
+    }
+
+
+def write_missing_splits(spec: DomainBedSpec, root: Path) -> None:
+    """Make and write the split file of every domain that has none (a warning names them)."""
+    made = missing_splits(spec, root)
+    if not made:
+        return
     written = []
     for domain in spec.domains:
-        path = spec.split_file(root, domain)
-        if split_source(spec, root, domain) is None:
-            split = make_domain_split(spec, root, domain, image_dirs[domain.name], classes, leave_out)
-            _write_split(spec, path, split)
+        if domain.name in made:
+            path = spec.split_file(root, domain)
+            _write_split(spec, path, made[domain.name])
             written.append(str(path))
-    warnings.warn(
+    warnings.warn(  # a SetupWarning: the CLI prints it as one line, without the code's file and line
         f"{spec.name}: no published split; the suite made one per domain (seed {SPLIT_SEED}, train/val/test "
         f"50/20/30 % per class) and wrote {', '.join(written)}. Later loads reuse these files.",
+        SetupWarning,
         stacklevel=4,
     )
 
@@ -350,15 +415,20 @@ def inspect_domainbed(spec: DomainBedSpec, root: Path) -> list[str]:
 
 
 def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms) -> DatasetSplits:
-    write_missing_splits(spec, root)
+    in_memory = {}
+    if _WRITE_SPLITS.get():
+        write_missing_splits(spec, root)
+    else:
+        in_memory = missing_splits(spec, root)
     leave_out = read_duplicates(spec, root)
     _, classes = _classes(spec, root)
     rows: dict[str, list[tuple[Path, int, str]]] = {"train": [], "val": [], "test": []}
     notes, fedmvp, removed = [], [], 0
     for domain in spec.domains:
         source = split_source(spec, root, domain)
-        assert source is not None  # written above
-        split, made_by_suite = _read_split(spec, source.path, classes)
+        if source is None:  # made in memory, not written (splits_in_memory)
+            source = SplitSource(spec.split_file(root, domain), root, "the suite")
+        split, made_by_suite = _read_split(spec, source.path, classes, in_memory.get(domain.name))
         if made_by_suite:
             notes.append(domain.name)
         if source.whose == "FedMVP":
@@ -390,8 +460,13 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
             cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
         )
     said = [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"] if notes else []
+    if in_memory:  # `fedbench datasets`: counted from the split a run would make, nothing written
+        said = [f"no split yet (a run writes split_{spec.tag}_<domain>.json)"] + [
+            n for n in said if not n.startswith("split made by the suite")
+        ]
     said += [f"FedMVP's split files for {', '.join(fedmvp)}"] if fedmvp else []
-    said += [f"{removed} images of {spec.duplicates} left out of the splits"] if removed else []
+    found_by = spec.duplicates if (root / spec.duplicates).is_file() else "exact duplicates (by content)"
+    said += [f"{removed} images of {found_by} left out of the splits"] if removed else []
     extra = {"notes": said} if said else {}
     return DatasetSplits(
         spec.name,
@@ -411,8 +486,9 @@ _HOW = {
     "vlcs": "VLCS (DomainBed's copy: https://drive.google.com/uc?id=1skwblH1_okBwxWxmRsp9_qi15hyPpxg8).",
     "terra_incognita": "TerraIncognita: Caltech Camera Traps (https://lila.science/datasets/caltech-camera-traps), "
     "locations 38, 43, 46, 100 and 10 classes as DomainBed selects them.",
-    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/), with DomainBed's list of duplicate "
-    f"images ({DUPLICATES_URL}) in the folder.",
+    "domainnet_full": "DomainNet, all 345 classes (http://ai.bu.edu/M3SDA/), as DomainBed's download.py leaves it "
+    f"(duplicates deleted), or unpacked with DomainBed's list of duplicate images ({DUPLICATES_URL}) in the folder "
+    "(without it, exact duplicates are found by content).",
 }
 
 

@@ -58,6 +58,17 @@ def test_evaluate_gives_the_runs_own_metrics_and_another_datasets(fedbench, toy_
     summary = json.loads((scored / "summary.json").read_text())
     assert summary["protocol"] == "dirichlet" and set(summary["metrics"]) == {"Acc"}
 
+    # ... and its options are flags of evaluate too (issue 50, item 5: "unrecognized arguments: --beta")
+    done = fedbench("evaluate", source, "--protocol", "dirichlet", "--beta", "0.3")
+    assert done.returncode == 0, done.stderr
+    (beta,) = [d for d in finished(out).values() if "_dirichlet_" in d.name and d != scored]
+    assert yaml.safe_load((beta / "config.yaml").read_text())["protocol_args"]["beta"] == 0.3
+    done = fedbench("evaluate", source, "--protocol", "dirichlet", "--beta", "0.5")  # the default: the cell above
+    assert done.returncode == 0 and "skipped:" in done.stdout and str(scored) in done.stdout
+    done = fedbench("evaluate", source, "--protocol", "dirichlet", "--beta", "0")
+    assert done.returncode == 2 and "beta" in done.stderr and "Traceback" not in done.stderr
+    assert "--clients" not in done.stderr  # evaluate has no --clients to point to
+
 
 def test_evaluate_refuses_a_folder_that_is_no_finished_run(fedbench, tmp_path):
     done = fedbench("evaluate", tmp_path)

@@ -399,7 +399,12 @@ def test_fedmvp_base2new_dry_run_lists_every_cell_and_the_missing_data(tmp_path,
     from benchmark.sweeps.presets import load_preset
 
     nodata = tmp_path / "nodata"
-    assert main(["reproduce", "fedmvp_base2new", "--dry-run", "--data-root", str(nodata), "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            ["reproduce", "fedmvp_base2new", "--dry-run", "--cells", "--data-root", str(nodata), "--out", str(tmp_path)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     preset = load_preset("fedmvp_base2new")
     n_cells = len(preset.methods) * len(preset.seeds)

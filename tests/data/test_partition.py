@@ -329,3 +329,11 @@ def test_a_protocol_declaration_is_checked_at_registration():
     with pytest.raises(ValueError, match="headline 'HM' must be one of its metrics"):
         register_protocol("no_headline")(NoHeadline)
     assert not {"bad_default", "no_headline"} & set(available_protocols())
+
+
+def test_too_many_clients_names_the_flags_to_change():
+    """Issue 50, item 10: the error named `min_size`, a name no flag has (--min-client-size)."""
+    from data.partition import dirichlet_partition
+
+    with pytest.raises(ValueError, match=r"use fewer clients \(--clients\) or a smaller --min-client-size"):
+        dirichlet_partition([0, 1] * 10, [0, 1], num_clients=5000, beta=0.5, seed=1)

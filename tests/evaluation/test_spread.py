@@ -51,3 +51,24 @@ def test_a_run_records_its_spread(fedbench, fake_data_root, tmp_path):
     done = fedbench("runs", tmp_path / "runs", "--spread")
     assert done.returncode == 0
     assert all(f"{m} std" in done.stdout for m in summary.get("spread", {}))
+
+
+def test_equal_values_of_personal_models_have_a_spread_of_0():
+    """Issue 50, item 10: pFedMMA's clients keep personal parts, but when their Base came out
+    equal the spread read '–', as for a method whose clients share one model."""
+    import torch
+
+    from benchmark.evaluation.spread import states_differ
+
+    per_client = {0: {"Local": 80.0, "Base": 70.0}, 1: {"Local": 60.0, "Base": 70.0}}
+    assert "Base" not in client_spread(per_client)
+    assert client_spread(per_client, personal=True)["Base"] == {"std": 0.0, "worst_client": 0, "worst": 70.0}
+    shared = {"ctx": torch.ones(2)}
+    assert not states_differ({0: shared, 1: dict(shared)})
+    assert states_differ({0: shared, 1: {"ctx": torch.tensor([1.0, 2.0])}})
+
+
+def test_a_personal_method_records_the_spread_of_base_and_novel(fedbench, fake_data_root, tmp_path):
+    # pFedMMA at its paper lr over 2 rounds: adapters barely move, yet they are each client's own.
+    summary = run_tiny_cell(fedbench, "pfedmma", fake_data_root, tmp_path / "runs")
+    assert {"Local", "Base", "Novel"} <= set(summary["spread"])

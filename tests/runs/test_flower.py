@@ -253,7 +253,7 @@ def test_flower_prints_its_rounds_and_results_once_and_nothing_else(toy_test_che
     assert len(set(lines)) == len(lines), lines
     assert not [line for line in lines if re.search(r"DEBUG|WARNING|Warning|DEPRECATED", line)], lines
     # the run header (what runs, on which backbone and weights), then the round bar
-    assert lines[0].startswith("fedbench run: promptfl on toy") and "weights fedbench-toy-test" in lines[0]
+    assert lines[0].startswith("fedbench flower: promptfl on toy") and "weights fedbench-toy-test" in lines[0]
     assert lines[1].startswith("training promptfl: 0/2 rounds")
     assert [line for line in lines if line.startswith("training promptfl: 2/2 rounds (100%)")]
     assert lines[-1].startswith("run folder: ")

@@ -57,8 +57,9 @@ def _fedmvp_preset(folder: Path, data_root: Path, attributes: Path) -> Path:
 
 def test_a_missing_attribute_file_is_not_ready(capsys, tmp_path, fake_data_root):
     preset = _fedmvp_preset(tmp_path, fake_data_root, tmp_path / "attributes")
-    out = dry_run(capsys, tmp_path, preset)
+    out = dry_run(capsys, tmp_path, preset, "--cells")
     assert "NOT READY for 1 cells" in section_line(out, "dtd")
+    assert "1 of the 2 cells to run cannot start:\n  1 cells lack another input" in out
     cells = [line for line in out.splitlines() if " | dtd | " in line]
     assert any(line.startswith("  fedmvp") and "cannot start: no attribute file" in line for line in cells)
     assert any(line.startswith("  zeroshot") and line.endswith("to run") for line in cells)

@@ -161,7 +161,11 @@ def test_a_radar_has_one_radial_range_and_its_legend_covers_no_axis_label():
 def test_the_axis_range_helpers():
     from benchmark.sweeps.plots import MIN_SPAN, shared_range, y_range
 
-    assert shared_range(np.array([65.83, 66.25])) == (60.0, 70.0)  # ten points at least, whole fives
+    # whole fives; the centre twice the spread (at least 20 points) below the lowest value (issue 50:
+    # a centre at 55 for two runs at 58-62 drew their 4-point gap across the whole radius)
+    assert shared_range(np.array([65.83, 66.25])) == (45.0, 70.0)
+    low, high = shared_range(np.array([58.0, 62.0]))
+    assert (low, high) == (35.0, 65.0) and (62 - 58) / (high - low) < 1 / 3
     assert shared_range(np.array([1.0, 99.5])) == (0.0, 100.0)
     low, high = y_range([66.25, 66.65])  # a 0.4-point change must not fill the panel
     assert high - low == pytest.approx(MIN_SPAN) and low < 66.25 and high > 66.65

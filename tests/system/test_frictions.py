@@ -154,6 +154,7 @@ def test_methods_and_datasets_list_without_torch_from_the_second_call(tmp_path):
 
     env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache"), "FEDBENCH_PLUGINS": ""}
     empty = tmp_path / "data"
+    empty.mkdir()  # an empty data root (a --data-root that does not exist is an error: issue 50, item 8)
     first = [
         subprocess.run(
             [sys.executable, "-m", "benchmark.cli", *argv], capture_output=True, text=True, env=env, timeout=300

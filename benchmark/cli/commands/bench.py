@@ -61,10 +61,10 @@ def run(args) -> int:
     import os
     import platform
     import time
-    from pathlib import Path
 
     import torch
 
+    from benchmark.cli.outputs import check_output_file
     from benchmark.progress import progress_bar
     from benchmark.sweeps import perf
 
@@ -79,7 +79,7 @@ def run(args) -> int:
     if args.memory_only:
         print(memory_section(methods, backbone))
         return 0
-    out = Path(args.out)
+    out = check_output_file(args.out, "--out")  # before minutes of work (benchmark/cli/outputs.py)
     print(announce(out, args.quick), flush=True)
     configs = _overhead_configs(args.quick)
     # One bar over the steps: redirected, it prints a line every 30 s within a long step too.

@@ -108,6 +108,7 @@ def dataset_status(name: str, root: Path) -> dict:
     from benchmark.cli.listing import listing_entry
     from data.base import DatasetError
     from data.catalog import all_datasets, load_dataset
+    from data.loaders.domainbed import splits_in_memory
     from data.transforms import clip_transforms
 
     info = all_datasets()[name]
@@ -115,7 +116,8 @@ def dataset_status(name: str, root: Path) -> dict:
     if row["status"]:  # generated or missing: nothing to load
         return row
     try:
-        splits = load_dataset(name, root, clip_transforms(224, augment=False))
+        with splits_in_memory():  # a listing writes nothing into the data root (DomainBed's splits)
+            splits = load_dataset(name, root, clip_transforms(224, augment=False))
     except DatasetError as exc:
         message = str(exc).replace(f"{root}/", "")  # paths relative to the data root keep the note short
         row.update(status="incomplete", **{"folder / note": _shorten(message)})
@@ -141,11 +143,20 @@ def run_datasets(args: argparse.Namespace) -> int:
     from data.catalog import default_data_root
 
     root = Path(args.data_root or default_data_root()).expanduser()
+    if args.data_root is not None and not root.is_dir():
+        from benchmark.errors import UserError
+
+        # A mistyped root would list every dataset as missing and exit 0: say what is wrong.
+        raise UserError(
+            f"--data-root {root}: {'is not a folder' if root.exists() else 'does not exist'}; pass the folder "
+            "holding your datasets (dtd/, PACS/, ...), or leave --data-root out for $FEDBENCH_DATA or "
+            "~/.cache/fedbench/data"
+        )
     rows = []
     for name, entry in listing.datasets().items():  # without torch until a dataset's folder exists
         row = listed_status(name, entry, root)
         rows.append(row if row["status"] else dataset_status(name, root))
-    print(f"data root: {root}")
+    print(f"data root: {root}" + ("" if root.is_dir() else " (does not exist yet: nothing downloaded there)"))
     print(text_table(rows))
     missing = [r["dataset"] for r in rows if r["status"] in ("missing", "incomplete")]
     if missing:

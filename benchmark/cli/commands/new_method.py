@@ -44,6 +44,8 @@ def in_fedbench_checkout(folder: Path) -> bool:
 
 
 def run(args) -> int:
+    from benchmark.cli.outputs import check_output_folder
+
     name = args.name
     if args.out is None and not in_fedbench_checkout(Path.cwd()):
         package = write_package(name, Path.cwd())
@@ -56,6 +58,7 @@ def run(args) -> int:
             f"`fedbench run --method {module}:{class_name(name)} ...`"
         )
         return 0
+    check_output_folder(args.out or "methods", "--out")  # a file in the way: exit 2, not a traceback
     path = write_skeleton(name, Path(args.out or "methods"))
     print(f"wrote {path}")
     print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-toy-vit`")

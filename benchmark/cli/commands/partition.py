@@ -32,14 +32,14 @@ def argparse_default(name: str):
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     from benchmark.cli.args import protocol_options_given
+    from benchmark.cli.outputs import check_output_file, figure_formats, make_parent
     from benchmark.config import build_config
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.runs.partition_files import partition_table, plot_partition, write_partition_csv
     from data.catalog import resolve_data_root
     from data.combined import load_datasets
+    from data.loaders.domainbed import splits_in_memory
     from data.transforms import clip_transforms
 
     config = build_config(
@@ -53,11 +53,18 @@ def run(args) -> int:
         },
         protocol_options_given(args),
     )
+    # The output paths before the data loads: a wrong name or format is exit 2, not a traceback.
+    plot = check_output_file(args.plot, "--plot", figure_formats()) if args.plot else None
+    csv_file = check_output_file(args.csv, "--csv", ["csv"]) if args.csv else None
     protocol = get_protocol(config.protocol)
     protocol.check(config)
-    dataset = load_datasets(
-        config.datasets, resolve_data_root(config.data_root), clip_transforms(224, augment=False), config.test_datasets
-    )
+    with splits_in_memory():  # a look at the partition writes nothing into the data root
+        dataset = load_datasets(
+            config.datasets,
+            resolve_data_root(config.data_root),
+            clip_transforms(224, augment=False),
+            config.test_datasets,
+        )
     partition = protocol.partition(dataset, config)
     table = partition_table(partition, dataset.train.labels, dataset.class_names)
     options_text = ", ".join(f"{k}={v}" for k, v in config.protocol_args.items())
@@ -69,10 +76,10 @@ def run(args) -> int:
     for client, row in zip(partition.clients, table["counts"]):
         held = sum(1 for count in row if count)
         print(f"{client.client_id:>6}  {sum(row):>6}  {held:>12}")
-    if args.csv:
-        write_partition_csv(table, Path(args.csv))
-        print(f"wrote {args.csv}")
-    if args.plot:
-        plot_partition(table, Path(args.plot), f"{config.protocol} on {config.dataset}, seed {config.seed}")
-        print(f"wrote {args.plot}")
+    if csv_file:
+        write_partition_csv(table, make_parent(csv_file))
+        print(f"wrote {csv_file}")
+    if plot:
+        plot_partition(table, make_parent(plot), f"{config.protocol} on {config.dataset}, seed {config.seed}")
+        print(f"wrote {plot}")
     return 0

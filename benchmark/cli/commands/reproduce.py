@@ -33,9 +33,17 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="list every cell, which are done, the data that is missing or not ready (split files, class counts, "
-        "attribute files) with how to get it, and the table's estimated FLOPs and GPU-hours",
+        help="plan only: the cells per dataset, which are done, the data that is missing or not ready (split "
+        "files, class counts, attribute files) with how to get it, and the table's estimated FLOPs and GPU-hours; "
+        "exits 0 whatever it finds (a plan, not a check: see --check)",
     )
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="the dry run, exiting 3 when a cell to run cannot start (missing or unready data, a missing attribute "
+        "file, a method that cannot run) and 0 when every one can: for scripts",
+    )
+    p.add_argument("--cells", action="store_true", help="with --dry-run / --check: one line per cell and its status")
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument(
@@ -133,6 +141,8 @@ def run(args) -> int:
     from benchmark.sweeps.sweep import needed_datasets, plan_sweep, run_sweep
     from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_notes
 
+    if args.check:
+        args.dry_run = True  # a check is a dry run with an exit code
     executor = make_executor(args)
     preset = load_preset(args.table)
     full_table = Path(args.results or Path("results") / preset.name)
@@ -151,13 +161,22 @@ def run(args) -> int:
     results = full_table if args.results or not subset else Path(overrides["out"]) / SUBSET_TABLE
     plan = plan_sweep(preset, cells, force=args.force, shown=shown)
     plan.overrides = parse_set(args.set)
-    print(plan.describe(every_cell=args.dry_run))
+    print(plan.describe(every_cell=args.cells))
     if results != full_table:
         print(
             f"a subset of {preset.name} ({', '.join(subset)}): its table goes to {results}, not {full_table} "
             f"(the preset's full table); pass --results {full_table} to render it there"
         )
     if args.dry_run:
+        if not args.cells and plan.cells:
+            print("(--cells lists every cell and its status)")
+        if args.check and plan.cannot_start():
+            print(
+                f"fedbench reproduce --check: {plan.cannot_start()} of the {len(plan.todo)} cells to run cannot "
+                "start (above); exit 3",
+                file=sys.stderr,
+            )
+            return 3
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))

@@ -48,6 +48,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from benchmark.cli.outputs import check_output_folder
     from benchmark.config import ConfigError
 
     root = Path(args.dir)
@@ -55,8 +56,12 @@ def run(args) -> int:
         f"no runs under {root}: a run folder holds summary.json (finished), a round checkpoint "
         ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs"
     )
-    if root.is_dir() and not any(_could_be_a_run(path) for path in root.iterdir()):
+    if not root.is_dir():  # said before pandas and torch load (7 s on a busy machine)
+        raise ConfigError(f"{root} is not a folder; pass the --out folder of your runs (default: runs)")
+    if not any(_could_be_a_run(path) for path in root.iterdir()):
         raise ConfigError(nothing)  # said before pandas and torch load (seconds)
+    if args.plot:  # where the figures go, checked before anything is read (benchmark/cli/outputs.py)
+        check_output_folder(args.plot, "--plot")
     from benchmark.sweeps.compare import render, scan, table, where
 
     entries = scan(root)

@@ -34,11 +34,14 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from benchmark.cli.outputs import check_output_file
     from benchmark.config import RunConfig
     from benchmark.evaluation.protocols import get_protocol
     from benchmark.sweeps.dashboard import dashboard_spec, publish
     from benchmark.sweeps.presets import load_preset
 
+    if args.spec:  # checked before the W&B client loads: a wrong path is exit 2, not a traceback
+        check_output_file(args.spec, "--spec")
     preset = load_preset(args.table)
     project = args.project or os.environ.get("WANDB_PROJECT") or "fedbench"
     entity = args.entity or os.environ.get("WANDB_ENTITY") or None

@@ -1,0 +1,59 @@
+"""The files a command writes where the user says (`--plot OUT.png`, `--csv OUT.csv`, `--out`):
+checked before any data loads or model builds, so a typo in an output path is an error
+naming the flag (exit 2) and never a traceback after the work is done. The folder is made
+when the file is written (`make_parent`), not when checked: a command refused later leaves
+no empty folder behind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from benchmark.errors import UserError
+
+
+def figure_formats() -> list[str]:
+    """The file extensions matplotlib writes figures in (png, pdf, svg, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase  # lazy: only a command that draws
+
+    common = ["png", "pdf", "svg"]  # named first in messages
+    return common + sorted(set(FigureCanvasBase.get_supported_filetypes()) - set(common))
+
+
+def check_output_file(path: str | Path, flag: str, formats: list[str] | None = None) -> Path:
+    """`path` as a file the command can write: its extension among `formats` (checked first,
+    when given), not a folder, under a folder that exists or can be made and is writable."""
+    path = Path(path).expanduser()
+    if formats is not None:
+        suffix = path.suffix.lower().lstrip(".")
+        if suffix not in formats:
+            what = f"'.{suffix}' is not a format it writes" if suffix else "the name has no extension"
+            raise UserError(
+                f"{flag} {path}: {what}; end the file name with one of {', '.join('.' + f for f in formats)} "
+                f"(e.g. {path.with_suffix('.' + formats[0]).name if path.name else 'out.' + formats[0]})"
+            )
+    if path.is_dir():
+        raise UserError(
+            f"{flag} {path} is a folder; pass a file name, e.g. {path / ('out.' + (formats or ['csv'])[0])}"
+        )
+    check_output_folder(path.parent, flag, shown=path)
+    return path
+
+
+def check_output_folder(folder: str | Path, flag: str, shown: Path | None = None) -> Path:
+    """`folder` as one the command can write into: it exists or can be made, and is writable."""
+    folder = Path(folder).expanduser().absolute()
+    shown = shown if shown is not None else folder
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"{flag} {shown}: {existing} is a file, not a folder; pass a path whose folders are folders")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        made = "" if existing == folder else f" (the closest folder of {folder} that exists, so it cannot be made)"
+        raise UserError(f"{flag} {shown}: {existing} is not writable{made}; pass a path in a writable folder")
+    return folder
+
+
+def make_parent(path: Path) -> Path:
+    """Make `path`'s folder (and the ones above it) before writing `path`."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return Path(path)

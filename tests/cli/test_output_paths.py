@@ -1,0 +1,54 @@
+"""Every file a command writes where the user says: its folder made, or exit 2 with a message
+naming the flag, the path and the fix; the format checked before any work (issue 50, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+PATHOLOGICAL = ("partition", "toy", "--protocol", "pathological", "--classes-per-client", 3, "--clients", 6)
+
+
+def test_a_plot_and_a_csv_in_folders_that_do_not_exist_yet_are_written(fedbench, tmp_path):
+    done = fedbench(*PATHOLOGICAL, "--plot", tmp_path / "nodir" / "sub" / "p.png")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "nodir" / "sub" / "p.png").stat().st_size > 0
+    done = fedbench(
+        "partition", "toy", "--protocol", "dirichlet", "--clients", 6, "--csv", tmp_path / "nodir" / "d.csv"
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "nodir" / "d.csv").read_text().startswith("client,")
+
+
+@pytest.mark.parametrize(
+    "flag, name, expected",
+    [
+        ("--plot", "p.txt", "--plot {out}/p.txt: '.txt' is not a format it writes; end the file name with one of .png"),
+        ("--plot", "p", "--plot {out}/p: the name has no extension"),
+        ("--csv", "d.png", "--csv {out}/d.png: '.png' is not a format it writes; end the file name with one of .csv"),
+        ("--plot", "afile/p.png", "--plot {out}/afile/p.png: {out}/afile is a file, not a folder"),
+        ("--csv", "afile", "--csv {out}/afile: the name has no extension"),
+    ],
+)
+def test_a_wrong_output_path_is_exit_2_before_any_work(fedbench, tmp_path, flag, name, expected):
+    (tmp_path / "afile").write_text("in the way\n")
+    done = fedbench(*PATHOLOGICAL, flag, tmp_path / name)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert f"fedbench partition: error: {expected.format(out=tmp_path)}" in done.stderr
+    assert "client  images" not in done.stdout  # refused before the partition was made
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+def test_the_other_output_flags_are_checked(fedbench, tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("in the way\n")
+    (tmp_path / "runs" / "a_run").mkdir(parents=True)
+    (tmp_path / "runs" / "a_run" / "summary.json").write_text("{}")  # a run folder by its name, not yet read
+    done = fedbench("runs", tmp_path / "runs", "--plot", blocker / "compare")
+    assert done.returncode == 2 and f"--plot {blocker / 'compare'}: {blocker} is a file" in done.stderr
+    done = fedbench("new-method", "my_method", "--out", blocker)
+    assert done.returncode == 2 and f"--out {blocker}: {blocker} is a file, not a folder" in done.stderr
+    done = fedbench("bench", "--quick", "--out", blocker / "perf.md")
+    assert done.returncode == 2 and f"--out {blocker / 'perf.md'}: {blocker} is a file" in done.stderr
+    done = fedbench("wandb-dashboard", "toy", "--spec", blocker / "spec.json")
+    assert done.returncode == 2 and f"--spec {blocker / 'spec.json'}: {blocker} is a file" in done.stderr
+    assert blocker.read_text() == "in the way\n"
