@@ -16,9 +16,11 @@ to try, which one to choose, and what a reader must be told about the choice.
 4. The noise: the spread of one point's score over its tuning seeds, measured on every trial
    (the median standard deviation over seeds), as the standard error of a trial's mean; two
    points differ beyond noise when their gap exceeds twice the standard error of a difference.
-5. Flags: a choice at an end of its declared range (the best may lie beyond it), or within one
-   grid step of a jump: a step of the curve beyond the noise and much steeper than its typical
-   step (a collapse, or points apart by more than the noise for a tiny change of rate).
+5. Flags: a choice at an end of its declared range (the best may lie beyond it), or next to a
+   jump: within one grid step of it, a step of the curve beyond the noise and much steeper than
+   its typical step (a collapse, or points apart by more than the noise for a tiny change of
+   rate); or its own nearest tried neighbour scoring apart from it by more than the two points'
+   spreads over seeds explain (a narrow peak: the next point already does measurably worse).
 """
 
 from __future__ import annotations
@@ -196,8 +198,39 @@ def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int,
                     f"{name}={_short(value)} is the {end} of its range [{_short(space[name].low)}, "
                     f"{_short(space[name].high)}]: the best may lie beyond it"
                 )
-        if math.isfinite(standard_error):
-            found += _jumps(space, trials, index, name, jump_limit(standard_error))
+        cliffs = _jumps(space, trials, index, name, jump_limit(standard_error)) if math.isfinite(standard_error) else []
+        found += cliffs or _steep_neighbours(space, trials, index, name)  # one account of the same step
+    return found
+
+
+def _pair_limit(a: Trial, b: Trial) -> float:
+    """The largest gap between two trials' means that their own spreads over seeds explain."""
+    errors = [_std(t.per_seed) ** 2 / len(t.per_seed) for t in (a, b)]
+    return NOISE_MULTIPLE * math.sqrt(sum(errors))
+
+
+def _steep_neighbours(space, trials: Sequence[Trial], index: int, name: str) -> list[str]:
+    """The choice's nearest tried neighbour on either side along `name` scores apart from it by
+    more than the two points' own spreads over seeds explain (or failed): the choice sits on a
+    narrow peak or at a cliff's edge, where the next grid point already does measurably worse.
+    Judged with the pair's own noise, not the curve's median, because a flat plateau elsewhere
+    (a rate too small to move the model scores the same at every seed) says nothing of the
+    spread where the method does move."""
+    chosen = trials[index]
+    found = []
+    for other in (trials[i] for i in _neighbours(space, trials, index, name)):
+        pair = [f"{_short(t.params[name])} ({_score_text(t)})" for t in sorted((chosen, other), key=lambda t: t.params[name])]
+        if other.per_seed is None:
+            found.append(f"next to a jump: {name} {pair[0]} to {pair[1]}, a neighbour of the choice failed")
+            continue
+        if len(chosen.per_seed) < 2 or len(other.per_seed) < 2:
+            continue
+        gap, limit = abs(chosen.value - other.value), _pair_limit(chosen, other)
+        if gap > limit:
+            found.append(
+                f"next to a jump: {name} {pair[0]} to {pair[1]}, {gap:.2f} points between the choice and its "
+                f"nearest tried neighbour where the two points' spread over seeds explains {limit:.2f}"
+            )
     return found
 
 

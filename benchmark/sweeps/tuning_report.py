@@ -52,8 +52,10 @@ def report_markdown(plan: "TuningPlan", searches: dict[str, "MethodSearch"]) -> 
         "",
         f"- Budget, the same for every method: {plan.budget_text}.",
         f"- Choice: {search.CHOICE_RULE}.",
-        "- Flag (¶ in the table): the choice is at an end of its declared range, or a neighbouring point along a "
-        "tuned axis scores differently by more than the noise (a jump).",
+        "- Flag (¶ in the table): the choice is at an end of its declared range; or next to a jump: within one grid "
+        "step of it the curve steps by more than the noise and far more steeply than its typical step, or the "
+        "choice's own nearest tried neighbour scores apart from it by more than the two points' spreads over "
+        "seeds explain (2 x the standard error of their difference).",
         "- Scored on the validation split; the test split was never read.",
         "",
         f"| method | chosen | validation {metric} | best point | paper default | noise (SE) | trials | flag |",

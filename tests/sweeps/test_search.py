@@ -148,3 +148,38 @@ def test_the_flag_fires_where_nearly_equal_rates_score_far_apart():
     trials = [search.Trial({"lr": lr}, (v + 0.4, v - 0.4, v + 0.2, v - 0.2)) for lr, v in zip(lrs, values)]
     chosen = search.choose(space, trials)
     assert any(flag.startswith("next to a jump: lr 0.0263 (61.04) to 0.0271 (64.03)") for flag in chosen.flags)
+
+
+def test_the_flag_fires_on_a_narrow_peak_that_a_flat_plateau_would_hide():
+    """The toy table's pFedMMA (results/toy/tuning.md, 2026-12-05): zero-shot at every seed up to
+    lr 0.003 (a spread near 0, which pulls the median noise down), a peak at 0.00966 whose
+    neighbours half a decade away score 3-4 points lower. The choice's neighbours differ by more
+    than their own spreads explain: flagged, whatever the plateau says of the median."""
+    space = {"lr": LogUniform(5e-5, 5e-2)}
+    rows = [
+        (5e-5, (57.4, 57.4, 57.5, 57.4)),
+        (1.6e-4, (57.4, 57.5, 57.4, 57.5)),
+        (5e-4, (57.5, 57.4, 57.5, 57.5)),
+        (1.6e-3, (57.5, 57.6, 57.5, 57.6)),
+        (5.5e-3, (58.9, 61.3, 59.5, 60.3)),
+        (9.66e-3, (63.4, 64.6, 63.1, 64.5)),
+        (1.7e-2, (60.1, 61.8, 60.0, 61.3)),
+        (5e-2, (52.0, 55.0, 50.0, 53.0)),
+    ]
+    trials = [search.Trial({"lr": lr}, seeds) for lr, seeds in rows]
+    chosen = search.choose(space, trials)
+    assert trials[chosen.index].params["lr"] == 9.66e-3
+    steep = [flag for flag in chosen.flags if "nearest tried neighbour" in flag]
+    assert len(steep) == 2, chosen.flags  # one on each side
+    assert steep[0].startswith("next to a jump: lr 0.0055 (60.00) to 0.00966 (63.90)"), steep
+
+
+def test_a_failed_neighbour_of_the_choice_is_flagged():
+    space = {"lr": LogUniform(1e-3, 1e-1)}
+    trials = [
+        search.Trial({"lr": 1e-3}, (58.0, 58.2, 57.9, 58.1)),
+        search.Trial({"lr": 1e-2}, (61.0, 61.2, 60.9, 61.1)),
+        search.Trial({"lr": 1e-1}, None),
+    ]
+    chosen = search.choose(space, trials)
+    assert any("a neighbour of the choice failed" in flag for flag in chosen.flags), chosen.flags
