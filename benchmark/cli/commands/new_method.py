@@ -1,4 +1,5 @@
-"""`fedbench new-method NAME`: write a method skeleton with every hook of the contract.
+"""`fedbench new-method NAME`: write a method skeleton with the core hooks of the contract
+defined and the optional ones written as comments.
 
 The skeleton's hook docstrings are FederatedMethod's own (when each hook runs, what it
 must return, its default), so the generated file and the contract cannot drift apart.
@@ -23,10 +24,10 @@ def _error(message: str) -> Exception:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "new-method",
-        help="write a skeleton method file (every hook, documented)",
-        description="Write NAME.py: a runnable method skeleton with every hook a method can override, "
-        "each documented. Put it in methods/ (or a package with a 'fedbench.methods' entry point); "
-        "see docs/writing-a-method.md.",
+        help="write a skeleton method file (the core hooks defined, the optional ones as comments)",
+        description="Write NAME.py: a runnable method skeleton that defines the core hooks, each documented, "
+        "and lists every optional hook and setting as a comment to uncomment. Put it in methods/ (or a package "
+        "with a 'fedbench.methods' entry point); see docs/writing-a-method.md.",
     )
     p.add_argument("name", help="the method's name, a Python identifier (used as --method NAME and the file name)")
     p.add_argument(
@@ -142,22 +143,30 @@ SKELETON_BODIES = {
 
 def render(name: str) -> str:
     """The skeleton: every attribute and hook of the contract (`benchmark.method.CONTRACT`),
-    part by part, each hook with FederatedMethod's own docstring."""
+    part by part. The core hooks are defined, each with FederatedMethod's own docstring; the
+    optional ones are written commented out (signature and when they run), so that
+    `--describe` lists as overridden only what the skeleton really defines, and a reader sees
+    every hook there is. Attributes the skeleton does not set are commented out likewise."""
     from benchmark.cli.commands.methods import contract_parts
 
     text = TEMPLATE.read_text()
     text = text.replace("@@NAME@@", name).replace("@@CLASS@@", class_name(name))
     attributes, hooks = [], []
     for title, members in contract_parts():
+        core = title == "core"
         header = f"    # -- {title} " + "-" * (84 - len(title))
         set_here = [m for m in members if m.kind == "attribute"]
         if set_here:
             attributes += ["", header] if attributes else [header]
             for m in set_here:
                 attributes += _comment(f"{m.when}. Default: {m.default}.")
-                attributes.append(f"    {m.name} = {SKELETON_VALUES.get(m.name, _literal(m.name))}")
+                if core or m.name in SKELETON_VALUES:
+                    attributes.append(f"    {m.name} = {SKELETON_VALUES.get(m.name, _literal(m.name))}")
+                else:
+                    attributes.append(f"    # {m.name} = {_literal(m.name)}")
         for k, m in enumerate(m for m in members if m.kind == "hook"):
-            hooks += [*([""] if hooks else []), *([header] if k == 0 else []), *_hook(m.name)]
+            written = _hook(m.name) if core else _commented_hook(m.name)
+            hooks += [*([""] if hooks else []), *([header] if k == 0 else []), *written]
     text = text.replace("@@ATTRIBUTES@@", "\n".join(attributes)).replace("@@HOOKS@@", "\n".join(hooks).rstrip())
     if "@@" in text:
         raise RuntimeError(f"template {TEMPLATE} has a marker this command does not fill")
@@ -199,6 +208,21 @@ def _hook(hook: str) -> list[str]:
         f"    def {hook}({', '.join(parameters)}){arrow}:",
         textwrap.indent(f'"""{doc}"""', " " * 8),
         *(f"        {line}" for line in body),
+    ]
+
+
+def _commented_hook(hook: str) -> list[str]:
+    """An optional hook as a comment: its signature and the first paragraph of its docstring
+    (when it runs); uncomment it to override the default."""
+    from benchmark.method import FederatedMethod
+
+    lines = _hook(hook)
+    signature = next(i for i, line in enumerate(lines) if line.startswith("    def "))
+    doc = inspect.getdoc(getattr(FederatedMethod, hook)).split("\n\n")[0]
+    return [
+        *(f"    # {line.strip()}" for line in lines[: signature + 1]),
+        *textwrap.wrap(doc, width=92, initial_indent="    #     ", subsequent_indent="    #     "),
+        f"    #     (uncomment to override; see FederatedMethod.{hook})",
     ]
 
 
