@@ -219,7 +219,10 @@ def _steep_neighbours(space, trials: Sequence[Trial], index: int, name: str) -> 
     chosen = trials[index]
     found = []
     for other in (trials[i] for i in _neighbours(space, trials, index, name)):
-        pair = [f"{_short(t.params[name])} ({_score_text(t)})" for t in sorted((chosen, other), key=lambda t: t.params[name])]
+        pair = [
+            f"{_short(t.params[name])} ({_score_text(t)})"
+            for t in sorted((chosen, other), key=lambda t: t.params[name])
+        ]
         if other.per_seed is None:
             found.append(f"next to a jump: {name} {pair[0]} to {pair[1]}, a neighbour of the choice failed")
             continue
