@@ -10,14 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from protocol_fakes import _fake
 
 from benchmark.config import ConfigError, build_config
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.runs.identity import cell_hash, run_name
-from data.base import DatasetSplits, TensorImages
 from data.combined import combine, members_of
 from data.partition import ChunkGroup, chunk_classes, chunk_count, class_chunk_partition
-from data.transforms import clip_transforms
 
 # ---------------------------------------------------------------------------------------
 # Partitions: the client counts and class blocks of the authors' harness
@@ -130,26 +128,6 @@ def test_partition_manifest_records_targets():
 # ---------------------------------------------------------------------------------------
 # Several datasets in one run
 
-TRANSFORMS = clip_transforms(32, augment=False)
-
-
-def _fake(
-    name: str, num_classes: int, train_per_class: int = 3, test_per_class: int = 2, domains=None
-) -> DatasetSplits:
-    """An in-memory dataset; every image is a constant colour = its label (for the tests
-    only the labels matter: the accuracy function is recorded, not computed)."""
-    classes = [f"{name} class {c}" for c in range(num_classes)]
-    splits = {}
-    for split, per_class in (("train", train_per_class), ("test", test_per_class)):
-        doms = domains or [None]
-        labels = [c for _ in doms for c in range(num_classes) for _ in range(per_class)]
-        tags = [d for d in doms for _ in range(num_classes * per_class)] if domains else None
-        images = torch.tensor(labels, dtype=torch.uint8).view(-1, 1, 1, 1).expand(-1, 4, 4, 3).contiguous()
-        splits[split] = TensorImages(f"{name}/{split}", images, labels, classes, TRANSFORMS.test, domains=tags)
-    return DatasetSplits(
-        name, splits["train"], splits["test"], classes, domain_names=list(domains) if domains else None
-    )
-
 
 def test_combined_dataset_keeps_each_member_in_its_own_label_block():
     a, b, c = _fake("a", 4), _fake("b", 6), _fake("c", 3)
@@ -182,150 +160,6 @@ def test_dataset_option_takes_a_list_or_a_plus_joined_string():
     for bad in ("dtd+", "dtd+dtd", "+dtd"):
         with pytest.raises(ConfigError, match="dataset names joined by"):
             build_config({"dataset": bad})
-
-
-@pytest.mark.parametrize(
-    "options, message",
-    [
-        ({"dataset": "dtd+caltech101", "protocol": "base2novel"}, "runs on one dataset"),
-        ({"dataset": "dtd", "protocol": "msst"}, "no fixed target domain is known"),
-        ({"dataset": "imagenet", "protocol": "transfer"}, "needs datasets to test on"),
-    ],
-)
-def test_protocol_settings_are_checked_before_loading(options, message):
-    config = build_config(options)
-    with pytest.raises(ConfigError, match=message):
-        get_protocol(config.protocol).check(config)
-
-
-# ---------------------------------------------------------------------------------------
-# Metrics on fake data: which images and which candidate classes each number uses
-
-
-class Recorder:
-    """An accuracy function that records its calls and answers from a table."""
-
-    def __init__(self, answer):
-        self.calls = []
-        self.answer = answer
-
-    def __call__(self, indices, class_ids):
-        indices, class_ids = list(indices), tuple(class_ids)
-        self.calls.append((indices, class_ids))
-        return self.answer(indices, class_ids)
-
-
-def _evaluate(protocol, dataset, partition, accuracy):
-    from conftest import client_metrics_with
-
-    per_client = {
-        c.client_id: client_metrics_with(accuracy, protocol, c, partition, dataset) for c in partition.clients
-    }
-    return per_client, protocol.summarize(per_client, partition)
-
-
-def test_classchunk_local_base_new_per_dataset_then_equal_weights():
-    # a: 10 classes, base 5 -> one client; b: 44 classes, base 22 -> two clients of 11 (P = 11)
-    a, b = _fake("a", 10), _fake("b", 44)
-    dataset = combine("a+b", [a, b])
-    config = build_config({"dataset": "a+b", "protocol": "classchunk", "classes_per_client": 11, "shots": 2})
-    protocol = get_protocol("classchunk")
-    partition = protocol.partition(dataset, config)
-    assert [(c.domain, c.class_ids) for c in partition.clients] == [
-        ("a", tuple(range(5))),
-        ("b", tuple(range(10, 21))),
-        ("b", tuple(range(21, 32))),
-    ]
-    labels = dataset.test.labels
-
-    # accuracy = 60 on a, 90 on b for Base; 40 / 70 for New; Local = first class id of the client
-    def answer(indices, class_ids):
-        in_b = class_ids[0] >= 10
-        if len(class_ids) in (5, 22) and class_ids[0] in (0, 10):  # base sets
-            return 90.0 if in_b else 60.0
-        if len(class_ids) in (5, 22):  # new sets
-            return 70.0 if in_b else 40.0
-        return float(class_ids[0])
-
-    recorder = Recorder(answer)
-    per_client, summary = _evaluate(protocol, dataset, partition, recorder)
-    for (indices, class_ids), client in zip(recorder.calls[0::3], partition.clients):  # the Local calls
-        assert class_ids == client.class_ids  # the client's own classes only
-        assert sorted(indices) == [i for i, y in enumerate(labels) if y in client.class_ids]
-    base_b, new_b = recorder.calls[4], recorder.calls[5]
-    assert base_b[1] == tuple(range(10, 32)) and {labels[i] for i in base_b[0]} == set(range(10, 32))
-    assert new_b[1] == tuple(range(32, 54)) and {labels[i] for i in new_b[0]} == set(range(32, 54))
-    # Local: a's one client holds all its base classes (60), b = mean(10, 21) = 15.5;
-    # per dataset then over datasets: (60 + 15.5) / 2, not the client mean (60 + 10 + 21) / 3
-    assert summary["Local"] == pytest.approx(37.75)
-    assert summary["Base"] == pytest.approx(75.0) and summary["New"] == pytest.approx(55.0)
-    hm = 3 / (1 / 37.75 + 1 / 75 + 1 / 55)
-    assert summary["HM"] == pytest.approx(hm)
-    details = protocol.details(per_client, partition)
-    assert details["b/Local"] == pytest.approx(15.5) and details["a/Base"] == 60.0 and details["b/New"] == 70.0
-
-
-def test_published_hm_is_the_harmonic_mean_of_the_three_averages():
-    from benchmark.evaluation.requests import harmonic_mean
-
-    # The published rows: HM of the rounded averages is within 0.01 of the published HM
-    # (the three-way HM; the two-way 2BN/(B+N) of FedMVP would be 76.58).
-    assert harmonic_mean(81.89, 75.37, 77.82) == pytest.approx(78.27, abs=0.01)  # FedMVP
-    assert harmonic_mean(76.72, 70.51, 75.78) == pytest.approx(74.24, abs=0.01)  # zero-shot CLIP
-    assert harmonic_mean(75.37, 77.82) == pytest.approx(76.58, abs=0.01)
-
-
-DOMAINS = ["art", "cartoon", "photo", "sketch"]
-
-
-def test_msst_trains_on_the_sources_and_scores_the_target_over_all_classes():
-    dataset = _fake("pacs", 7, domains=DOMAINS)
-    protocol = get_protocol("msst")
-    config = build_config({"dataset": "pacs", "protocol": "msst", "shots": 2})
-    partition = protocol.partition(dataset, config)  # the fixed target: sketch
-    assert [c.domain for c in partition.clients] == ["art", "cartoon", "photo"] and partition.targets == ("sketch",)
-    assert all(c.class_ids == tuple(range(7)) for c in partition.clients)
-    recorder = Recorder(lambda indices, class_ids: 50.0)
-    _, summary = _evaluate(protocol, dataset, partition, recorder)
-    for indices, class_ids in recorder.calls:
-        assert {dataset.test.domains[i] for i in indices} == {"sketch"} and class_ids == tuple(range(7))
-        assert len(indices) == 7 * 2
-    assert summary == {"Acc": 50.0}
-    photo = protocol.partition(dataset, build_config({"dataset": "pacs", "protocol": "msst", "target": "photo"}))
-    assert [c.domain for c in photo.clients] == ["art", "cartoon", "sketch"]
-    with pytest.raises(ConfigError, match="'painting' is not one of its domains"):
-        protocol.partition(dataset, build_config({"dataset": "pacs", "protocol": "msst", "target": "painting"}))
-
-
-def test_transfer_scores_each_test_dataset_over_its_own_classes_and_averages_the_unseen():
-    imagenet = _fake("imagenet", 30)
-    variant_a = _fake("imagenet_a", 6)  # the -A / -R variants: a class list of their own
-    variant_v2 = _fake("imagenet_v2", 30)
-    dataset = combine("imagenet+imagenet_v2+imagenet_a", [imagenet], [variant_v2, variant_a])
-    config = build_config(
-        {
-            "dataset": "imagenet",
-            "protocol": "transfer",
-            "classes_per_client": 5,
-            "shots": 1,
-            "eval_datasets": "imagenet_v2+imagenet_a+imagenet",
-        }
-    )
-    protocol = get_protocol("transfer")
-    protocol.check(config)
-    partition = protocol.partition(dataset, config)
-    assert len(partition.clients) == 6 and {c.domain for c in partition.clients} == {"imagenet"}
-    score = {30: 70.0, 6: 40.0, 5: 90.0}  # by the number of candidate classes: IN and V2, A, a client
-    recorder = Recorder(lambda indices, class_ids: score[len(class_ids)])
-    _, summary = _evaluate(protocol, dataset, partition, recorder)
-    members = {m.name: m for m in members_of(dataset)}
-    calls = {class_ids: indices for indices, class_ids in recorder.calls}
-    a = members["imagenet_a"]
-    assert calls[a.class_ids] == list(a.test_indices) and len(a.class_ids) == 6  # 6-way, its own images
-    assert calls[members["imagenet"].class_ids] == list(members["imagenet"].test_indices)
-    assert summary["imagenet_v2"] == 70.0 and summary["imagenet_a"] == 40.0 and summary["imagenet"] == 70.0
-    assert summary["Avg"] == pytest.approx(55.0)  # V2 and A only: ImageNet itself is not averaged in
-    assert summary["Local"] == 90.0
 
 
 # ---------------------------------------------------------------------------------------
@@ -575,76 +409,12 @@ def test_paper_comparison_of_each_fedmvp_preset_carries_the_published_numbers(na
 # On the datasets' real on-disk layouts (tiny fakes written by tests/fake_layouts.py)
 
 
-def test_transfer_on_imagenet_layouts_scores_each_variant_over_its_own_class_list(tmp_path):
-    from fake_layouts import make_fake_dataset
-
-    from data.combined import load_datasets
-
-    fakes = {
-        name: make_fake_dataset(name, tmp_path, num_classes=n, per_class=2)
-        for name, n in (("imagenet", 6), ("imagenet_v2", 6), ("imagenet_a", 3), ("imagenet_r", 2))
-    }
-    config = build_config(
-        {
-            "dataset": "imagenet",
-            "protocol": "transfer",
-            "classes_per_client": 2,
-            "shots": 1,
-            "eval_datasets": "imagenet+imagenet_v2+imagenet_a+imagenet_r",
-        }
-    )
-    protocol = get_protocol("transfer")
-    protocol.check(config)
-    dataset = load_datasets(config.datasets, tmp_path, TRANSFORMS, config.test_datasets)
-    members = {m.name: m for m in members_of(dataset)}
-    assert [m.trains for m in members.values()] == [True, False, False, False]
-    for name, fake in fakes.items():  # each classified over its own list: A and R are not ImageNet's 6
-        assert [dataset.class_names[k] for k in members[name].class_ids] == fake.class_names
-    partition = protocol.partition(dataset, config)
-    assert len(partition.clients) == 3 and all(len(c.class_ids) == 2 for c in partition.clients)
-    recorder = Recorder(lambda indices, class_ids: 100.0 * len(class_ids))
-    _, summary = _evaluate(protocol, dataset, partition, recorder)
-    assert summary["imagenet_a"] == 300.0 and summary["imagenet_r"] == 200.0 and summary["imagenet"] == 600.0
-    assert summary["Avg"] == pytest.approx((600 + 300 + 200) / 3)  # V2, A, R; not ImageNet
-    for indices, class_ids in recorder.calls:
-        assert {dataset.test.labels[i] for i in indices} <= set(class_ids)
-
-
 def test_training_on_a_test_only_variant_is_refused(tmp_path):
     from benchmark.runs.runner import load_run_dataset
 
     config = build_config({"dataset": "imagenet+imagenet_a", "protocol": "classchunk", "data_root": str(tmp_path)})
     with pytest.raises(ConfigError, match="'imagenet_a' is a test set only"):
         load_run_dataset(config, None)
-
-
-@pytest.mark.parametrize("name", ["pacs", "office_home", "terra_incognita"])
-def test_msst_on_domainbed_layouts_holds_out_the_fixed_target(name, tmp_path):
-    from fake_layouts import make_fake_dataset
-
-    from benchmark.evaluation.protocols.msst import FIXED_TARGETS
-    from data.catalog import dataset_info
-    from data.combined import load_datasets
-
-    make_fake_dataset(name, tmp_path, num_classes=5)
-    with pytest.warns(UserWarning, match="no published split"):  # the suite writes its split
-        dataset = load_datasets([name], tmp_path, TRANSFORMS)
-    assert tuple(dataset.domain_names) == dataset_info(name).domains
-    config = build_config({"dataset": name, "protocol": "msst", "classes_per_client": 2, "shots": 3})
-    get_protocol("msst").check(config)
-    partition = get_protocol("msst").partition(dataset, config)
-    target = FIXED_TARGETS[name]
-    sources = [d for d in dataset.domain_names if d != target]
-    assert partition.targets == (target,)
-    assert [c.domain for c in partition.clients] == [d for d in sources for _ in range(2)]  # 5 classes -> [2, 3]
-    assert [len(c.class_ids) for c in partition.clients[:2]] == [2, 3]
-    for client in partition.clients:
-        assert {dataset.train.domains[i] for i in client.train_indices} == {client.domain}
-    recorder = Recorder(lambda indices, class_ids: 42.0)
-    _, summary = _evaluate(get_protocol("msst"), dataset, partition, recorder)
-    indices, class_ids = recorder.calls[0]
-    assert {dataset.test.domains[i] for i in indices} == {target} and class_ids == tuple(range(5))
-    assert summary == {"Acc": 42.0}
 
 
 def test_attribute_methods_refuse_several_datasets_before_loading_any(tmp_path):
