@@ -80,6 +80,18 @@ def test_a_missing_file_or_class_is_a_clear_error(plugin_file, fedbench, tmp_pat
     assert done.returncode == 2 and "has no FederatedMethod subclass 'Nope'" in done.stderr
 
 
+def test_describe_a_method_from_a_file(plugin_file, fedbench):
+    # `fedbench methods --describe path.py:Class` was a KeyError traceback (exit 1): the
+    # origin was looked up under the spec, not under the name the file registers.
+    done = fedbench("methods", "--describe", f"{plugin_file}:FrozenAgain", "--backbone", TINY, "--temperature", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("frozen_again: Zero-shot CLIP under another name.")
+    assert f"from file {plugin_file})" in done.stdout
+    assert "--temperature float = 1.0" in done.stdout and "with temperature = 2.0" in done.stdout
+    missing = fedbench("methods", "--describe", f"{plugin_file.parent / 'nope.py'}:X")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
 def test_fedbench_plugins_registers_file_methods(plugin_file, tmp_path):
     env = {**os.environ, "FEDBENCH_PLUGINS": f"{plugin_file}:FrozenAgain"}
     done = subprocess.run(

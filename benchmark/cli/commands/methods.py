@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--describe",
         metavar="NAME",
-        help="hyperparameters, shared state, parameter counts, learning-rate schedule and overridden hooks of one method",
+        help="hyperparameters, shared state, parameter counts, learning-rate schedule and overridden hooks of one "
+        "method: a registered name or, as for `fedbench run --method`, path/to/file.py[:Class]",
     )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
     p.set_defaults(func=run, takes_method_flags=True)
@@ -63,8 +64,11 @@ def method_flags(name: str, extra: list[str]) -> dict:
 
 def describe(name: str, backbone_name: str, method_args: dict | None = None) -> str:
     from benchmark.backbone import load_backbone
-    from benchmark.registry import build_method, get_method, hyperparameters, method_origin
+    from benchmark.hyperparameters import is_method_file
+    from benchmark.registry import build_method, get_method, hyperparameters, load_method_file, method_origin
 
+    if is_method_file(name):  # `--describe path/to/file.py:Class`, as `run --method` takes it
+        name = load_method_file(name)  # the name it registers under; its origin is the file
     cls = get_method(name)
     method_args = dict(method_args or {})
     lines = [
