@@ -41,7 +41,8 @@ def add_parser(subparsers) -> None:
         "--check",
         action="store_true",
         help="the dry run, exiting 3 when a cell to run cannot start (missing or unready data, a missing attribute "
-        "file, a method that cannot run) and 0 when every one can: for scripts",
+        "file, a method that cannot run, weights neither cached nor downloadable now) and 0 when every one can: "
+        "for scripts",
     )
     p.add_argument("--cells", action="store_true", help="with --dry-run / --check: one line per cell and its status")
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
@@ -133,6 +134,20 @@ def subset_flags(args, cells: list, every_cell: list | None) -> list[str]:
     return (filters if partial else []) + (["--set"] if args.set else [])
 
 
+def unreachable_weights(cells: list) -> dict[tuple, str]:
+    """(backbone, weights) of `cells` whose weights are neither on this machine nor downloadable
+    now (HF_HUB_OFFLINE, or the host does not answer: `check_weights_reachable`) -> why."""
+    from benchmark.backbone import BackboneError, check_weights_reachable
+
+    unreachable = {}
+    for pair in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in cells):
+        try:
+            check_weights_reachable(*pair)
+        except BackboneError as exc:
+            unreachable[pair] = str(exc)
+    return unreachable
+
+
 def run(args) -> int:
     from benchmark.backbone import check_weights_reachable
     from benchmark.config import ConfigError
@@ -170,13 +185,26 @@ def run(args) -> int:
     if args.dry_run:
         if not args.cells and plan.cells:
             print("(--cells lists every cell and its status)")
-        if args.check and plan.cannot_start():
-            print(
-                f"fedbench reproduce --check: {plan.cannot_start()} of the {len(plan.todo)} cells to run cannot "
-                "start (above); exit 3",
-                file=sys.stderr,
+        if args.check:
+            # The weights a real `reproduce` checks before its first cell: offline, a tag that
+            # is not cached stops it at once, so --check must not answer 0 for it.
+            unreachable = unreachable_weights(plan.todo)
+            for why in unreachable.values():
+                print(f"cells that cannot start: {why}")
+            blocked = sum(
+                1
+                for c in plan.todo
+                if not plan.can_run(c)
+                or c.label in plan.invalid
+                or (c.config.backbone, c.config.pretrained) in unreachable
             )
-            return 3
+            if blocked:
+                print(
+                    f"fedbench reproduce --check: {blocked} of the {len(plan.todo)} cells to run cannot start "
+                    "(above); exit 3",
+                    file=sys.stderr,
+                )
+                return 3
         return 0
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
