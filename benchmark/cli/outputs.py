@@ -21,9 +21,13 @@ def figure_formats() -> list[str]:
 
 
 def check_output_file(path: str | Path, flag: str, formats: list[str] | None = None) -> Path:
-    """`path` as a file the command can write: its extension among `formats` (checked first,
-    when given), not a folder, under a folder that exists or can be made and is writable."""
+    """`path` as a file the command can write: not a folder, its extension among `formats`
+    (when given), under a folder that exists or can be made and is writable."""
     path = Path(path).expanduser()
+    if path.is_dir():  # said first: "the name has no extension" would misread `--plot OUT/` for a folder
+        raise UserError(
+            f"{flag} {path} is a folder; pass a file name, e.g. {path / ('out.' + (formats or ['csv'])[0])}"
+        )
     if formats is not None:
         suffix = path.suffix.lower().lstrip(".")
         if suffix not in formats:
@@ -32,10 +36,6 @@ def check_output_file(path: str | Path, flag: str, formats: list[str] | None = N
                 f"{flag} {path}: {what}; end the file name with one of {', '.join('.' + f for f in formats)} "
                 f"(e.g. {path.with_suffix('.' + formats[0]).name if path.name else 'out.' + formats[0]})"
             )
-    if path.is_dir():
-        raise UserError(
-            f"{flag} {path} is a folder; pass a file name, e.g. {path / ('out.' + (formats or ['csv'])[0])}"
-        )
     check_output_folder(path.parent, flag, shown=path)
     return path
 

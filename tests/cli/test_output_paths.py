@@ -27,15 +27,21 @@ def test_a_plot_and_a_csv_in_folders_that_do_not_exist_yet_are_written(fedbench,
         ("--csv", "d.png", "--csv {out}/d.png: '.png' is not a format it writes; end the file name with one of .csv"),
         ("--plot", "afile/p.png", "--plot {out}/afile/p.png: {out}/afile is a file, not a folder"),
         ("--csv", "afile", "--csv {out}/afile: the name has no extension"),
+        # an existing folder is said to be one (it was "the name has no extension")
+        ("--plot", "adir", "--plot {out}/adir is a folder; pass a file name, e.g. {out}/adir/out.png"),
+        ("--csv", "adir", "--csv {out}/adir is a folder; pass a file name, e.g. {out}/adir/out.csv"),
+        ("--plot", "adir.png", "--plot {out}/adir.png is a folder; pass a file name"),
     ],
 )
 def test_a_wrong_output_path_is_exit_2_before_any_work(fedbench, tmp_path, flag, name, expected):
     (tmp_path / "afile").write_text("in the way\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "adir.png").mkdir()
     done = fedbench(*PATHOLOGICAL, flag, tmp_path / name)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"fedbench partition: error: {expected.format(out=tmp_path)}" in done.stderr
     assert "client  images" not in done.stdout  # refused before the partition was made
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["adir", "adir.png", "afile"]
 
 
 def test_the_other_output_flags_are_checked(fedbench, tmp_path):
