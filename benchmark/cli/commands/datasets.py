@@ -69,6 +69,17 @@ def _shorten(text: str, width: int = _MESSAGE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def _set_note(row: dict, text: str) -> None:
+    """The row's note, cut to the table's width; the whole of a cut note is kept for the lines
+    under the table (what to do about an incomplete dataset is mostly in its last words)."""
+    row["folder / note"] = _shorten(text)
+    if row["folder / note"] != " ".join(str(text).split()):
+        row[_FULL_NOTE] = " ".join(str(text).split())
+
+
+_FULL_NOTE = "_full_note"  # not a column: printed under the table when the column had to cut it
+
+
 def listed_status(name: str, entry: dict, root: Path) -> dict:
     """A row of the table from the listing alone (benchmark/cli/listing.py: no torch) for a
     generated or missing dataset, or one found in two places; a dataset whose folder exists
@@ -96,7 +107,8 @@ def listed_status(name: str, entry: dict, root: Path) -> dict:
             )
     elif len(found) > 1:
         message = two_layouts_message(name, Path(root), found).replace(f"{root}/", "")
-        row.update(status="incomplete", **{"folder / note": _shorten(message)})
+        row["status"] = "incomplete"
+        _set_note(row, message)
     else:
         folder, who = found[0]
         row["folder / note"] = f"{folder} ({who} layout)" if who else folder
@@ -120,7 +132,8 @@ def dataset_status(name: str, root: Path) -> dict:
             splits = load_dataset(name, root, clip_transforms(224, augment=False))
     except DatasetError as exc:
         message = str(exc).replace(f"{root}/", "")  # paths relative to the data root keep the note short
-        row.update(status="incomplete", **{"folder / note": _shorten(message)})
+        row["status"] = "incomplete"
+        _set_note(row, message)
         return row
     row.update(
         status="found",
@@ -134,7 +147,7 @@ def dataset_status(name: str, root: Path) -> dict:
         notes.append(f"{len(splits.class_names)} of the release's {info.num_classes} classes")
     notes += splits.extra.get("notes", [])
     if notes:
-        row["folder / note"] = _shorten("; ".join(notes))
+        _set_note(row, "; ".join(notes))
     return row
 
 
@@ -157,7 +170,12 @@ def run_datasets(args: argparse.Namespace) -> int:
         row = listed_status(name, entry, root)
         rows.append(row if row["status"] else dataset_status(name, root))
     print(f"data root: {root}" + ("" if root.is_dir() else " (does not exist yet: nothing downloaded there)"))
+    cut = {row["dataset"]: row.pop(_FULL_NOTE) for row in rows if _FULL_NOTE in row}
     print(text_table(rows))
+    if cut:
+        print("\nnotes cut short above, in full (paths under the data root):")
+        for name, note in cut.items():
+            print(f"  {name}: {note}")
     missing = [r["dataset"] for r in rows if r["status"] in ("missing", "incomplete")]
     if missing:
         print(f"\n{len(missing)} not usable; `fedbench data download NAME` fetches or explains how to get one.")
