@@ -57,6 +57,7 @@ from benchmark.runs.results import code_version, is_complete, read_summary
 from benchmark.sweeps import search
 from benchmark.sweeps.presets import Cell, MethodVariant, Preset
 from benchmark.sweeps.tables import run_dir
+from benchmark.sweeps.tuning_report import write_report
 
 # The parts of a cell's identity (benchmark.runs.identity) beyond its run options, and how
 # a refusal names them.
@@ -554,8 +555,6 @@ def _validation_metrics(plan: TuningPlan, variant: MethodVariant, params: dict[s
 def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[str, Any]:
     """tuning.csv, tuning.md, tuning.png and tuned.yaml from every study of the table; a
     method's values enter tuned.yaml once its budget is spent."""
-    from benchmark.sweeps.tuning_report import write_report
-
     studies = table_studies(plan, report)
     frame = trials_frame(plan, studies)
     atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))

@@ -14,7 +14,7 @@ from statistics import stdev
 from typing import TYPE_CHECKING
 
 from benchmark.files import atomic_write
-from benchmark.method import Choice
+from benchmark.method import Choice, LogUniform
 from benchmark.sweeps import search
 
 if TYPE_CHECKING:
@@ -200,7 +200,5 @@ def plot_curves(plan: "TuningPlan", searches: dict[str, "MethodSearch"], path: P
 
 
 def _is_log(plan: "TuningPlan", label: str, name: str) -> bool:
-    from benchmark.method import LogUniform
-
     variant = next(v for v in plan.preset.methods if v.label == label)
     return isinstance(plan.space(variant)[name], LogUniform)
