@@ -76,7 +76,9 @@ def _staging_lock(staging: Path) -> Path:
 
 
 def _remove_abandoned_staging(path: Path) -> None:
-    own = re.compile(rf"\.{re.escape(path.name)}\.\d+-[0-9a-f]+\.partial")  # not `.{name}.x.…`: another run's
+    # This writer's names, and those of the earlier writer (mkdtemp's 8 characters, no lock);
+    # not `.{name}.x.….partial`, another path's.
+    own = re.compile(rf"\.{re.escape(path.name)}\.(\d+-[0-9a-f]+|[a-z0-9_]{{8}})\.partial")
     pattern = f".{glob.escape(path.name)}.*.partial"
     found = {p.name.removesuffix(".lock") for p in (*path.parent.glob(pattern), *path.parent.glob(pattern + ".lock"))}
     for name in sorted(n for n in found if own.fullmatch(n)):
@@ -118,7 +120,7 @@ def _swap_into_place(staging: Path, path: Path) -> None:
             os.rename(path, old)
         except FileNotFoundError:
             continue  # another writer's moment without it: start over
-        os.rename(staging, path)
+        os.rename(staging, path)  # (a cell's run folder has one writer at a time: its cell lock)
         os.rename(old, staging)
         return
 

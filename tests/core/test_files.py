@@ -153,14 +153,15 @@ def test_a_failed_folder_write_keeps_the_old_folder_and_leaves_nothing_behind(tm
 def test_a_killed_writers_hidden_folder_is_removed_and_a_living_ones_kept(tmp_path):
     path = tmp_path / "run"
     dead = tmp_path / ".run.4242-dead.partial"  # a killed writer: its lock went with it
+    earlier = tmp_path / ".run.k2j_x8a0.partial"  # a killed writer of the earlier code (mkdtemp's name)
     alive = tmp_path / ".run.4343-beef.partial"
     other_run = tmp_path / ".run.x.4444-abcd.partial"  # the run named "run.x": not this run's
-    for folder in (dead, alive, other_run):
+    for folder in (dead, earlier, alive, other_run):
         folder.mkdir()
     with file_lock(tmp_path / f"{alive.name}.lock"):
         with atomic_folder(path) as staging:
             (staging / "summary.json").write_text("new")
-        assert not dead.exists() and alive.is_dir() and other_run.is_dir()
+        assert not dead.exists() and not earlier.exists() and alive.is_dir() and other_run.is_dir()
 
 
 def test_two_runs_writing_one_run_folder_at_once_leave_one_whole_folder(tmp_path):
