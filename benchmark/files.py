@@ -1,7 +1,7 @@
 """Files that several processes share: a write that is whole or absent, and a lock.
 
 Every writer of a file other processes may read at the same time goes through here: a run
-folder (`atomic_folder`), a round checkpoint, a tuning report, the registries' listing
+folder (`atomic_folder`), a cell's failure record, a round checkpoint, a tuning report, the registries' listing
 memo, a dataset's generated split and attribute files, the decoded-image cache, the toy
 CLIP's checkpoint and the method manifest (`atomic_write`); a tuning study, the toy CLIP's
 pretraining and a cell (`benchmark.runs.locks`) are held with `flock` through

@@ -38,7 +38,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from benchmark.config import ConfigError, RunConfig
-from benchmark.files import atomic_folder
+from benchmark.files import atomic_folder, atomic_write
 from benchmark.registry import method_package, plugin_packages
 from benchmark.runs.identity import save_yaml
 from benchmark.runs.partition_files import plot_partition, write_partition_csv
@@ -337,7 +337,8 @@ def record_failure(run_dir: Path, error: str, config: dict[str, Any] | None = No
     path = failure_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"error": error, "host": platform.node(), "pid": os.getpid()}
-    _write_json(path, {**record, **({"config": config} if config is not None else {})})
+    record = {**record, **({"config": config} if config is not None else {})}
+    atomic_write(path, _json_text(record))  # `fedbench runs` may read it meanwhile
     return path
 
 
@@ -366,4 +367,8 @@ def read_metrics(run_dir: Path) -> pd.DataFrame:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    path.write_text(_json_text(data))
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
