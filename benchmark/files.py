@@ -1,12 +1,12 @@
 """Files that several processes share: a write that is whole or absent, and a lock.
 
-Every writer of a file other processes may read at the same time goes through here: a run
-folder (`atomic_folder`), a cell's failure record, a round checkpoint, a tuning report, the registries' listing
-memo, a dataset's generated split and attribute files, the decoded-image cache, the toy
-CLIP's checkpoint and the method manifest (`atomic_write`); a tuning study, the toy CLIP's
-pretraining and a cell (`benchmark.runs.locks`) are held with `flock` through
-`open_locked` / `file_lock`. `tests/core/test_files.py` fails when a module replaces,
-renames into place or locks a file on its own.
+Written whole or not at all: a run folder (`atomic_folder`); a cell's failure record, a
+round checkpoint, a tuning report, the registries' listing memo, a dataset's generated
+split and attribute files, the decoded-image cache, the toy CLIP's checkpoint and the
+method manifest (`atomic_write`). Held with `flock` through `open_locked` / `file_lock`: a
+tuning study, the toy CLIP's pretraining and a cell (`benchmark.runs.locks`).
+`tests/core/test_files.py` fails when another module replaces a file by rename, makes a
+temporary file to rename into place, or takes a flock on its own.
 """
 
 from __future__ import annotations
