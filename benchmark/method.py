@@ -127,7 +127,7 @@ class Member:
     (docs/writing-a-method.md); each hook's docstring says the same at length."""
 
     name: str
-    kind: Literal["hook", "attribute"]
+    kind: Literal["hook", "attribute", "provided"]  # provided: what local training gives a method to call or read
     when: str
     returns: str
     default: str
@@ -137,7 +137,8 @@ class Member:
 # contract table of docs/writing-a-method.md, `fedbench new-method`'s skeleton and
 # `fedbench methods --describe` are all read from these three tuples, and
 # tests/core/test_method.py checks that they name every public hook and attribute of
-# FederatedMethod and Capabilities.
+# FederatedMethod and Capabilities. LIGHTNING (below them) declares what of a
+# LightningModule local training reads and offers.
 #
 # CORE: what every method author must know: what is computed, how it trains, what travels.
 CORE: tuple[Member, ...] = (
@@ -252,6 +253,13 @@ OPTIONAL: tuple[Member, ...] = (
         "nothing",
         "keeps them as `self.class_attributes`",
     ),
+    Member(
+        "parameter_counts",
+        "hook",
+        "once per run, for summary.json and `fedbench methods --describe`",
+        '`{"trainable_params": n, "uploaded_params": m}` and any count of the method\'s own (FedMVP: its LoRA switch)',
+        "the trainable parameters and those uploaded",
+    ),
 )
 # CAPABILITIES: performance opt-ins, declared on the `Capabilities` mixin. A method that
 # declares none is correct, only slower; each is a promise the method must keep.
@@ -338,7 +346,80 @@ HELPERS = (
     "uploaded_state",
     "upload_of",
     "is_uploaded",
-    "parameter_counts",
+)
+
+_AUTOMATIC = "under automatic optimization (never under manual: `manual_backward` calls no hook)"
+# LIGHTNING: the LightningModule surface local training (`benchmark.federation.client_loop`)
+# reads, calls and offers, as a Trainer's fit would; nothing else of Lightning is run (a
+# method overriding another hook a Trainer calls is refused: UNCALLED_HOOKS). LightningModule
+# defines these, so FederatedMethod does not repeat them; tests/core/test_method.py checks
+# that every name the loops read of a method is declared here or in CONTRACT.
+LIGHTNING: tuple[Member, ...] = (
+    Member(
+        "automatic_optimization",
+        "attribute",
+        "read at the start of each client-round: `True`, the loop zeroes the gradients, calls backward and "
+        "steps the one optimizer per batch, and steps the schedulers; `False`, `training_step` does it through "
+        "`self.optimizers()` and `self.manual_backward` and steps its own schedulers (FedMVP)",
+        "–",
+        "`True`",
+    ),
+    Member(
+        "trainer",
+        "provided",
+        "read in any hook during local training",
+        "`max_epochs`, `current_epoch`, `global_step`, `num_training_batches` and `estimated_stepping_batches` "
+        "as on a Trainer (LoRA's cosine length); nothing else of a Trainer",
+        "the client loop's Fabric",
+    ),
+    Member(
+        "log",
+        "provided",
+        "`self.log(name, value, ...)` in `training_step`",
+        "a per-epoch mean weighted by the batch size; the round's loss is the last epoch's mean of \"train_loss\"",
+        "–",
+    ),
+    Member(
+        "optimizers",
+        "provided",
+        "under manual optimization, in `training_step`",
+        "what `configure_optimizers` returned",
+        "–",
+    ),
+    Member(
+        "manual_backward",
+        "provided",
+        "under manual optimization, in `training_step`",
+        "nothing: the backward, through the run's precision (autocast, the fp16 gradient scaler)",
+        "–",
+    ),
+    Member(
+        "on_fit_start", "hook", "at the start of each client-round, once its optimizers are made", "nothing", "nothing"
+    ),
+    Member("on_train_start", "hook", "after `on_fit_start` (FedMVP starts its step rule)", "nothing", "nothing"),
+    Member("on_train_epoch_start", "hook", "at the start of each local epoch", "nothing", "nothing"),
+    Member(
+        "on_train_batch_start",
+        "hook",
+        "before each batch's step",
+        "-1 ends the epoch (its schedulers still step as after its last batch); anything else, nothing",
+        "nothing",
+    ),
+    Member("on_before_zero_grad", "hook", f"{_AUTOMATIC}, before each step's `zero_grad`", "nothing", "nothing"),
+    Member("on_before_backward", "hook", f"{_AUTOMATIC}, before each backward", "nothing", "nothing"),
+    Member("on_after_backward", "hook", f"{_AUTOMATIC}, after each backward", "nothing", "nothing"),
+    Member("on_before_optimizer_step", "hook", f"{_AUTOMATIC}, before each optimizer step", "nothing", "nothing"),
+    Member(
+        "on_train_batch_end",
+        "hook",
+        "after each batch's step, with `{\"loss\": <detached>, ...training_step's other entries}` (`{}` for a "
+        "skipped step)",
+        "nothing",
+        "nothing",
+    ),
+    Member("on_train_epoch_end", "hook", "at the end of each local epoch", "nothing", "nothing"),
+    Member("on_train_end", "hook", "after the client-round's last epoch", "nothing", "nothing"),
+    Member("on_fit_end", "hook", "after `on_train_end`", "nothing", "nothing"),
 )
 
 
@@ -537,7 +618,11 @@ class FederatedMethod(Capabilities, L.LightningModule):
         return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.upload_keys)
 
     def parameter_counts(self) -> dict[str, int]:
-        """Trainable parameters and the number of them a client uploads each round."""
+        """Runs once per run (summary.json) and for `fedbench methods --describe`. Returns
+        {"trainable_params": n, "uploaded_params": m} and any count of the method's own, which
+        the summary records too (FedMVP: the parameters trained before and after its LoRA
+        switch). Default: the trainable parameters and how many of them a client uploads each
+        round (`upload_keys`)."""
         trainable = {n: p.numel() for n, p in self.named_parameters() if p.requires_grad}
         uploaded = sum(n for k, n in trainable.items() if self.is_uploaded(k))
         return {"trainable_params": sum(trainable.values()), "uploaded_params": uploaded}

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from benchmark.files import atomic_write
 from data.base import DatasetError
 
 # The authors' files (MIT licence, not shipped): `fedbench data download attributes` fetches them.
@@ -274,9 +275,7 @@ def write_generated(dataset: str, path: Path) -> None:
     if path.is_file() and path.read_text(encoding="utf-8") == text:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".json.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)  # atomic: a concurrent reader sees the old file or the new one
+    atomic_write(path, text)  # a concurrent reader sees the old file or the new one
 
 
 def download_authors_files(root: Path, fetch: Callable[[str], bytes], log: Callable[[str], None] = print) -> list[str]:
@@ -302,7 +301,7 @@ def download_authors_files(root: Path, fetch: Callable[[str], bytes], log: Calla
             failed.append(name)
             offline = isinstance(exc, OSError)  # URLError, timeouts, refused connections
             continue
-        target.write_bytes(raw)
+        atomic_write(target, raw)  # a reader never sees half a file
         log(f"wrote {target}")
     return failed
 

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from benchmark.files import atomic_write
 from data.augmentation import crop_draw, resized_crops, view_seed
 from data.base import LabeledImages
 
@@ -87,9 +88,8 @@ def decoded_images(
     table = torch.tensor(layout, dtype=torch.int64).reshape(-1, 5)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        torch.save({"pixels": flat, "layout": table}, partial)
-        partial.replace(path)  # atomic: a concurrent reader sees the whole file or none
+        # A concurrent reader (another run decoding the same images) sees the whole file or none.
+        atomic_write(path, lambda tmp: torch.save({"pixels": flat, "layout": table}, tmp))
     return flat, table
 
 

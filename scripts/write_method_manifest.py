@@ -7,17 +7,18 @@ fails while a recorded file has changed. Usage: python scripts/write_method_mani
 from __future__ import annotations
 
 import json
-import os
-import tempfile
+from pathlib import Path
 
+from benchmark.files import atomic_write
 from benchmark.hyperparameters import MANIFEST
 from benchmark.registry import hyperparameter_manifest
 
-if __name__ == "__main__":
-    text = json.dumps(hyperparameter_manifest(), indent=1, sort_keys=True) + "\n"
+
+def write_manifest(path: Path = MANIFEST) -> None:
     # Atomically: a `fedbench` command reading it meanwhile sees the old file or the new one.
-    handle, tmp = tempfile.mkstemp(prefix=f".{MANIFEST.name}.", dir=MANIFEST.parent)
-    with os.fdopen(handle, "w") as f:
-        f.write(text)
-    os.replace(tmp, MANIFEST)
+    atomic_write(path, json.dumps(hyperparameter_manifest(), indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    write_manifest()
     print(f"wrote {MANIFEST}")

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmark.federation.client_loop import LocalTrainingFabric, optimization_step, read_common_form
+from benchmark.federation.client_loop import LocalTrainingFabric, optimization_step
+from benchmark.federation.configured_optimizers import read_configured
 from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.method import State
@@ -104,13 +105,16 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
 
 def _optimizer_and_scheduler(method, configured) -> tuple[torch.optim.Optimizer, object | None]:
     """The optimizer and its step-interval scheduler, read as the client loop reads them."""
-    common = read_common_form(configured, automatic=True)
-    if common is not None:
-        (optimizer,), schedulers = common
-        if not schedulers:
-            return optimizer, None
-        if schedulers[0].interval == "step":
-            return optimizer, schedulers[0].scheduler
+    optimizers, schedulers = read_configured(configured, True, f"{method.name}.configure_optimizers")
+    if len(optimizers) == 1 and not schedulers:
+        return optimizers[0], None
+    if (
+        len(optimizers) == 1
+        and len(schedulers) == 1
+        and schedulers[0].interval == "step"
+        and schedulers[0].frequency == 1
+    ):
+        return optimizers[0], schedulers[0].scheduler
     raise ValueError(
         f"the bare loop reads an optimizer, or an optimizer with one step-interval scheduler; "
         f"{method.name}.configure_optimizers returned another form"

@@ -49,6 +49,7 @@ from benchmark.federation.client_loop import (
     ClientRoundTraining,
     NonFiniteLoss,
     epoch_mean,
+    offer_optimizers,
     optimization_step,
     step_schedulers,
     to_device,
@@ -268,7 +269,7 @@ class BatchedTraining:
             optimizers, schedulers = self.loop.read_optimizers(method, configured)
         finally:
             method.set_client(None)
-            method._fabric_optimizers = []
+            offer_optimizers(method, [])
         if len(optimizers) != 1 or type(optimizers[0]) is not torch.optim.SGD:
             names = ", ".join(type(o).__name__ for o in optimizers) or "nothing"
             raise BatchingRefused(f"its configure_optimizers returns {names}, not one torch.optim.SGD")

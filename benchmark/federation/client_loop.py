@@ -7,7 +7,8 @@ a client-round computes is the Trainer's, bit for bit (`tests/federation/test_cl
 every method both ways):
 
 - `configure_optimizers` runs at the start of every client-round, so every client gets a
-  fresh optimizer and scheduler; it is read the way Lightning reads it. (Run option
+  fresh optimizer and scheduler; what it returns is read as a Trainer reads it
+  (`benchmark.federation.configured_optimizers`). (Run option
   optimizer_state = shared keeps the first client-round's for every later one: the
   official pFedMMA code's rule, offered to show what the paper's numbers depend on.)
 - Automatic optimization, per batch: `training_step`, zero the gradients, backward,
@@ -28,6 +29,10 @@ every method both ways):
   on_after_backward, on_before_optimizer_step, on_train_batch_end, on_train_epoch_end,
   on_train_end, on_fit_end. A method overriding any other Lightning hook a Trainer's fit
   would call is refused when it is registered (`UNCALLED_HOOKS`), never silently skipped.
+
+All of this is the method contract's Lightning part (`benchmark.method.LIGHTNING`, shown by
+`fedbench methods --describe`); `tests/core/test_method.py` fails when a loop reads anything
+of a method that the contract does not declare.
 """
 
 from __future__ import annotations
@@ -41,15 +46,9 @@ from typing import Any, Callable, Mapping, Sized
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.core.optimizer import (
-    _configure_optimizers,
-    _configure_schedulers_automatic_opt,
-    _configure_schedulers_manual_opt,
-)
-from lightning.pytorch.utilities.types import LRSchedulerConfig
-from torch.optim.lr_scheduler import LRScheduler, OneCycleLR, ReduceLROnPlateau
 
 from benchmark import flops
+from benchmark.federation.configured_optimizers import read_configured
 
 
 @dataclass
@@ -133,7 +132,7 @@ class ClientLoop:
         # What `module.fabric` holds while attached (Lightning keeps a weak proxy).
         self._proxy = weakref.proxy(self.fabric)
         self.shared_optimizer = shared_optimizer
-        self._shared: tuple[object, list, list, list] | None = None  # (module, optimizers, schedulers, wrapped)
+        self._shared: tuple[object, list, list] | None = None  # (module, optimizers, schedulers)
 
     def fit(
         self,
@@ -156,7 +155,7 @@ class ClientLoop:
         try:
             return self._fit(module, batches, epochs, flops.TrainSteps(class_names))
         finally:
-            module._fabric_optimizers = []
+            offer_optimizers(module, [])
 
     def attach(self, module: L.LightningModule) -> None:
         """`module.trainer` is this loop's Fabric until `release` (not per client-round: ~50 us)."""
@@ -172,15 +171,15 @@ class ClientLoop:
         """The client-round's optimizers and schedulers, and the seconds `configure_optimizers`
         took: a fresh set, or the shared one kept since the first client-round."""
         if self._shared is not None and self._shared[0] is module:
-            _, optimizers, schedulers, wrapped = self._shared
-            module._fabric_optimizers = wrapped
+            _, optimizers, schedulers = self._shared
+            offer_optimizers(module, optimizers)
             return optimizers, schedulers, 0.0
         start = time.perf_counter()
         configured = module.configure_optimizers()
         optimizer_seconds = time.perf_counter() - start
         optimizers, schedulers = self.read_optimizers(module, configured)
         if self.shared_optimizer:
-            self._shared = (module, optimizers, schedulers, module._fabric_optimizers)
+            self._shared = (module, optimizers, schedulers)
         return optimizers, schedulers, optimizer_seconds
 
     def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
@@ -271,16 +270,10 @@ class ClientLoop:
         return {} if loss is None else {"loss": loss.detach().clone(), **extra}
 
     def read_optimizers(self, module, configured):
-        """What `configure_optimizers` returned, read as Lightning reads it."""
-        common = read_common_form(configured, module.automatic_optimization)
-        if common is not None:
-            optimizers, schedulers = common
-        else:
-            optimizers, schedulers, monitor = _configure_optimizers(configured)
-            if module.automatic_optimization:
-                schedulers = _configure_schedulers_automatic_opt(schedulers, monitor)
-            else:
-                schedulers = _configure_schedulers_manual_opt(schedulers)
+        """What `configure_optimizers` returned, read as a Trainer reads it (`configured_optimizers`)."""
+        automatic = module.automatic_optimization
+        owner = f"{type(module).__name__}.configure_optimizers"
+        optimizers, schedulers = read_configured(configured, automatic, owner)
         if any(config.reduce_on_plateau for config in schedulers):
             raise RuntimeError(
                 f"{type(module).__name__}: ReduceLROnPlateau needs a monitored metric, which local training "
@@ -293,11 +286,21 @@ class ClientLoop:
         if not module.automatic_optimization:  # the method steps them: count its steps as they happen
             for optimizer in optimizers:
                 optimizer.register_step_post_hook(self._count_step)
-        module._fabric_optimizers = wrapped  # what `self.optimizers()` returns under a Fabric
+        offer_optimizers(module, wrapped)
         return wrapped, schedulers
 
     def _count_step(self, optimizer, args, kwargs) -> None:
         self.fabric.global_step += 1
+
+
+def offer_optimizers(module: L.LightningModule, optimizers: list) -> None:
+    """Make `optimizers` what `self.optimizers()` returns in `module`'s hooks. Under a Fabric a
+    LightningModule returns its `_fabric_optimizers`, which `Fabric.setup` sets when it wraps
+    the module; local training does not wrap the module (its wrapper's forward and device moves
+    are per-call costs), so it sets that attribute here, the one Lightning attribute outside the
+    public API a loop writes (`tests/federation/test_client_loop.py` checks `self.optimizers()`
+    under manual optimization)."""
+    module._fabric_optimizers = optimizers
 
 
 def optimization_step(
@@ -363,31 +366,6 @@ def _manual_output(module, output) -> dict:
         f"{type(module).__name__}.training_step returned {type(output).__name__}; under manual optimization it "
         "returns a tensor, a dict or nothing"
     )
-
-
-def read_common_form(configured, automatic: bool) -> tuple[list, list[LRSchedulerConfig]] | None:
-    """Lightning's reading of the two forms methods return, without its generic parser (a
-    runtime protocol check and the validation of every form: ~0.1 ms, a tenth of what is
-    left of a tiny-CLIP client-round beyond the model): a lone optimizer; and, under
-    automatic optimization, {"optimizer": o, "lr_scheduler": {"scheduler": s[, "interval":
-    "step" | "epoch"]}}. None for anything else, which Lightning's parser reads
-    (`test_the_common_forms_of_configure_optimizers_are_read_as_lightning_reads_them`)."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return [configured], []
-    if not (automatic and type(configured) is dict and configured.keys() == {"optimizer", "lr_scheduler"}):
-        return None
-    optimizer, entry = configured["optimizer"], configured["lr_scheduler"]
-    if not (
-        isinstance(optimizer, torch.optim.Optimizer)
-        and type(entry) is dict
-        and entry.keys() <= {"scheduler", "interval"}
-    ):
-        return None
-    scheduler, interval = entry.get("scheduler"), entry.get("interval", "epoch")
-    plain = isinstance(scheduler, LRScheduler) and not isinstance(scheduler, (ReduceLROnPlateau, OneCycleLR))
-    if not plain or interval not in ("step", "epoch"):
-        return None  # Lightning's errors and warnings (a OneCycleLR stepped per epoch) are its own
-    return [optimizer], [LRSchedulerConfig(scheduler, interval=interval)]
 
 
 def to_device(batch, device: torch.device):

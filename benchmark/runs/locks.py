@@ -10,7 +10,6 @@ message a waiting process prints. On a shared file system `flock` must reach eve
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
@@ -49,8 +48,7 @@ def cell_lock(run_dir: Path) -> Iterator[Path]:
     finally:
         del _HELD[key]
         path.unlink(missing_ok=True)  # before unlocking: a waiter that opened it re-checks the inode
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        os.close(fd)  # releases the lock
 
 
 def _acquire(path: Path) -> int:

@@ -13,8 +13,9 @@ A run folder holds
                    `health`: whether training looks unstable (`training_health`)
   timing.json      wall time, and the round a resumed run continued after (it differs
                    between runs that summary.json says are the same)
-It is assembled in a hidden sibling folder and renamed into place at the end, so a
-folder named like a run is always complete.
+It is assembled in a hidden sibling folder that takes the place of any older folder of the
+run in one rename at the end (`benchmark.files.atomic_folder`), so a folder named like a run
+is always complete, and a rerun's folder never goes missing while it is replaced.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 
 from benchmark.config import ConfigError, RunConfig
+from benchmark.files import atomic_folder, atomic_write
 from benchmark.registry import method_package, plugin_packages
 from benchmark.runs.identity import save_yaml
 from benchmark.runs.partition_files import plot_partition, write_partition_csv
@@ -140,12 +142,7 @@ def write_run(
     `partition_counts` (`partition_files.partition_table`): written as partition.csv and .png;
     `extra` writes more files into the folder being written (the run's clients.pt)."""
     run_dir = Path(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    for stale in run_dir.parent.glob(f".{run_dir.name}.*.partial"):  # left by a killed process
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", suffix=".partial", dir=run_dir.parent))
-    staging.chmod(0o777 & ~_umask())  # mkdtemp makes 0700: run folders are shared like any other
-    try:
+    with atomic_folder(run_dir) as staging:
         save_yaml(config, staging / "config.yaml")
         _write_json(staging / "environment.json", environment(config.method, summary.get("device")))
         _write_json(staging / "partition.json", partition_manifest)
@@ -158,16 +155,6 @@ def write_run(
         if extra is not None:
             extra(staging)
         _write_json(staging / "summary.json", summary)  # last: its presence marks completion
-        if run_dir.exists():
-            old = run_dir.with_name(f".{run_dir.name}.old-{os.getpid()}")
-            os.replace(run_dir, old)
-            os.replace(staging, run_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, run_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     failure_path(run_dir).unlink(missing_ok=True)  # an earlier failure of this cell is now history
     return run_dir
 
@@ -241,12 +228,6 @@ def _file_system_type(folder: Path) -> str | None:
         if inside and len(point) > len(best):
             best, kind = point, fields[2]
     return kind
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def is_complete(run_dir: Path) -> bool:
@@ -356,7 +337,8 @@ def record_failure(run_dir: Path, error: str, config: dict[str, Any] | None = No
     path = failure_path(run_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = {"error": error, "host": platform.node(), "pid": os.getpid()}
-    _write_json(path, {**record, **({"config": config} if config is not None else {})})
+    record = {**record, **({"config": config} if config is not None else {})}
+    atomic_write(path, _json_text(record))  # `fedbench runs` may read it meanwhile
     return path
 
 
@@ -385,4 +367,8 @@ def read_metrics(run_dir: Path) -> pd.DataFrame:
 
 
 def _write_json(path: Path, data: Any) -> None:
-    path.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    path.write_text(_json_text(data))
+
+
+def _json_text(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"

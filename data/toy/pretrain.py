@@ -34,7 +34,6 @@ and `toy_patterns` never occur, and no downstream style is ever rendered.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import hashlib
 import io
@@ -50,6 +49,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.backbone import CONFIG_DIR, register_pretrained
+from benchmark.files import atomic_write, file_lock
 from data.toy import world
 
 CODE_VERSION = 3  # bump when the training code changes what a recipe produces
@@ -183,24 +183,14 @@ def ensure_checkpoint(recipe: Recipe = DEFAULT_RECIPE, progress: bool = True) ->
     if path.is_file():
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f"{path.name}.lock"), "w") as lock:
-        if not _try_lock(lock):
-            print(f"fedbench: another process is pretraining the toy CLIP ({path.name}); waiting for it", flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not path.is_file():  # built by the process we waited for
-                build_checkpoint(recipe, path, progress=progress)
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def waiting() -> None:
+        print(f"fedbench: another process is pretraining the toy CLIP ({path.name}); waiting for it", flush=True)
+
+    with file_lock(path.with_name(f"{path.name}.lock"), on_busy=waiting):
+        if not path.is_file():  # else built by the process we waited for
+            build_checkpoint(recipe, path, progress=progress)
     return path
-
-
-def _try_lock(handle) -> bool:
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
 
 
 def existing_checkpoint(recipe: Recipe) -> Path | None:
@@ -396,11 +386,9 @@ def build_checkpoint(recipe: Recipe = DEFAULT_RECIPE, path: Path | None = None, 
         flush=True,
     )
     model, log = train_model(recipe, progress=progress)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(state_dict_bytes(model))
-    os.replace(tmp, path)
+    atomic_write(path, state_dict_bytes(model))
     meta = {"identity": recipe.identity(), "hash": recipe.hash, "log": log, "sha256": file_sha256(path)}
-    path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=list))
+    atomic_write(path.with_suffix(".json"), json.dumps(meta, indent=1, default=list))
     print(f"fedbench: toy CLIP pretrained in {log['seconds']:.0f} s (final loss {log['final_loss']:.3f})", flush=True)
     return path
 
@@ -412,7 +400,7 @@ def ship(recipe_name: str, path: Path) -> dict:
     CHECKPOINT_DIR.mkdir(parents=True, exist_ok=True)
     target = CHECKPOINT_DIR / checkpoint_name(recipe)
     if Path(path).resolve() != target.resolve():
-        target.write_bytes(Path(path).read_bytes())
+        atomic_write(target, Path(path).read_bytes())
     manifest = {h: e for h, e in read_manifest().items() if e["recipe"] != recipe_name}
     for old in {e["file"] for e in read_manifest().values()} - {e["file"] for e in manifest.values()} - {target.name}:
         (CHECKPOINT_DIR / old).unlink(missing_ok=True)
@@ -422,7 +410,7 @@ def ship(recipe_name: str, path: Path) -> dict:
         "sha256": file_sha256(target),
         "bytes": target.stat().st_size,
     }
-    MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
+    atomic_write(MANIFEST, json.dumps(dict(sorted(manifest.items())), indent=1) + "\n")
     return manifest[recipe.hash]
 
 

@@ -432,9 +432,8 @@ def test_wandb_without_network_falls_back_to_offline_once(fake_data_root, tmp_pa
 
 
 def test_a_held_cell_lock_names_its_holder_and_a_dead_holders_lock_is_taken(tmp_path):
-    import fcntl
-
     from benchmark.errors import CellBusy
+    from benchmark.files import file_lock
     from benchmark.runs.locks import cell_lock, lock_path
 
     cell = tmp_path / "runs" / "promptfl_dtd_seed1_abc"
@@ -443,8 +442,7 @@ def test_a_held_cell_lock_names_its_holder_and_a_dead_holders_lock_is_taken(tmp_
     assert path.parent == cell.parent and path.name.startswith(".")
     # Another holder: an open file description with the flock taken (as another process has).
     path.write_text(json.dumps({"pid": 4242, "host": "node7", "started": "2026-01-01 00:00:00"}))
-    with open(path) as other:
-        fcntl.flock(other, fcntl.LOCK_EX)
+    with file_lock(path):
         with pytest.raises(CellBusy, match=r"being run by pid 4242 on node7 \(since 2026-01-01 00:00:00\)"):
             with cell_lock(cell):
                 pass

@@ -375,12 +375,11 @@ def test_killed_tuning_process_resumes(tmp_path, fake_data_root):
 
 
 def test_a_second_tune_process_on_the_same_table_is_refused(tmp_path, fake_data_root, fedbench):
-    import fcntl
+    from benchmark.files import file_lock
 
     preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
     (tmp_path / "results").mkdir()
-    with open(tmp_path / "results" / ".tuning-promptfl.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with file_lock(tmp_path / "results" / ".tuning-promptfl.lock"):
         done = fedbench(*tune_args(tmp_path, preset))
     assert done.returncode == 2 and "another `fedbench tune` is tuning promptfl" in done.stderr
 

@@ -15,8 +15,10 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--describe",
         metavar="NAME",
-        help="hyperparameters, shared state, parameter counts, learning-rate schedule and overridden hooks of one "
-        "method: a registered name or, as for `fedbench run --method`, path/to/file.py[:Class]",
+        help="hyperparameters, shared state, parameter counts, learning-rate schedule and the whole contract of one "
+        "method (core, optional settings, capabilities and the Lightning surface local training reads: the hooks "
+        "it overrides, the values it sets): a registered name or, as for `fedbench run --method`, "
+        "path/to/file.py[:Class]",
     )
     p.add_argument("--backbone", default="ViT-B-16", help="backbone for --describe's parameter counts (random weights)")
     p.set_defaults(func=run, takes_method_flags=True)
@@ -117,7 +119,8 @@ def schedule_line(cls) -> str:
 
 
 def contract_parts() -> tuple[tuple[str, tuple], ...]:
-    """(title, members) of the contract's three parts, as `benchmark.method` declares them."""
+    """(title, members) of the three parts FederatedMethod declares (`benchmark.method`):
+    what `fedbench new-method`'s skeleton writes."""
     from benchmark.method import CAPABILITIES, CORE, OPTIONAL
 
     return (
@@ -127,17 +130,28 @@ def contract_parts() -> tuple[tuple[str, tuple], ...]:
     )
 
 
+def described_parts() -> tuple[tuple[str, tuple], ...]:
+    """The whole contract: the three parts and the Lightning surface local training reads
+    and offers (`benchmark.method.LIGHTNING`), as --describe and the guide's table show it."""
+    from benchmark.method import LIGHTNING
+
+    return (*contract_parts(), ("lightning (what local training reads and offers)", LIGHTNING))
+
+
 def contract_lines(cls, method) -> list[str]:
     """Each part of the contract: its attributes' values on `method` (read from the instance:
-    some are set from hyperparameters, pFedMMA's upload_keys), and for each hook where this
-    method overrides it or the default it keeps."""
+    some are set from hyperparameters, pFedMMA's upload_keys, FedMVP's
+    automatic_optimization), and for each hook where this method overrides it or the
+    default it keeps."""
     from benchmark.registry import overrides
 
     lines = []
-    for title, members in contract_parts():
+    for title, members in described_parts():
         lines.append(f"  {title}:")
         for m in members:
-            if m.kind == "attribute":
+            if m.kind == "provided":
+                lines.append(f"    {m.name:<21} provided: {m.returns}")
+            elif m.kind == "attribute":
                 lines.append(f"    {m.name} = {_shown(getattr(method, m.name))}")
             elif overrides(cls, m.name):
                 owner = next(c for c in cls.__mro__ if m.name in vars(c))
@@ -158,9 +172,12 @@ def contract_table() -> str:
     """The contract table of docs/writing-a-method.md (scripts/write_contract_table.py writes
     it there; tests/core/test_method.py checks it is current)."""
     rows = ["| | hook / attribute | when | returns | default |", "|---|---|---|---|---|"]
-    for title, members in contract_parts():
+    for title, members in described_parts():
         for m in members:
-            call = f"`{m.name}({_arguments(m.name)})`" if m.kind == "hook" else f"`{m.name}`"
+            if m.kind == "hook":
+                call = f"`{m.name}({_arguments(m.name)})`"
+            else:
+                call = f"`self.{m.name}`" if m.kind == "provided" else f"`{m.name}`"
             rows.append(f"| {title.split(' (')[0]} | {call} | {m.when} | {m.returns} | {m.default} |")
     return "\n".join(rows)
 

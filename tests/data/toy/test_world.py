@@ -318,10 +318,11 @@ def test_personalized_fine_tuning_lowers_loss_and_raises_local(toy_test_backbone
 
 def test_concurrent_processes_build_the_toy_clip_once(tmp_path):
     """Two processes that need the same uncached checkpoint: one pretrains, the other waits."""
-    import fcntl
     import os
     import subprocess
     import sys
+
+    from benchmark.files import file_lock
 
     script = (
         "from data.toy.pretrain import Recipe, ensure_checkpoint\n"
@@ -329,14 +330,12 @@ def test_concurrent_processes_build_the_toy_clip_once(tmp_path):
     )
     env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path)}
     lock_path = tmp_path / f"{checkpoint_path(Recipe(steps=2, batch_size=8, warmup=1)).name}.lock"
-    with open(lock_path, "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)  # a build "in progress": both processes must wait for it
+    with file_lock(lock_path):  # a build "in progress": both processes must wait for it
         processes = [
             subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
             for _ in range(2)
         ]
         first_lines = [p.stdout.readline() for p in processes]
-        fcntl.flock(held, fcntl.LOCK_UN)
     outputs = [line + p.communicate(timeout=600)[0] for line, p in zip(first_lines, processes)]
     assert all(p.returncode == 0 for p in processes)
     assert all("waiting for it" in line for line in first_lines)
