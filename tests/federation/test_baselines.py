@@ -13,7 +13,8 @@ from conftest import method_config
 
 from benchmark.federation.baselines import central_schedule, steps_per_epoch, union_client
 from benchmark.federation.simulator import FederatedSimulator, StreamBatches
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 
 
 def simulator_of(run, clients, schedule, federation="fedavg", epoch_steps=None) -> FederatedSimulator:

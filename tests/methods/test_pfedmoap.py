@@ -239,7 +239,7 @@ def test_run_experiment_downloads_experts(data_for_four_clients, tmp_path):
 
 
 def seeded_gate(config) -> torch.Tensor:
-    from benchmark.runs.runner import build_seeded_method
+    from benchmark.runs.preparation import build_seeded_method
 
     method = build_seeded_method(config, load_backbone(config.backbone, None))
     return method.gate.q.weight.detach()

@@ -89,7 +89,7 @@ def test_the_bare_loop_computes_the_simulators_client_rounds(fake_data_root, tmp
     from conftest import tiny_config
 
     from benchmark.federation.bare_loop import run_bare
-    from benchmark.runs.runner import prepare_run
+    from benchmark.runs.preparation import prepare_run
 
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=local_epochs, batch_size=3)
     snapshots = []

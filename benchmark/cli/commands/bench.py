@@ -358,8 +358,9 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
 
     from benchmark import flops
     from benchmark.federation.bare_loop import run_bare
+    from benchmark.runs.preparation import prepare_run
     from benchmark.runs.reporting import split_time
-    from benchmark.runs.runner import prepare_run, run_experiment
+    from benchmark.runs.runner import run_experiment
 
     run_experiment(config, write=False, progress=False)  # warm: features, allocations
     measured = []
@@ -443,7 +444,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
     from benchmark.config import build_config
     from benchmark.evaluation.accuracy import Evaluator
     from benchmark.evaluation.client_metrics import evaluate_clients
-    from benchmark.runs.runner import SHARED_FEATURES, autocast_context, prepare_run
+    from benchmark.runs.preparation import SHARED_FEATURES, autocast_context, prepare_run
 
     walls = []
     for name, method, method_args in runs:
