@@ -51,7 +51,7 @@ class Server:
     """The server of one federation of `method` over `clients`; `aggregation` is the run's
     client weighting: "samples" (FedAvg's n_i) or "uniform" (1 each)."""
 
-    name = "fedavg"  # the `federation` run option that names this kind
+    name: str  # the `federation` run option that names its kind (benchmark.federation.servers)
 
     @classmethod
     def plan(cls, clients: Sequence[ClientShard], schedule: list[list[int]], batch_size: int) -> FederationPlan:
