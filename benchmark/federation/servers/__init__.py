@@ -23,9 +23,9 @@ DEFAULT_FEDERATION = "fedavg"  # the method's own federation: its run names and 
 
 def server_class(federation: str) -> type[Server]:
     """The server of the federation kind `federation` (a ValueError naming the kinds otherwise)."""
-    from benchmark.federation.servers.central import CentralServer
-    from benchmark.federation.servers.fedavg import FedAvgServer
-    from benchmark.federation.servers.local import LocalServer
+    from benchmark.federation.servers.central import CentralServer  # lazy: run names and labels read this without torch
+    from benchmark.federation.servers.fedavg import FedAvgServer  # lazy: as above
+    from benchmark.federation.servers.local import LocalServer  # lazy: as above
 
     kinds = {kind.name: kind for kind in (FedAvgServer, LocalServer, CentralServer)}
     if federation not in kinds:
