@@ -75,6 +75,15 @@ class Server:
         return method.parameter_counts()
 
     @classmethod
+    def scores_one_state(cls, method: FederatedMethod) -> bool:
+        """Whether every client is scored with one and the same state: nothing trains, or
+        the method is scored after the download and uploads its whole state, which the
+        download (the same for every client) then replaces."""
+        return not method.trains or (
+            method.evaluate_after_download and all(method.is_uploaded(k) for k in method.state_dict())
+        )
+
+    @classmethod
     def holder(cls, cid: int) -> int:
         """The trained client whose state client `cid` is scored with (on Flower: the node that scores it)."""
         return cid

@@ -58,7 +58,7 @@ def test_the_check_finds_the_string_tests_it_forbids():
         'b = federation != "fedavg"\n'
         'c = run.federation in ("local", "central")\n'
         'd = v == "fedavg"\n'
-        'e = config.federation in FEDERATIONS\n'  # membership in the option's choices: allowed
+        "e = config.federation in FEDERATIONS\n"  # membership in the option's choices: allowed
         'f = executor.name != "local"\n'
     )
     assert federation_string_tests(source) == [1, 2, 3, 4]

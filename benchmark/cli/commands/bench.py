@@ -71,10 +71,10 @@ def run(args) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     if args.quick:
-        backbone, schedule = "fedbench-tiny-vit", perf.Schedule(datasets=("dtd",), seeds=1, rounds=2)
+        backbone, schedule = "fedbench-tiny-vit", perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=2)
         method_args = {"pfedmma": {"first_block": 2}}  # the tiny CLIP has 4 blocks per tower
     else:
-        backbone, schedule, method_args = args.backbone, perf.Schedule(), {}
+        backbone, schedule, method_args = args.backbone, perf.Schedule.paper(), {}
     methods = [(m, {"method_args": method_args.get(m, {})}) for m in args.methods]
     if args.memory_only:
         print(memory_section(methods, backbone))

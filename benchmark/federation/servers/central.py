@@ -12,7 +12,7 @@ from typing import Sequence
 from benchmark.federation.loading import steps_per_epoch
 from benchmark.federation.server import FederationPlan
 from benchmark.federation.servers.local import LocalServer
-from benchmark.method import State
+from benchmark.method import FederatedMethod, State
 from data.partition import ClientShard
 
 CENTRAL_CLIENT = 0  # the id of the one client of a central run
@@ -36,6 +36,10 @@ class CentralServer(LocalServer):
     @classmethod
     def rounds_trained_of(cls, counted: dict[int, int], clients: Sequence[ClientShard]) -> dict[int, int]:
         return {c.client_id: counted[CENTRAL_CLIENT] for c in clients}  # its one client trained for all of them
+
+    @classmethod
+    def scores_one_state(cls, method: FederatedMethod) -> bool:
+        return True  # its one client's
 
     @classmethod
     def holder(cls, cid: int) -> int:

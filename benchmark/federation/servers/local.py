@@ -22,6 +22,10 @@ class LocalServer(Server):
     def parameter_counts(cls, method: FederatedMethod) -> dict[str, int]:
         return {**method.parameter_counts(), "uploaded_params": 0}  # nothing leaves a client
 
+    @classmethod
+    def scores_one_state(cls, method: FederatedMethod) -> bool:
+        return not method.trains  # else each client's own training
+
     def download(self, cid: int, round_index: int) -> State | None:
         return None
 
