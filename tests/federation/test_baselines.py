@@ -153,3 +153,11 @@ def test_an_unknown_federation_is_refused_naming_the_choices(fedbench, fake_data
     done = fedbench(*tiny_run_args(fake_data_root, tmp_path, "--federation", "fedprox"))
     assert done.returncode == 2
     assert "federation = 'fedprox' is invalid: expected fedavg | local | central" in done.stderr
+
+
+def test_a_method_that_trains_nothing_runs_as_central(fake_data_root, tmp_path):
+    """Its one state (the initial one) is scored for every client; no round is counted (the
+    central run of zeroshot stopped with a KeyError before the kinds were servers)."""
+    config = method_config("zeroshot", fake_data_root, tmp_path, federation="central", clients=2, rounds=1)
+    result = run_experiment(config, progress=False)
+    assert sorted(result.per_client) == [0, 1] and result.federation.rounds_trained == {}

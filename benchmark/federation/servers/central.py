@@ -35,6 +35,8 @@ class CentralServer(LocalServer):
 
     @classmethod
     def rounds_trained_of(cls, counted: dict[int, int], clients: Sequence[ClientShard]) -> dict[int, int]:
+        if CENTRAL_CLIENT not in counted:  # nothing trains: nothing counted
+            return counted
         return {c.client_id: counted[CENTRAL_CLIENT] for c in clients}  # its one client trained for all of them
 
     @classmethod
