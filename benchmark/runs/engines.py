@@ -55,6 +55,10 @@ class Trained:
 
 
 class Engine(Protocol):
+    """Where a run's federation trains: `check` refuses what of a config it cannot run, `train`
+    runs the plan of the run's federation kind (`run.server`), telling `hooks` of every round,
+    and returns what the rounds left (`Trained`)."""
+
     checkpoints: bool  # writes round checkpoints and resumes from them
     trains_here: bool  # trains in this process (the run prepares its training inputs here)
 
