@@ -30,7 +30,7 @@ SAMPLING_RULES = (
     "uniform",
 )  # client sampling rules: benchmark.federation.simulator.client_sampling_schedule
 AUGMENT_BACKENDS = ("auto", "device", "pil")  # run option `augment_backend` (benchmark.runs.numerics)
-FEDERATIONS = ("fedavg", "local", "central")  # run option `federation` (benchmark.federation.baselines)
+FEDERATIONS = ("fedavg", "local", "central")  # run option `federation`: one server each (benchmark.federation.servers)
 # The authors' rules, named run options beside the suite's (docs/methods.md, Deviations): the first is the default.
 OPTIMIZER_STATES = ("per_client", "shared")  # run option `optimizer_state` (benchmark.federation.client_loop)
 ROUND_SELECTIONS = ("final", "best_local_test")  # run option `select_round` (benchmark.evaluation.round_selection)

@@ -39,7 +39,8 @@ from benchmark.evaluation.client_metrics import evaluate_clients
 from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.registry import build_method
-from benchmark.runs.runner import autocast_context, load_run_dataset, run_experiment
+from benchmark.runs.preparation import autocast_context, load_run_dataset
+from benchmark.runs.runner import run_experiment
 from benchmark.sweeps.presets import load_preset
 
 DTD_LIKE = [

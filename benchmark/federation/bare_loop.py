@@ -3,7 +3,7 @@
 
 It trains the same clients on the same batches with the same seeds, optimizer and
 schedule as `FederatedSimulator` (its final client states are equal, bit for bit:
-`tests/sweeps/test_perf.py`), with the same server (`benchmark.federation.server.Server`: the
+`tests/sweeps/test_perf.py`), with the same server (the simulator's kind of `benchmark.federation.server.Server`: the
 download, the aggregation, the bank and the aggregate's finiteness check, the one
 per-round check it keeps), and leaves out everything the framework adds around that: the
 Lightning hooks, the loss and client-state checks, the FLOP ledger, progress, round logs,
@@ -25,7 +25,6 @@ import torch
 
 from benchmark.federation.client_loop import LocalTrainingFabric, optimization_step
 from benchmark.federation.configured_optimizers import read_configured
-from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.method import State
 
@@ -54,7 +53,7 @@ def run_bare(simulator: FederatedSimulator) -> BareRun:
         raise ValueError(f"the bare loop has no gradient scaler; precision {s.precision!r} needs one")
     initial = method.client_state()
     states = {cid: {k: v.clone() for k, v in initial.items()} for cid in simulator.clients}
-    server = Server(method, list(simulator.clients.values()), s.aggregation)
+    server = simulator.server_kind(method, list(simulator.clients.values()), s.aggregation)
     total = model = data = optimizer_setup = 0.0
     client_rounds = 0
     method.fabric = fabric  # what configure_optimizers reads as self.trainer, and self.log writes to

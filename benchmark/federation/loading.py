@@ -24,6 +24,12 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 Tag = tuple[int, int, int, int]  # (round index, client id, local epoch, batch within the epoch)
 
 
+def steps_per_epoch(num_samples: int, batch_size: int) -> int:
+    """The optimizer steps of one local epoch of a client with `num_samples` images
+    (`simulator.ClientBatches`' length: full batches, the last one partial)."""
+    return -(-num_samples // batch_size)  # the ceiling, in integers
+
+
 class ScheduleItems(Dataset):
     """Item (round, client, epoch, batch, position) of a schedule: the client-round's training
     set's item (epoch, position), as `ClientTrainSet` gives it, with its batch's tag."""

@@ -13,6 +13,12 @@ method's rules to it:
 - `evaluation_download(cid)`: the download a client is evaluated with, or None when it is
   evaluated with the state its own training left.
 
+It is also the federation's kind (`RunConfig.federation`): what trains in which round
+(`plan`), what a client uploads (`upload_of`), and how the trained clients' states and
+round counts become the partition's clients' (`scored_states`, `rounds_trained_of`,
+`holder`). `Server`'s own answers are the method's federation's; the kinds, one file each,
+are in `benchmark.federation.servers` (`FedAvgServer`, `LocalServer`, `CentralServer`).
+
 The in-process simulator (`benchmark.federation.simulator`), Flower's `MethodStrategy`
 (`benchmark.runs.flower`) and the bare loop `fedbench bench` measures
 (`benchmark.federation.bare_loop`) all call one of these; none of them writes a rule again.
@@ -21,6 +27,7 @@ The in-process simulator (`benchmark.federation.simulator`), Flower's `MethodStr
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import torch
@@ -30,9 +37,56 @@ from benchmark.method import ClientUpdate, FederatedMethod, State
 from data.partition import ClientShard
 
 
+@dataclass(frozen=True)
+class FederationPlan:
+    """What trains: the clients (their shards), the clients of every round, and, where a
+    round's local epoch is not one pass over a client's data, its optimizer steps per round."""
+
+    clients: tuple[ClientShard, ...]
+    schedule: list[list[int]]
+    epoch_steps: list[int] | None = None  # None: one pass per local epoch
+
+
 class Server:
     """The server of one federation of `method` over `clients`; `aggregation` is the run's
     client weighting: "samples" (FedAvg's n_i) or "uniform" (1 each)."""
+
+    name: str  # the `federation` run option that names its kind (benchmark.federation.servers)
+
+    @classmethod
+    def plan(cls, clients: Sequence[ClientShard], schedule: list[list[int]], batch_size: int) -> FederationPlan:
+        """The federation's plan from the partition's `clients` and the sampled `schedule`:
+        the clients train in the rounds the schedule samples them, one pass per local epoch."""
+        return FederationPlan(tuple(clients), schedule)
+
+    @classmethod
+    def scored_states(cls, states: dict[int, State], clients: Sequence[ClientShard]) -> dict[int, State]:
+        """The trained clients' `states` as the partition's `clients` are scored: each its own."""
+        return states
+
+    @classmethod
+    def rounds_trained_of(cls, counted: dict[int, int], clients: Sequence[ClientShard]) -> dict[int, int]:
+        """The rounds each of the partition's `clients` trained in, from the server's count."""
+        return counted
+
+    @classmethod
+    def parameter_counts(cls, method: FederatedMethod) -> dict[str, int]:
+        """The method's parameter counts as this federation moves them (summary.json)."""
+        return method.parameter_counts()
+
+    @classmethod
+    def scores_one_state(cls, method: FederatedMethod) -> bool:
+        """Whether every client is scored with one and the same state: nothing trains, or
+        the method is scored after the download and uploads its whole state, which the
+        download (the same for every client) then replaces."""
+        return not method.trains or (
+            method.evaluate_after_download and all(method.is_uploaded(k) for k in method.state_dict())
+        )
+
+    @classmethod
+    def holder(cls, cid: int) -> int:
+        """The trained client whose state client `cid` is scored with (on Flower: the node that scores it)."""
+        return cid
 
     def __init__(self, method: FederatedMethod, clients: Sequence[ClientShard], aggregation: str = "samples") -> None:
         self.method = method
@@ -70,6 +124,10 @@ class Server:
         for u in updates:
             self.rounds_trained[u.client_id] += 1
         return self.aggregate
+
+    def upload_of(self, trained: State) -> State:
+        """What a client whose training left `trained` sends this server: the method's upload."""
+        return self.method.upload_of(trained)
 
     def evaluation_download(self, cid: int) -> State | None:
         """The download client `cid` is evaluated with: the method's `download` when the method

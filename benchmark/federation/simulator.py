@@ -30,12 +30,12 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.config import SAMPLING_RULES
-from benchmark.federation.baselines import SoloServer, steps_per_epoch
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.federation.features import ViewFeatures
-from benchmark.federation.loading import ScheduleStream
+from benchmark.federation.loading import ScheduleStream, steps_per_epoch
 from benchmark.federation.server import Server, check_finite, divergence
+from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
@@ -363,15 +363,15 @@ class FederatedSimulator:
         on_snapshot: Callable[[FederationSnapshot], None] | None = None,
         eval_rounds: frozenset[int] = frozenset(),
         on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
-        federation: str = "fedavg",
+        server: type[Server] = FedAvgServer,
         epoch_steps: Sequence[int] | None = None,
         view_features: ViewFeatures | None = None,
     ) -> None:
         self.method = method
         self.view_features = view_features  # shared features of augmented views (frozen image tower)
-        # fedavg: the method's federation; local / central: no server (benchmark.federation.baselines),
-        # central with `epoch_steps`: its one client's steps per local epoch, per round.
-        self.federation = federation
+        # The federation's kind (benchmark.federation.servers) and, where its plan gives them
+        # (central), its clients' steps per local epoch, per round.
+        self.server_kind = server
         self.epoch_steps = epoch_steps
         self.train_images = train_images
         self.train_labels = list(train_labels)
@@ -496,8 +496,7 @@ class FederatedSimulator:
         return result
 
     def _server(self) -> Server:
-        kind = Server if self.federation == "fedavg" else SoloServer
-        return kind(self.method, list(self.clients.values()), self.settings.aggregation)
+        return self.server_kind(self.method, list(self.clients.values()), self.settings.aggregation)
 
     def finetune(self, states: dict[int, State], epochs: int) -> tuple[dict[int, State], dict[int, float]]:
         """Every client of `states` trains its state for `epochs` local epochs on its own data,
@@ -569,7 +568,7 @@ class FederatedSimulator:
         check_finite(self.method, trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
             trained,
-            self.method.upload_of(trained) if self.federation == "fedavg" else {},  # local, central: nothing leaves
+            self.server.upload_of(trained),
             training.loss,
             training.model_seconds,
             training.data_seconds,

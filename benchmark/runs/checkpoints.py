@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 
 import torch
 
+from benchmark.errors import RunInterrupted
 from benchmark.federation.simulator import FederationSnapshot, RoundLog
 from benchmark.files import atomic_write
 from benchmark.runs.results import MetricRow
@@ -197,3 +198,46 @@ class Checkpointer:
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
         sidecar_path(self.run_dir).unlink(missing_ok=True)
+
+
+class RoundKeeper:
+    """One run's round checkpoints as its rounds go: the checkpoint it resumes from, each
+    round's snapshot saved when due, and the last completed round kept when the run is stopped
+    (preemption, a time limit), so the rerun loses only the round in progress. `rows` is the
+    run's list of metric rows (saved with each round); `every` 0: no checkpoints."""
+
+    def __init__(self, run_dir: Path, every: int, partition_hash: str, config: dict, rows: list, tracker=None) -> None:
+        self.checkpointer = Checkpointer(run_dir, every, partition_hash, config)
+        self.partition_hash, self.rows, self.tracker = partition_hash, rows, tracker
+        self.last_round: RunCheckpoint | None = None  # the latest completed round, saved or not
+
+    def resume(self, progress: bool) -> RunCheckpoint | None:
+        """The checkpoint to resume from (its rows become the run's first), or None."""
+        resume = self.checkpointer.load()
+        if resume is not None:
+            self.rows.extend(resume.rows)
+            if progress:
+                name = self.checkpointer.run_dir.name
+                print(f"resuming {name} after round {resume.federation.next_round} from its round checkpoint")
+        return resume
+
+    def on_snapshot(self, snapshot: FederationSnapshot) -> None:
+        wandb_id = getattr(getattr(self.tracker, "run", None), "id", None)
+        self.last_round = RunCheckpoint(snapshot, list(self.rows), wandb_id, self.partition_hash)
+        if self.checkpointer.due(snapshot.next_round):
+            self.checkpointer.save(self.last_round)
+
+    def keep_last_round(self) -> None:
+        last, checkpointer = self.last_round, self.checkpointer
+        if last is not None and checkpointer.every != 0 and not checkpointer.saved(last.federation.next_round):
+            checkpointer.save(last)
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """Around the rounds: the last completed round is kept on preemption or a stop."""
+        try:
+            with kept_on_preemption(self.keep_last_round):
+                yield
+        except RunInterrupted:
+            self.keep_last_round()
+            raise

@@ -10,17 +10,19 @@ The same federation as `fedbench run`, with its two sides on Flower's runtime:
   `evaluate` message scores the node's own model under the run's protocol and replies
   with its metrics. Personal state never leaves the node.
 - `MethodStrategy` (a Flower Strategy, driven by `Strategy.start`): Flower's messaging around
-  the federation's one server object (`benchmark.federation.server.Server`, which the
-  simulator calls too). It samples each round's clients by `client_sampling_schedule`,
+  the federation's one server object, of the run's federation kind
+  (`benchmark.federation.servers`, which the simulator calls too). It trains each round's
+  clients of the server's plan (`client_sampling_schedule`; central: the one union client),
   sends each the server's `download`, hands the uploads to the server's `receive` (the
-  method's `aggregate`, in client-id order) and evaluates each client with the server's
-  `evaluation_download`.
+  method's `aggregate`, in client-id order) and has every partition client scored, with the
+  server's `evaluation_download`, on the node that holds its state (the server's `holder`).
 
 Every message carries the run's config, so a node (re)builds the run (`prepare_run`: the
 same seeded method, data and partition) from it alone; node-local options (data_root,
-device, ...) come from the node's `--node-config`. `simulate` runs it on Flower's
-simulation runtime (`fedbench flower`); `server_app` is the ServerApp for `flwr run` on a
-real federation of SuperNodes (docs/scaling-out.md).
+device, ...) come from the node's `--node-config`. `FlowerEngine` is the run's engine
+(`benchmark.runs.engines`) on Flower: `simulate` runs it on Flower's simulation runtime
+(`fedbench flower`); `server_app` is the ServerApp for `flwr run` on a real federation of
+SuperNodes, one per client of the plan (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from benchmark import shortcuts
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
 from benchmark.evaluation.client_metrics import evaluate_client
-from benchmark.federation.server import Server
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.method import State, state_bytes
+from benchmark.progress import progress_bar
 from benchmark.registry import resolve_method_file
+from benchmark.runs.engines import RoundHooks, Trained
+from benchmark.runs.preparation import autocast_context, prepare_run
 from benchmark.runs.reporting import format_summary
-from benchmark.runs.runner import autocast_context, prepare_run, run_experiment
+from benchmark.runs.runner import run_experiment
 
 try:
     from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
@@ -117,6 +121,7 @@ class ClientWorld:
         _quiet_node_log()
         self.initial = run.method.client_state()  # every client starts here (the run seed)
         self.simulator = run.simulator()
+        self.clients = self.simulator.clients  # the clients that train, by id (central: the union client)
         self.evaluator = run.evaluator()
 
 
@@ -155,7 +160,7 @@ def _on_node(content: RecordDict, context: Context) -> Iterator[tuple[ClientWorl
         if "partition-id" not in context.node_config:
             raise ConfigError('this node has no partition-id: start it with --node-config "partition-id=K"')
         cid = int(context.node_config["partition-id"])
-        clients = len(world.run.partition.clients)
+        clients = len(world.clients)
         if not 0 <= cid < clients:
             raise ConfigError(f"this node's partition-id is {cid}, but the run has clients 0..{clients - 1}")
         yield world, cid, int(sent["round"])
@@ -173,7 +178,7 @@ def _received(content: RecordDict) -> State | None:
 def client_describe(content: RecordDict, context: Context) -> RecordDict:
     """Which client this node holds, and its training-set size."""
     with _on_node(content, context) as (world, cid, _):
-        n_i = world.run.partition.clients[cid].num_samples
+        n_i = world.clients[cid].num_samples
     return RecordDict({"client": MetricRecord({"client-id": cid, "num-examples": n_i})})
 
 
@@ -186,7 +191,7 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
     metrics = MetricRecord(
         {
             "client-id": cid,
-            "num-examples": world.run.partition.clients[cid].num_samples,
+            "num-examples": world.clients[cid].num_samples,
             "train-loss": trained.loss,
             "model-seconds": trained.model_seconds,
             "data-seconds": trained.data_seconds,
@@ -198,10 +203,12 @@ def client_train(content: RecordDict, context: Context) -> RecordDict:
 
 
 def client_evaluate(content: RecordDict, context: Context) -> RecordDict:
-    """The node's model (its state, with the download if one came) under the run's protocol;
-    the node's own state is left as it was."""
+    """The node's model (its state, with the download if one came) under the run's protocol,
+    on the test data of the client the message names (the node's own, or under central every
+    client's); the node's own state is left as it was."""
 
-    with _on_node(content, context) as (world, cid, _):
+    with _on_node(content, context) as (world, node_cid, _):
+        cid = int(content["fedbench"].get("client", node_cid))
         run, method = world.run, world.run.method
         method.load_client_state(_own_state(world, context))
         if (received := _received(content)) is not None:
@@ -267,7 +274,9 @@ class MethodStrategy(Strategy):
     ) -> None:
         self.run, self.nodes = run, nodes
         self.on_round_end, self.on_evaluate, self.eval_rounds = on_round_end, on_evaluate, eval_rounds
-        self.server = Server(run.method, run.partition.clients, run.settings.aggregation)
+        self.plan = plan = run.plan()
+        self.clients = {c.client_id: c for c in plan.clients}
+        self.server = run.server(run.method, plan.clients, run.settings.aggregation)
         self.result = FederationResult({}, rounds_trained=self.server.rounds_trained)
         self.final_scores: dict[int, dict[str, float]] = {}
         self._log: RoundLog | None = None
@@ -275,14 +284,20 @@ class MethodStrategy(Strategy):
     def summary(self) -> None:
         pass  # Strategy.start logs this; the run's own summary is the run folder
 
-    def _message(self, cid: int, round_number: int, kind: str, download: State | None) -> Message:
-        content = RecordDict({"fedbench": config_record(self.run.config, round_number)})
+    def _message(
+        self, cid: int, round_number: int, kind: str, download: State | None, scored: int | None = None
+    ) -> Message:
+        """To the node of client `cid`; an evaluation names the client it scores (`scored`)."""
+        sent = config_record(self.run.config, round_number)
+        if scored is not None:
+            sent["client"] = scored
+        content = RecordDict({"fedbench": sent})
         if download is not None:
             content["download"] = to_record(download)
         return Message(content, dst_node_id=self.nodes[cid], message_type=kind)
 
     def configure_train(self, server_round: int, arrays, config, grid) -> list[Message]:
-        sampled = self.run.schedule[server_round - 1]
+        sampled = self.plan.schedule[server_round - 1]
         self._log = RoundLog(server_round, sampled, {}, 0, 0, 0.0, 0.0)
         self._started = time.perf_counter()
         messages = []
@@ -298,10 +313,10 @@ class MethodStrategy(Strategy):
         uploads = []
         for cid in log.clients:  # the simulator's order: the sum in `aggregate` is order-sensitive
             metrics, upload = by_client[cid]["metrics"], from_record(by_client[cid]["upload"])
-            if int(metrics["num-examples"]) != self.run.partition.clients[cid].num_samples:
+            if int(metrics["num-examples"]) != self.clients[cid].num_samples:
                 raise RuntimeError(
                     f"client {cid} trained on {int(metrics['num-examples'])} images, the server's partition gives it "
-                    f"{self.run.partition.clients[cid].num_samples}: the node's data differs from the server's"
+                    f"{self.clients[cid].num_samples}: the node's data differs from the server's"
                 )
             log.train_loss[cid] = float(metrics["train-loss"])
             if "lr" in metrics:
@@ -320,13 +335,13 @@ class MethodStrategy(Strategy):
     def configure_evaluate(self, server_round: int, arrays, config, grid) -> list[Message]:
         if server_round not in self.eval_rounds:
             return []
-        messages, last = [], server_round == len(self.run.schedule)
+        messages, last = [], server_round == len(self.plan.schedule)
         for client in self.run.partition.clients:
-            cid = client.client_id
-            download = self.server.evaluation_download(cid)  # the simulator's rule: the server's
+            holder = self.server.holder(client.client_id)  # the trained client whose state scores it
+            download = self.server.evaluation_download(holder)  # the simulator's rule: the server's
             if download is not None and last:
                 self.result.final_download_bytes += state_bytes(download)
-            messages.append(self._message(cid, server_round, MessageType.EVALUATE, download))
+            messages.append(self._message(holder, server_round, MessageType.EVALUATE, download, client.client_id))
         return messages
 
     def aggregate_evaluate(self, server_round: int, replies) -> MetricRecord | None:
@@ -337,7 +352,7 @@ class MethodStrategy(Strategy):
             c.client_id: {k: float(v) for k, v in by_client[c.client_id]["metrics"].items() if k != "client-id"}
             for c in self.run.partition.clients
         }
-        if server_round == len(self.run.schedule):
+        if server_round == len(self.plan.schedule):
             self.final_scores = per_client  # the caller records the final round
             return None
         self.on_evaluate(server_round, per_client)
@@ -345,9 +360,10 @@ class MethodStrategy(Strategy):
 
 
 def connect(grid: Grid, run) -> dict[int, int]:
-    """Wait (up to NODES_TIMEOUT_S) for one node per client and ask each which client it
-    holds: client id -> node id. Clients held by no node or by several are an error naming them."""
-    clients = len(run.partition.clients)
+    """Wait (up to NODES_TIMEOUT_S) for one node per client of the run's plan (central: one) and
+    ask each which client it holds: client id -> node id. Clients held by no node or by several
+    are an error naming them."""
+    clients = len(run.plan().clients)
     deadline = time.monotonic() + NODES_TIMEOUT_S
     while len(nodes := list(grid.get_node_ids())) < clients and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -380,12 +396,62 @@ def _check_trains(run) -> None:
 
 
 def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[FederationResult, dict]:
-    """The run's rounds on the nodes of `grid` (a `benchmark.runs.runner.FederationEngine` once `grid` is bound)."""
+    """The run's rounds on the nodes of `grid`: the federation (its `client_states` empty: they
+    stay with the clients) and every client's metrics after the last round."""
     _check_trains(run)
     with shortcuts.use(run.config.shortcuts):  # a ServerApp thread does not inherit the caller's setting
         strategy = MethodStrategy(run, connect(grid, run), on_round_end, on_evaluate, eval_rounds)
-        strategy.start(grid, ArrayRecord(), num_rounds=len(run.schedule), timeout=24 * 3600)
+        strategy.start(grid, ArrayRecord(), num_rounds=len(strategy.plan.schedule), timeout=24 * 3600)
     return strategy.result, strategy.final_scores
+
+
+class FlowerEngine:
+    """The run's engine on Flower (`benchmark.runs.engines.Engine`): `runtime(run, on_round_end,
+    on_evaluate, eval_rounds)` runs the rounds on Flower's nodes (`federate` on a grid) and
+    returns the federation and the final scores its nodes gave; an evaluated round's scores go
+    to `on_evaluate`. No round checkpoints: it runs from round 1."""
+
+    checkpoints = False
+    trains_here = False  # the nodes train: the server prepares no training inputs
+
+    def __init__(self, runtime: Callable) -> None:
+        self.runtime = runtime
+
+    def check(self, config: RunConfig) -> None:
+        if config.finetune_epochs or config.evaluate_from:
+            raise ConfigError(
+                "--finetune-epochs and evaluating a saved run run in process only "
+                "(the clients' states stay on Flower's clients): use `fedbench run` / `fedbench evaluate`"
+            )
+        if config.optimizer_state != "per_client" or config.select_round != "final":
+            raise ConfigError(
+                "optimizer_state = shared and select_round = best_local_test (the authors' rules) run in process "
+                "only: Flower's clients keep no optimizer between rounds and the server does not keep every "
+                "round's states; use `fedbench run`"
+            )
+
+    def train(self, run, hooks: RoundHooks, resume=None) -> Trained:
+        _check_trains(run)  # before Flower starts
+        # The rounds as `fedbench run` shows them (Flower's own log is quiet: `quiet_flower`).
+        bar = progress_bar(
+            total=len(run.schedule),
+            desc=f"training {run.config.method}",
+            unit="rounds",
+            enabled=hooks.progress,
+            leave=False,
+        )
+
+        def on_round_end(log: RoundLog) -> None:
+            hooks.on_round_end(log)
+            bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
+            bar.update()
+
+        try:
+            federation, scores = self.runtime(run, on_round_end, hooks.on_scores, hooks.eval_rounds)
+        finally:
+            bar.close()
+        federation.rounds_trained = run.server.rounds_trained_of(federation.rounds_trained, run.partition.clients)
+        return Trained(federation, {}, scores)
 
 
 # -- running it --------------------------------------------------------------------------
@@ -423,14 +489,13 @@ def quiet_flower() -> Iterator[None]:
             handler.setLevel(level)
 
 
-def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
-    """A `benchmark.runs.runner.FederationEngine` running the federation on Flower's simulation
-    runtime: one virtual SuperNode per client, `parallel` ClientApps at a time, each with
-    `client_cpus` CPUs (its torch threads) and `client_gpus` GPUs."""
+def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0) -> FlowerEngine:
+    """The engine running the federation on Flower's simulation runtime: one virtual SuperNode
+    per client of the run's plan, `parallel` ClientApps at a time, each with `client_cpus`
+    CPUs (its torch threads) and `client_gpus` GPUs."""
     from flwr.simulation import run_simulation
 
-    def engine(run, on_round_end, on_evaluate, eval_rounds):
-        _check_trains(run)  # before Ray starts
+    def runtime(run, on_round_end, on_evaluate, eval_rounds):
         outcome: list = []
         app = ServerApp()
 
@@ -446,14 +511,14 @@ def simulate(parallel: int = 1, client_cpus: int = 1, client_gpus: float = 0.0):
             run_simulation(
                 app,
                 client_app,
-                num_supernodes=len(run.partition.clients),
+                num_supernodes=len(run.plan().clients),
                 backend_config={"client_resources": resources, "init_args": init},
             )
         if not outcome:
             raise RuntimeError("the Flower simulation ended without a result (its log above says why)")
         return outcome[0]
 
-    return engine
+    return FlowerEngine(runtime)
 
 
 def config_from_run_config(run_config: dict[str, Any]) -> RunConfig:
@@ -479,6 +544,6 @@ def serve(grid: Grid, context: Context) -> None:
     """`flwr run`: the run of Flower's run config, written to its run folder on the server."""
 
     config = config_from_run_config(dict(context.run_config))
-    result = run_experiment(config, progress=False, engine=lambda *a: federate(grid, *a))
+    result = run_experiment(config, progress=False, engine=FlowerEngine(lambda *a: federate(grid, *a)))
     print(format_summary(result.summary, result.timing))
     print(f"run folder: {result.run_dir}")

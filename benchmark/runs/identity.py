@@ -51,6 +51,7 @@ import yaml
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
 from benchmark.config import IDENTITY_KEY, RunConfig
+from benchmark.federation.servers import federation_label
 from benchmark.method import FederatedMethod
 from benchmark.protocol import available_protocols, protocol_class
 from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
@@ -406,7 +407,7 @@ def run_name(config: RunConfig) -> str:
     datasets = config.dataset if len(config.datasets) <= 2 else f"{config.datasets[0]}+{len(config.datasets) - 1}more"
     part = protocol_class(config.protocol).run_name_part(config.protocol_args)
     # the rows around a federation, said in the name (absent for the default: names as before)
-    federation = f"_{config.federation}" if config.federation != "fedavg" else ""
+    federation = f"_{label}" if (label := federation_label(config.federation)) else ""
     finetuned = f"_ft{config.finetune_epochs}" if config.finetune_epochs else ""
     evaluated = "_evaluated" if config.evaluate_from else ""
     numerics = run_name_part(config)  # `_bf16`, `_fp16`, `_fp32tf32`; absent for fp32 (names as before)

@@ -6,11 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from benchmark.federation.servers import DEFAULT_FEDERATION, federation_label
 
-def run_label(method: str, federation: str = "fedavg", finetune_epochs: int = 0, evaluated: bool = False) -> str:
+
+def run_label(
+    method: str, federation: str = DEFAULT_FEDERATION, finetune_epochs: int = 0, evaluated: bool = False
+) -> str:
     """What kind of run it was, as a table labels its row: `promptfl`, `promptfl (local)`,
     `promptfl (FT 1)`, `promptfl (evaluated)` (the row axes of benchmark.sweeps.presets)."""
-    kind = [federation] if federation and federation != "fedavg" else []
+    kind = [label] if federation and (label := federation_label(federation)) else []
     kind += [f"FT {finetune_epochs}"] if finetune_epochs else []
     kind += ["evaluated"] if evaluated else []
     return f"{method} ({', '.join(kind)})" if kind else method

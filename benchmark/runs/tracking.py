@@ -27,7 +27,7 @@ from typing import Any, Iterator
 from benchmark.config import RunConfig
 from benchmark.runs.checkpoints import saved_wandb_run_id
 from benchmark.runs.identity import cell_hash, cell_identity, resolved_config, run_name
-from benchmark.runs.runner import resolve_device
+from benchmark.runs.preparation import resolve_device
 
 ROUND = "round"
 # Run options that are paths or W&B's own settings: not part of what a run *is*.

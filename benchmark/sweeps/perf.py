@@ -9,12 +9,16 @@ of `benchmark.shortcuts` on (what runs by default) or off (the plain path). A tr
 step's cost is bilinear in images b and classes C (a + b x image + C x class text +
 b C x logits); the fit through the four counted corners is exact for every method here.
 
-The schedule then multiplies them out as the code runs it (`executed`): every client
-trains every round (participation 1), each step classifies over all base classes (the
+The schedule (preset base2novel's, `Schedule.paper`) then multiplies them out as the code
+runs it (`executed`): the protocol's own partition of each dataset's classes (its base
+classes dealt to the clients as the preset's `class_dealing` says), every client trains
+every round (participation 1), each step classifies over all base classes (the
 authors' protocol), once-per-client-round work (a download's frozen inputs) is paid per
 client-round and caches keyed by the class list once per run; evaluation at the rounds
 `evaluation_rounds` picks, each client state encoding its base and novel classes once
-and scoring Local, Base and Novel as three memoized calls.
+and scoring Local, Base and Novel as three memoized calls. A round-2 client's state is the
+server's download (`benchmark.federation.servers.FedAvgServer`), and whether every client
+is scored with one state is the server's rule too.
 
 The exact minimum (`minimum`) is the same per-unit costs with every exact elimination
 applied: the shortcuts on (text to the batch's longest real prompt, frozen prefixes and
@@ -30,7 +34,6 @@ little for both executed and minimum alike.
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -39,18 +42,21 @@ import torch
 
 from benchmark import flops, shortcuts
 from benchmark.backbone import load_backbone
+from benchmark.config import RunConfig, build_config
 from benchmark.evaluation.accuracy import accuracy
 from benchmark.evaluation.client_metrics import evaluation_rounds
+from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
+from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.method import ClientContext, FederatedMethod
 from benchmark.registry import build_method
-from data.base import LabeledImages
+from benchmark.sweeps.presets import load_preset
+from data.base import DatasetSplits, LabeledImages
 from data.catalog import dataset_info
-from data.partition import deal_classes
+from data.partition import Partition
 
-# The paper's Table 1 schedule (preset base2novel): datasets, shots, rounds, local epochs,
-# clients, batch size; the test-split sizes of the CoOp split files these datasets use.
-TABLE1_DATASETS = ("caltech101", "oxford_pets", "oxford_flowers", "food101", "dtd", "sun397", "ucf101")
+PAPER_PRESET = "base2novel"  # the paper's Table 1, whose schedule `fedbench bench` and `fedbench profile` cost
+# The test-split sizes of the CoOp split files the Table 1 datasets use.
 COOP_TEST_IMAGES = {
     "caltech101": 2465,
     "oxford_pets": 3669,
@@ -64,15 +70,36 @@ COOP_TEST_IMAGES = {
 
 @dataclass(frozen=True)
 class Schedule:
-    datasets: tuple[str, ...] = TABLE1_DATASETS
-    seeds: int = 3
-    rounds: int = 50
-    local_epochs: int = 2
-    clients: int = 10
-    shots: int = 16
-    batch_size: int = 32
-    eval_every: int = 0  # as RunConfig: 0 = about five evaluated rounds
-    class_dealing: str = "authors"
+    """A base-to-novel schedule to cost: a run config (its protocol with the protocol's options
+    resolved, rounds, local epochs, clients, shots, batch size, evaluated rounds) over
+    `datasets`, `seeds` seeds each, participation 1."""
+
+    config: RunConfig
+    datasets: tuple[str, ...]
+    seeds: int
+
+    @classmethod
+    def paper(cls, datasets: Sequence[str] = (), seeds: int = 0, **run) -> "Schedule":
+        """Preset base2novel's schedule: its run settings (`run` overrides them), its datasets
+        and as many seeds as it runs (unless `datasets`, `seeds` say otherwise)."""
+        preset = load_preset(PAPER_PRESET)
+        names = tuple(datasets) or tuple(d["name"] for d in preset.datasets)
+        return cls(build_config(preset.run, run), names, seeds or len(preset.seeds))
+
+    rounds = property(lambda self: self.config.rounds)
+    local_epochs = property(lambda self: self.config.local_epochs)
+    clients = property(lambda self: self.config.clients)
+    shots = property(lambda self: self.config.shots)
+    batch_size = property(lambda self: self.config.batch_size)
+    eval_every = property(lambda self: self.config.eval_every)  # 0 = about five evaluated rounds
+
+    def partition(self, dataset: str) -> Partition:
+        """The protocol's partition of `dataset`'s classes, as a run makes it from a training
+        split holding `shots` images of each class (the few-shot sample of a larger one)."""
+        shots = self.config.shots
+        names = [f"class{c}" for c in range(dataset_info(dataset).num_classes)]
+        split = _SyntheticImages(f"perf-partition-{dataset}", names, shots, 1)
+        return get_protocol(self.config.protocol).partition(DatasetSplits(dataset, split, split, names), self.config)
 
     def describe(self) -> str:
         return (
@@ -156,7 +183,9 @@ def _fresh_download(method: FederatedMethod, clients: int, step: int) -> None:
         }
 
     bank = {cid: jitter(upload) for cid in range(clients)}
-    method.load_client_state(method.download(0, jitter(upload), bank))
+    server = FedAvgServer(method, ())  # holding an aggregate and a bank, as after round 1
+    server.restore(jitter(upload), bank, {})
+    method.load_client_state(server.download(0, 1))
 
 
 def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
@@ -215,9 +244,7 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
                     scoring[(b, classes)] = warm - text_warm[classes - 1]
             shared = (cold - scoring[(2, 1)] - text_warm[0]) / 2
     a, x, y, z = _bilinear(scoring[(1, 1)], scoring[(2, 1)], scoring[(1, 2)], scoring[(2, 2)])
-    shared_state = (not trains) or (
-        method.evaluate_after_download and all(method.is_uploaded(k) for k in method.state_dict())
-    )
+    shared_state = FedAvgServer.scores_one_state(method)
     return UnitCosts(
         step=_bilinear(steady[(1, 1)], steady[(2, 1)], steady[(1, 2)], steady[(2, 2)]) if trains else (0, 0, 0, 0),
         per_client_round=_linear(*round_extra) if trains else (0, 0),
@@ -262,16 +289,15 @@ def schedule_cost(units: UnitCosts, schedule: Schedule, minimum: bool) -> Cost:
 
     cost = Cost()
     for name in schedule.datasets:
-        classes = dataset_info(name).num_classes
-        base = math.ceil(classes / 2)
-        novel = classes - base
+        partition = schedule.partition(name)
+        base, novel = len(partition.base_class_ids), len(partition.novel_class_ids)
+        classes = base + novel
         test = COOP_TEST_IMAGES[name]
         base_test, novel_test = test * base / classes, test * novel / classes
-        dealt = deal_classes(list(range(base)), schedule.clients, rule=schedule.class_dealing)
         seeds = schedule.seeds
         if units.trains:
-            for own in dealt:
-                n = schedule.shots * len(own)
+            for client in partition.clients:
+                n = len(client.train_indices)
                 full, rest = divmod(n, schedule.batch_size)
                 batches = [schedule.batch_size] * full + ([rest] if rest else [])
                 steps = len(batches) * schedule.local_epochs
@@ -306,8 +332,8 @@ def schedule_cost(units: UnitCosts, schedule: Schedule, minimum: bool) -> Cost:
                     "eval_images",
                     seeds * states * (_at(units.scoring, base_test, base) + _at(units.scoring, novel_test, novel)),
                 )
-                for own in dealt:
-                    local = test * len(own) / classes
+                for client in partition.clients:
+                    local = test * len(client.class_ids) / classes
                     cost.add("eval_images", seeds * _at(units.scoring, local, base))
         cost.add("eval_shared", seeds * test * units.shared_per_image)
     return cost

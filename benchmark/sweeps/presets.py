@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.config import ConfigError, RunConfig, build_config, parse_yaml
+from benchmark.federation.servers import federation_label
 
 PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 
@@ -35,7 +36,7 @@ PRESET_DIR = Path(__file__).resolve().parents[1] / "presets"
 # Grid axes that make rows of a method rather than columns: `promptfl (local)`, `promptfl (FT 2)`.
 # A value's text goes after the label; the default value adds none (the method's own row).
 ROW_AXES = {
-    "federation": lambda v: "" if v == "fedavg" else str(v),
+    "federation": lambda v: federation_label(str(v)),
     "finetune_epochs": lambda v: f"FT {v}" if v else "",
 }
 

@@ -85,14 +85,15 @@ def test_runs_on_a_folder_that_does_not_exist_answers_before_torch_loads(tmp_pat
     assert f"{tmp_path / 'nowhere'} is not a folder" in done.stderr
 
 
-def test_flower_refuses_a_local_run_before_torch_loads(tmp_path):
-    """Issue 50, item 10: the refusal of `fedbench flower --federation local` came after 8 s."""
+def test_flower_refuses_a_finetuned_run_before_torch_loads(tmp_path):
+    """Issue 50, item 10: the refusal of `fedbench flower --federation local` came after 8 s
+    (local now runs on Flower; +FT is what it refuses)."""
     import subprocess
     import sys
 
     code = (
         "import sys; from benchmark.cli import main; "
-        "rc = main(['flower', '--method', 'promptfl', '--federation', 'local', '--out', sys.argv[1]]); "
+        "rc = main(['flower', '--method', 'promptfl', '--finetune-epochs', '1', '--out', sys.argv[1]]); "
         "assert 'torch' not in sys.modules, 'torch was imported'; sys.exit(rc)"
     )
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs")], capture_output=True, text=True)

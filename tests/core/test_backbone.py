@@ -281,7 +281,7 @@ def test_profile_prints_the_precision(fedbench, fake_data_root, tmp_path):
     [("pfedmma", "32-true"), ("lora", "32-true"), ("promptfl", "bf16-mixed"), ("zeroshot", "bf16-mixed")],
 )
 def test_auto_precision_on_a_gpu_is_the_methods_choice(method, expected):
-    from benchmark.runs.runner import resolve_device
+    from benchmark.runs.preparation import resolve_device
 
     assert resolve_device(build_config({"method": method, "device": "cuda"})) == ("cuda", expected)
     assert resolve_device(build_config({"method": method, "device": "cpu"})) == ("cpu", "32-true")

@@ -109,7 +109,7 @@ SAMPLED_EXACTLY = {"promptfl", "pfedmoap", "fedotp"}
 )
 def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root, tmp_path, monkeypatch, method):
     from benchmark.federation.features import FeatureCache
-    from benchmark.runs import runner
+    from benchmark.runs import preparation
     from benchmark.runs.runner import run_experiment
 
     config = method_config(method, fake_data_root, tmp_path / "plain", local_epochs=2, rounds=3)
@@ -120,7 +120,7 @@ def test_a_run_accounts_its_flops_and_counting_changes_no_number(fake_data_root,
         plain = run_experiment(config, progress=False)
     assert plain.timing["flops"]["total"] == 0
 
-    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache(progress=False))  # features computed by this run
+    monkeypatch.setattr(preparation, "SHARED_FEATURES", FeatureCache(progress=False))  # features computed by this run
     counted = run_experiment(dataclasses.replace(config, out=str(tmp_path / "counted")), progress=False)
     assert plain.summary["metrics"] == counted.summary["metrics"]  # counting changes no number
     assert plain.per_client == counted.per_client

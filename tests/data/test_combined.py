@@ -410,7 +410,7 @@ def test_paper_comparison_of_each_fedmvp_preset_carries_the_published_numbers(na
 
 
 def test_training_on_a_test_only_variant_is_refused(tmp_path):
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
 
     config = build_config({"dataset": "imagenet+imagenet_a", "protocol": "classchunk", "data_root": str(tmp_path)})
     with pytest.raises(ConfigError, match="'imagenet_a' is a test set only"):

@@ -392,7 +392,7 @@ def test_damaged_classnames_file(tmp_path):
 
 def test_test_only_dataset_cannot_be_trained_on(tmp_path):
     from benchmark.config import ConfigError, build_config
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
 
     make_fake_dataset("imagenet_r", tmp_path)
     config = build_config({"dataset": "imagenet_r", "data_root": str(tmp_path)})

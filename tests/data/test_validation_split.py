@@ -78,11 +78,12 @@ def test_a_combined_dataset_and_a_subset_of_a_sealed_split_are_sealed(tmp_path):
 def test_a_tuning_run_reads_no_test_image_and_an_ordinary_run_does(tmp_path, monkeypatch, name):
     """A tuning run on each kind of source finishes, so it read no image of the sealed test
     split; the same run scored on the test split reads it (so the seal would have caught it)."""
+    import benchmark.runs.preparation as preparation
     import benchmark.runs.runner as runner
     from benchmark.federation.features import FeatureCache
     from data.base import LabeledImages
 
-    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache())  # no features cached by an earlier test
+    monkeypatch.setattr(preparation, "SHARED_FEATURES", FeatureCache())  # no features cached by an earlier test
     root = tmp_path / "data"
     if name != "toy":
         make_fake_dataset(name, root, num_classes=4)
@@ -101,6 +102,7 @@ def test_a_tuning_run_reads_no_test_image_and_an_ordinary_run_does(tmp_path, mon
 
 
 def test_a_tuning_run_seals_the_test_split_it_loaded(tmp_path, fake_data_root, monkeypatch):
+    import benchmark.runs.preparation as preparation
     import benchmark.runs.runner as runner
 
     seen = []
@@ -109,7 +111,7 @@ def test_a_tuning_run_seals_the_test_split_it_loaded(tmp_path, fake_data_root, m
         seen.append(dataset)
         return validation_view(dataset)
 
-    monkeypatch.setattr(runner, "validation_view", view)
+    monkeypatch.setattr(preparation, "validation_view", view)
     config = tiny_config(fake_data_root, tmp_path, method="zeroshot", eval_split="val")
     runner.run_experiment(config, write=False, progress=False)
     (loaded,) = seen

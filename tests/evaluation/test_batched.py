@@ -14,7 +14,8 @@ from benchmark.evaluation.batched import BatchedScorer, evaluation_probe, probe,
 from benchmark.federation.features import FeatureCache
 from benchmark.method import FederatedMethod
 from benchmark.registry import builtin_methods, register_method
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 
 # zeroshot has no client state: every client is the same model, scored once (the memo).
 BATCHED = sorted(n for n, c in builtin_methods().items() if c.batched_evaluation and n != "zeroshot")

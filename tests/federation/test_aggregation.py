@@ -55,7 +55,7 @@ def test_uniform_aggregation_is_the_plain_mean_over_clients_of_different_sizes(f
     config, result = results["samples"]
     from benchmark.backbone import load_backbone
     from benchmark.evaluation.protocols import get_protocol
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
 
     dataset = load_run_dataset(config, load_backbone(config.backbone, None))
     sizes = [c.num_samples for c in get_protocol("base2novel").partition(dataset, config).clients]

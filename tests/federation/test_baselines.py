@@ -1,4 +1,4 @@
-"""The rows around a federation (`federation: local | central`, benchmark/federation/baselines.py):
+"""The rows around a federation (`federation: local | central`, benchmark/federation/servers/):
 local uploads nothing and equals each client trained alone (a one-client federation of it);
 central equals one client holding the union of the clients' data, for as many steps as
 the federation takes, and its one state is scored for every client."""
@@ -11,12 +11,15 @@ import pytest
 import torch
 from conftest import method_config
 
-from benchmark.federation.baselines import central_schedule, steps_per_epoch, union_client
+from benchmark.federation.loading import steps_per_epoch
+from benchmark.federation.servers.central import CentralServer, central_schedule, union_client
+from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.federation.simulator import FederatedSimulator, StreamBatches
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 
 
-def simulator_of(run, clients, schedule, federation="fedavg", epoch_steps=None) -> FederatedSimulator:
+def simulator_of(run, clients, schedule, server=FedAvgServer, epoch_steps=None) -> FederatedSimulator:
     return FederatedSimulator(
         run.method,
         run.train_inputs,
@@ -27,7 +30,7 @@ def simulator_of(run, clients, schedule, federation="fedavg", epoch_steps=None) 
         run.config.seed,
         run.settings,
         progress=False,
-        federation=federation,
+        server=server,
         epoch_steps=epoch_steps,
     )
 
@@ -94,7 +97,7 @@ def test_central_equals_one_client_on_the_union(fake_data_root, tmp_path):
     alone = simulator_of(run, [union], [[0] for _ in run.schedule]).run()
     assert_same_state(central.client_states[0], alone.client_states[0])
     # scored: the one state for every client
-    scored = run.scored_states(central.client_states)
+    scored = CentralServer.scored_states(central.client_states, clients)
     assert list(scored) == [c.client_id for c in clients]
     assert all(s is central.client_states[0] for s in scored.values())
 
@@ -152,13 +155,9 @@ def test_an_unknown_federation_is_refused_naming_the_choices(fedbench, fake_data
     assert "federation = 'fedprox' is invalid: expected fedavg | local | central" in done.stderr
 
 
-def test_another_engine_refuses_the_rows_it_cannot_run(fake_data_root, tmp_path):
-    from benchmark.config import ConfigError
-
-    def engine(*args):
-        raise AssertionError("never called")
-
-    for overrides in ({"federation": "local"}, {"federation": "central"}, {"finetune_epochs": 1}):
-        config = method_config("promptfl", fake_data_root, tmp_path, **overrides)
-        with pytest.raises(ConfigError, match="run in process only"):
-            run_experiment(config, progress=False, engine=engine)
+def test_a_method_that_trains_nothing_runs_as_central(fake_data_root, tmp_path):
+    """Its one state (the initial one) is scored for every client; no round is counted (the
+    central run of zeroshot stopped with a KeyError before the kinds were servers)."""
+    config = method_config("zeroshot", fake_data_root, tmp_path, federation="central", clients=2, rounds=1)
+    result = run_experiment(config, progress=False)
+    assert sorted(result.per_client) == [0, 1] and result.federation.rounds_trained == {}

@@ -16,7 +16,8 @@ from benchmark.federation.client_loop import ClientLoop
 from benchmark.federation.simulator import FederatedSimulator
 from benchmark.registry import builtin_methods, register_method
 from benchmark.runs.identity import run_name
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 from data.partition import ClientShard
 from methods.promptfl import PromptFL
 

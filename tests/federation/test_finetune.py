@@ -9,7 +9,8 @@ import pandas as pd
 import torch
 from conftest import method_config
 
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 
 
 def test_finetuning_moves_only_the_scored_states(fake_data_root, tmp_path):

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 
 from benchmark import shortcuts
 from benchmark.federation.loading import ScheduleStream
-from benchmark.runs.runner import prepare_run
+from benchmark.runs.preparation import prepare_run
 
 
 def train(config, schedule_loader: bool, monkeypatch):

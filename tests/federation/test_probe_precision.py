@@ -11,7 +11,7 @@ from conftest import tiny_config
 from benchmark.federation.batched_training import BatchedTraining, probe, probe_tolerances
 from benchmark.federation.client_loop import ClientLoop
 from benchmark.federation.stacked import comparable_kernels
-from benchmark.runs.runner import prepare_run
+from benchmark.runs.preparation import prepare_run
 
 
 def test_tolerances_scale_with_the_half_types_unit_roundoff():

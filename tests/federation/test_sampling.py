@@ -13,7 +13,8 @@ from conftest import tiny_config, write_split_zhou
 from benchmark.config import ConfigError, RunConfig, build_config
 from benchmark.federation.simulator import client_sampling_schedule, clients_per_round
 from benchmark.runs.identity import cell_hash
-from benchmark.runs.runner import build_seeded_method, run_experiment
+from benchmark.runs.preparation import build_seeded_method
+from benchmark.runs.runner import run_experiment
 from benchmark.sweeps.presets import load_preset
 
 

@@ -89,7 +89,7 @@ def test_the_simulator_and_the_bare_loop_call_the_one_server(fake_data_root, tmp
     from conftest import tiny_config
 
     from benchmark.federation.bare_loop import run_bare
-    from benchmark.runs.runner import prepare_run
+    from benchmark.runs.preparation import prepare_run
 
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, clients=3, participation=0.67)
     run = prepare_run(config, progress=False)
@@ -116,7 +116,7 @@ def test_flowers_strategy_calls_the_one_server(toy_test_checkpoint, tmp_path, mo
     from test_flower import PFEDMMA, toy_config
 
     from benchmark.runs import flower
-    from benchmark.runs.runner import prepare_run
+    from benchmark.runs.preparation import prepare_run
 
     for name, value in (("_run_id", 1), ("_node_id", 1), ("_task_id", 1)):  # what Flower's runtime would set
         monkeypatch.setattr(TaskIdentity, name, value)

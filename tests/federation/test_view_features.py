@@ -13,13 +13,13 @@ from conftest import tiny_config
 
 from benchmark import shortcuts
 from benchmark.federation.features import ViewFeatures
-from benchmark.runs import runner
+from benchmark.runs import preparation
 
 
 def train(config, share: bool, views: ViewFeatures, monkeypatch):
-    monkeypatch.setattr(runner, "SHARED_VIEWS", views)
+    monkeypatch.setattr(preparation, "SHARED_VIEWS", views)
     with shortcuts.use(config.shortcuts):
-        run = runner.prepare_run(config, progress=False)
+        run = preparation.prepare_run(config, progress=False)
         run.settings = dataclasses.replace(run.settings, share_views=share)
         return run.simulator().run()
 

@@ -19,7 +19,8 @@ from benchmark.backbone import load_backbone
 from benchmark.federation.features import FeatureCache
 from benchmark.method import ClientUpdate
 from benchmark.registry import build_method
-from benchmark.runs.runner import load_run_dataset, run_experiment
+from benchmark.runs.preparation import load_run_dataset
+from benchmark.runs.runner import run_experiment
 from methods.fedotp import sinkhorn_plan, transport_logits, unbalanced_ot_plan
 
 

@@ -155,13 +155,13 @@ def test_auto_is_resolved_from_the_backbone_config_and_recorded(tmp_path, capsys
 
 
 def test_a_block_range_that_does_not_fit_fails_before_anything_is_built(tmp_path, capsys, monkeypatch):
-    import benchmark.runs.runner as runner
+    import benchmark.runs.preparation as preparation
     from benchmark.cli import main
 
     def refuse(*args, **kwargs):
         raise AssertionError("the backbone was built before the block range was checked")
 
-    monkeypatch.setattr(runner, "load_backbone", refuse)
+    monkeypatch.setattr(preparation, "load_backbone", refuse)
     out = tmp_path / "runs"
     argv = ["run", "--method", "pfedmma", "--first-block", "4", "--last-block", "6", "--out", str(out)]
     assert main([*argv, "--wandb", "disabled"]) == 2

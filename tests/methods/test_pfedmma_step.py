@@ -76,7 +76,7 @@ if __name__ == "__main__":
     from benchmark.backbone import load_backbone
     from benchmark.config import build_config
     from benchmark.evaluation.protocols import get_protocol
-    from benchmark.runs.runner import build_seeded_method, load_run_dataset
+    from benchmark.runs.preparation import build_seeded_method, load_run_dataset
 
     config = build_config(
         {"dataset": "toy", "method": "pfedmma", "backbone": "fedbench-toy-vit", "pretrained": "fedbench-toy"},

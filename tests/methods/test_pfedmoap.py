@@ -239,7 +239,7 @@ def test_run_experiment_downloads_experts(data_for_four_clients, tmp_path):
 
 
 def seeded_gate(config) -> torch.Tensor:
-    from benchmark.runs.runner import build_seeded_method
+    from benchmark.runs.preparation import build_seeded_method
 
     method = build_seeded_method(config, load_backbone(config.backbone, None))
     return method.gate.q.weight.detach()
@@ -251,7 +251,7 @@ def test_every_client_is_scored_as_its_own_training_left_it_even_when_absent_fro
     """docs/methods.md: pFedMoAP is scored before the broadcast (`evaluate_after_download =
     False`): every client -- those the last round did not sample too -- is evaluated with
     the prompt, gate and experts its last local training left, not with a final download."""
-    import benchmark.runs.runner as runner
+    import benchmark.runs.recording as recording
     from benchmark.federation.simulator import FederatedSimulator
 
     trained: dict[int, tuple[int, dict[str, torch.Tensor]]] = {}  # client -> (round, state its training left)
@@ -263,14 +263,14 @@ def test_every_client_is_scored_as_its_own_training_left_it_even_when_absent_fro
         return done
 
     scored: list[dict[int, dict[str, torch.Tensor]]] = []  # the states each evaluation scores
-    real_evaluate = runner.evaluate_clients
+    real_evaluate = recording.evaluate_clients
 
     def recording_evaluate(evaluator, protocol, dataset, partition, client_states, *args, **kwargs):
         scored.append({cid: {k: v.clone() for k, v in s.items()} for cid, s in client_states.items()})
         return real_evaluate(evaluator, protocol, dataset, partition, client_states, *args, **kwargs)
 
     monkeypatch.setattr(FederatedSimulator, "client_round", recording_round)
-    monkeypatch.setattr(runner, "evaluate_clients", recording_evaluate)
+    monkeypatch.setattr(recording, "evaluate_clients", recording_evaluate)
     # The authors' sampling: round 1 trains all 4 clients, rounds 2 and 3 int(0.5 x 4) = 2 each.
     config = tiny_config(
         data_for_four_clients, tmp_path, method="pfedmoap", rounds=3, clients=4, participation=0.5, eval_every=3

@@ -142,6 +142,48 @@ def test_flower_simulation_equals_fedbench_run(fedbench, toy_test_checkpoint, tm
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("federation", ["local", "central"])
+def test_flower_runs_local_and_central_equal_to_fedbench_run(federation, fedbench, toy_test_checkpoint, tmp_path):
+    """The rows around a federation on Flower (`--federation local | central`): every node
+    trains its own client and sends nothing (local), or one node holds the union of the
+    clients' data and scores its one state on every client's test data (central); the run
+    folders equal `fedbench run`'s to the last digit. pFedMMA at lr 3: its clients' states
+    differ, so a client scored with another's state would show."""
+    import json
+
+    flags = ["--method", "pfedmma", "--first-block", "2", "--lr", "3", *TOY_FLAGS, "--federation", federation]
+    folders = {}
+    for engine, extra in (("run", []), ("flower", ["--parallel", "2"])):
+        done = fedbench(engine, *flags, "--out", tmp_path / engine, *extra)
+        assert done.returncode == 0, done.stderr
+        (folders[engine],) = (tmp_path / engine).glob(f"pfedmma_{federation}_toy_*")
+    summaries = {e: json.loads((f / "summary.json").read_text()) for e, f in folders.items()}
+    assert summaries["flower"] == summaries["run"]
+    assert summaries["run"]["bytes_up_total"] == summaries["run"]["bytes_down_total"] == 0  # nothing sent
+    assert (folders["flower"] / "metrics.csv").read_text() == (folders["run"] / "metrics.csv").read_text()
+    metrics = pd.read_csv(folders["run"] / "metrics.csv")
+    trained = metrics[metrics.metric == "rounds_trained"].set_index("client")["value"].to_dict()
+    assert trained == {0: 2, 1: 2, 2: 2, 3: 2}  # central: its one client trained for every client
+
+
+def test_flower_refuses_what_runs_in_process_only(fake_data_root, tmp_path):
+    """Fine-tuning and evaluating a saved run need the clients' states, which stay on Flower's
+    nodes; the federation kinds all run there."""
+    from conftest import method_config
+
+    from benchmark.runs.flower import FlowerEngine
+    from benchmark.runs.runner import run_experiment
+
+    engine = FlowerEngine(lambda *args: pytest.fail("refused before it runs"))
+    for overrides in ({"finetune_epochs": 1}, {"evaluate_from": str(tmp_path)}):
+        config = method_config("promptfl", fake_data_root, tmp_path, **overrides)
+        with pytest.raises(ConfigError, match="run in process only"):
+            run_experiment(config, progress=False, engine=engine)
+    for federation in ("fedavg", "local", "central"):
+        engine.check(method_config("promptfl", fake_data_root, tmp_path, federation=federation))
+
+
+@pytest.mark.slow
 def test_a_diverging_node_stops_the_flower_run_and_writes_nothing(fedbench, toy_test_checkpoint, tmp_path):
     """The node's DivergenceError reaches the command as `fedbench run` reports it (exit 1)."""
     flags = ["--first-block", "2", "--lr", "1e9", *TOY_FLAGS, "--rounds", "1"]  # the last --rounds wins

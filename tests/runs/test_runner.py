@@ -307,12 +307,12 @@ def test_impossible_clients_is_a_clean_cli_error(fedbench, fake_data_root, tmp_p
 
 
 def test_bad_output_location_is_refused_before_any_model(fedbench, fake_data_root, tmp_path, monkeypatch):
-    import benchmark.runs.runner as runner
+    import benchmark.runs.preparation as preparation
 
     def never(*args, **kwargs):
         raise AssertionError("a model was built before the output location was checked")
 
-    monkeypatch.setattr(runner, "load_backbone", never)
+    monkeypatch.setattr(preparation, "load_backbone", never)
     a_file = tmp_path / "file"
     a_file.write_text("")
     done = fedbench("run", "--method", "zeroshot", *tiny_flags(fake_data_root, a_file))

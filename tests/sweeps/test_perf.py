@@ -38,12 +38,12 @@ def test_the_bilinear_step_model_predicts_a_counted_step_it_was_not_fitted_on(ti
 def test_the_schedule_charges_every_client_round(tiny_backbone):
     model = build_method("promptfl", tiny_backbone, {})
     units = perf.measure(model, clients=10)
-    one = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=10), minimum=False)
-    two = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=2, rounds=10), minimum=False)
+    one = perf.schedule_cost(units, perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=10), minimum=False)
+    two = perf.schedule_cost(units, perf.Schedule.paper(datasets=("dtd",), seeds=2, rounds=10), minimum=False)
     assert two.total == pytest.approx(2 * one.total)
-    longer = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=20), minimum=False)
+    longer = perf.schedule_cost(units, perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=20), minimum=False)
     assert longer.parts["train_image"] == pytest.approx(2 * one.parts["train_image"])
-    minimum = perf.schedule_cost(units, perf.Schedule(datasets=("dtd",), seeds=1, rounds=10), minimum=True)
+    minimum = perf.schedule_cost(units, perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=10), minimum=True)
     assert minimum.total <= one.total
 
 
@@ -89,7 +89,7 @@ def test_the_bare_loop_computes_the_simulators_client_rounds(fake_data_root, tmp
     from conftest import tiny_config
 
     from benchmark.federation.bare_loop import run_bare
-    from benchmark.runs.runner import prepare_run
+    from benchmark.runs.preparation import prepare_run
 
     config = tiny_config(fake_data_root, tmp_path, method="promptfl", rounds=2, local_epochs=local_epochs, batch_size=3)
     snapshots = []
@@ -102,3 +102,56 @@ def test_the_bare_loop_computes_the_simulators_client_rounds(fake_data_root, tmp
             assert torch.equal(value, last.states[cid][key]), f"client {cid}: {key}"
     assert bare.client_rounds == sum(len(r.clients) for r in last.rounds)
     assert 0 < bare.model_seconds < bare.total_seconds and bare.rest_seconds > 0
+
+
+def class_dealing_defaults(root: Path) -> dict[str, str]:
+    """Every default a function argument or a field that takes a class dealing has in the
+    project's code (`...dealing...` anywhere, `rule` in data/partition.py), by file and line."""
+    import ast
+
+    defaults = {}
+    for folder in ("benchmark", "data", "methods"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                pairs = []
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    positional = node.args.posonlyargs + node.args.args
+                    pairs = list(zip(positional[len(positional) - len(node.args.defaults) :], node.args.defaults))
+                    pairs += [(a, d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None]
+                    pairs = [(a.arg, d) for a, d in pairs]
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                    pairs = [(node.target.id, node.value)]
+                for name, value in pairs:
+                    takes_dealing = "dealing" in name or (name == "rule" and path.name == "partition.py")
+                    if takes_dealing and isinstance(value, ast.Constant):
+                        defaults[f"{path.relative_to(root)}:{value.lineno} {name}"] = value.value
+    return defaults
+
+
+def test_no_class_dealing_default_differs_between_two_places():
+    """base2novel declares the default class dealing (its `class_dealing` option): every other
+    default of a dealing is that one, and the Table 1 schedule `fedbench bench` costs deals as
+    its preset says (issue 49: perf.py defaulted to "authors" where the protocol says "balanced")."""
+    from benchmark.evaluation.protocols.base2novel import Base2Novel
+    from benchmark.sweeps.presets import load_preset
+
+    declared = Base2Novel.options["class_dealing"].default
+    defaults = class_dealing_defaults(Path(__file__).resolve().parents[2])
+    assert len(defaults) >= 3, defaults  # deal_classes, valid_client_counts, base2novel_partition at least
+    assert {where: value for where, value in defaults.items() if value != declared} == {}
+    schedule = perf.Schedule.paper()
+    assert schedule.config.protocol_args["class_dealing"] == load_preset(perf.PAPER_PRESET).run["class_dealing"]
+    # the partition it costs is the protocol's: DTD's 24 base classes dealt as the authors did (2 x 9 + 6)
+    assert [len(c.class_ids) for c in schedule.partition("dtd").clients] == [2] * 9 + [6]
+
+
+def test_the_check_finds_a_dealing_default_that_differs(tmp_path):
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "benchmark" / "costs.py").write_text(
+        'from dataclasses import dataclass\n\n@dataclass\nclass S:\n    class_dealing: str = "authors"\n\n'
+        'def deal(n, dealing="balanced"):\n    pass\n'
+    )
+    assert class_dealing_defaults(tmp_path) == {
+        "benchmark/costs.py:5 class_dealing": "authors",
+        "benchmark/costs.py:7 dealing": "balanced",
+    }

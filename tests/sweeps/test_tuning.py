@@ -49,10 +49,10 @@ def forbid_test_split(monkeypatch) -> None:
     `LabeledImages` subclass (files, tensors, subsets, concatenations), and each one's `load` is
     wrapped. The process's frozen-feature cache starts empty, so no earlier test's features
     can hide a read. (Independent of the suite's own seal, `data.validation`.)"""
-    import benchmark.runs.runner as runner
+    import benchmark.runs.preparation as preparation
     from benchmark.federation.features import FeatureCache
 
-    monkeypatch.setattr(runner, "SHARED_FEATURES", FeatureCache())
+    monkeypatch.setattr(preparation, "SHARED_FEATURES", FeatureCache())
 
     def forbid(original):
         def load(self, index):
@@ -473,7 +473,7 @@ def test_tuning_refuses_seeds_the_table_reports(tmp_path, fake_data_root):
 # -- validation splits --------------------------------------------------------------------------
 def test_holdout_is_deterministic_per_class_and_disjoint(fake_data_root, tiny_backbone):
     from benchmark.config import build_config
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
     from data.validation import HOLDOUT_FRACTION, holdout_indices, validation_view
 
     config = build_config({"dataset": "dtd", "data_root": str(fake_data_root), "backbone": TINY, "pretrained": "none"})
@@ -494,7 +494,7 @@ def test_holdout_is_deterministic_per_class_and_disjoint(fake_data_root, tiny_ba
 
 def test_the_split_files_own_val_split_is_used(tmp_path, tiny_backbone):
     from benchmark.config import build_config
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
     from data.validation import validation_view
 
     root = write_split_zhou(tmp_path, num_classes=4, train_per_class=3, test_per_class=2)

@@ -19,8 +19,9 @@ from benchmark.federation.simulator import client_sampling_schedule
 from benchmark.method import ClientUpdate, FederatedMethod, fedavg, state_bytes
 from benchmark.optim import sgd_with_cosine
 from benchmark.registry import register_method
-from benchmark.runs import runner
-from benchmark.runs.runner import prepare_run, run_experiment
+from benchmark.runs import preparation
+from benchmark.runs.preparation import prepare_run
+from benchmark.runs.runner import run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout whose packages the second run imports
 
@@ -100,7 +101,7 @@ def test_one_client_training_leaves_the_others_personal_state_alone(fake_data_ro
     they had after the round before."""
     from benchmark.backbone import load_backbone
     from benchmark.federation.simulator import FederatedSimulator, FederationSettings
-    from benchmark.runs.runner import build_seeded_method, load_run_dataset
+    from benchmark.runs.preparation import build_seeded_method, load_run_dataset
 
     config = tiny_config(fake_data_root, tmp_path, method="test_split_prompt")
     backbone = load_backbone(TINY, None)
@@ -132,7 +133,7 @@ def test_state_bytes_counts_tensor_storage():
 
 
 def test_base2novel_metrics_use_the_right_images_and_classes(fake_data_root, tiny_backbone, tmp_path):
-    from benchmark.runs.runner import load_run_dataset
+    from benchmark.runs.preparation import load_run_dataset
 
     config = tiny_config(fake_data_root, tmp_path)
     dataset = load_run_dataset(config, tiny_backbone)
@@ -178,7 +179,7 @@ def test_same_seed_same_numbers_and_run_folder(fake_data_root, tmp_path):
     held = prepare_run(config, progress=False, train_features=False)
     for split in (held.dataset.train, held.dataset.test):
         for i in range(len(split)):
-            runner.SHARED_FEATURES.features(held.method, split, [i])
+            preparation.SHARED_FEATURES.features(held.method, split, [i])
     first = run_experiment(config, progress=False)
     saved = tmp_path / "second.pt"
     done = subprocess.run(

@@ -39,13 +39,13 @@ def test_bad_hyperparameter_in_yaml_is_reported_before_loading(fedbench, empty_c
 def test_a_hyperparameter_outside_its_range_stops_the_run_before_anything_starts(
     fedbench, empty_cache, tmp_path, monkeypatch
 ):
-    import benchmark.runs.runner as runner
+    import benchmark.runs.preparation as preparation
     import benchmark.runs.tracking as tracking
 
     def refuse(*args, **kwargs):
         raise AssertionError("started before the hyperparameters were checked")
 
-    monkeypatch.setattr(runner, "load_backbone", refuse)
+    monkeypatch.setattr(preparation, "load_backbone", refuse)
     monkeypatch.setattr(tracking, "_start", refuse)  # no W&B run, not even a crashed one
     monkeypatch.delenv("WANDB_DIR", raising=False)  # offline W&B would write under --out
     out = tmp_path / "runs"

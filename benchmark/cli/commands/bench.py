@@ -71,10 +71,10 @@ def run(args) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     if args.quick:
-        backbone, schedule = "fedbench-tiny-vit", perf.Schedule(datasets=("dtd",), seeds=1, rounds=2)
+        backbone, schedule = "fedbench-tiny-vit", perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=2)
         method_args = {"pfedmma": {"first_block": 2}}  # the tiny CLIP has 4 blocks per tower
     else:
-        backbone, schedule, method_args = args.backbone, perf.Schedule(), {}
+        backbone, schedule, method_args = args.backbone, perf.Schedule.paper(), {}
     methods = [(m, {"method_args": method_args.get(m, {})}) for m in args.methods]
     if args.memory_only:
         print(memory_section(methods, backbone))
@@ -358,8 +358,9 @@ def _overhead(name: str, config, repeats: int = 3) -> dict:
 
     from benchmark import flops
     from benchmark.federation.bare_loop import run_bare
+    from benchmark.runs.preparation import prepare_run
     from benchmark.runs.reporting import split_time
-    from benchmark.runs.runner import prepare_run, run_experiment
+    from benchmark.runs.runner import run_experiment
 
     run_experiment(config, write=False, progress=False)  # warm: features, allocations
     measured = []
@@ -443,7 +444,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
     from benchmark.config import build_config
     from benchmark.evaluation.accuracy import Evaluator
     from benchmark.evaluation.client_metrics import evaluate_clients
-    from benchmark.runs.runner import SHARED_FEATURES, autocast_context, prepare_run
+    from benchmark.runs.preparation import SHARED_FEATURES, autocast_context, prepare_run
 
     walls = []
     for name, method, method_args in runs:

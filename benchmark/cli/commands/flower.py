@@ -49,10 +49,10 @@ def run(args) -> int:
     from benchmark.config import ConfigError
 
     config = config_from_args(args)
-    if config.federation != "fedavg" or config.finetune_epochs or config.evaluate_from:
-        # Said here, before the data, the weights and Flower load (8 s): the runner says the same.
+    if config.finetune_epochs or config.evaluate_from:
+        # Said here, before the data, the weights and Flower load (8 s): FlowerEngine.check says the same.
         raise ConfigError(
-            "federation local / central, --finetune-epochs and evaluating a saved run run in process only "
+            "--finetune-epochs and evaluating a saved run run in process only "
             "(the clients' states stay on Flower's clients): use `fedbench run` / `fedbench evaluate`"
         )
     if config.batched_evaluation:  # set by the flag or --config

@@ -37,7 +37,7 @@ def format_minimum(config) -> str:
     run's backbone architecture (`benchmark/sweeps/perf.py`; random weights, counted on the real code)."""
     from benchmark.sweeps import perf
 
-    schedule = perf.Schedule()
+    schedule = perf.Schedule.paper()
     (report,) = perf.table_costs([(config.method, {"method_args": config.method_args})], config.backbone, schedule)
     e, m, p = report.executed.total, report.minimum.total, report.plain.total
     return (

@@ -1,0 +1,74 @@
+"""A run's metric rows (metrics.csv) as its engine's rounds come, and the evaluated rounds it
+chooses the reported one from (`benchmark.evaluation.round_selection`)."""
+
+from __future__ import annotations
+
+from benchmark.evaluation.client_metrics import evaluate_clients
+from benchmark.evaluation.round_selection import RoundSelection
+from benchmark.federation.simulator import FederationResult, RoundLog
+from benchmark.memory import PeakMemory
+from benchmark.method import State
+from benchmark.runs.engines import PerClient, RoundHooks
+from benchmark.runs.preparation import PreparedRun, autocast_context
+from benchmark.runs.results import ALL_CLIENTS, MetricRow
+
+
+class RunRecord:
+    """The rows of one run, in the order metrics.csv lists them: each round's losses, lrs and
+    bytes, each evaluated round's per-client and summary metrics, the fine-tuning losses, the
+    rounds each client trained. `rows` may start with a resumed run's."""
+
+    def __init__(self, run: PreparedRun, tracker, progress: bool, memory: PeakMemory, rows: list[MetricRow]) -> None:
+        self.run, self.tracker, self.progress, self.memory = run, tracker, progress, memory
+        self.rows = rows
+        self.evaluator = run.evaluator()  # one for every evaluated round: it memoizes by state
+        self.selection = RoundSelection(run.config.select_round)
+
+    def hooks(self, eval_rounds: frozenset[int], on_snapshot=None) -> RoundHooks:
+        return RoundHooks(
+            self.round_end, self.states, self.scores, eval_rounds, self.memory, self.progress, on_snapshot
+        )
+
+    def round_end(self, log: RoundLog) -> None:
+        rows = self.rows
+        for cid, loss in log.train_loss.items():
+            rows.append(MetricRow(log.round, cid, "train_loss", loss))
+        for cid, lr in log.lr.items():  # the lr each client-round started at (its schedule's position)
+            rows.append(MetricRow(log.round, cid, "lr", lr))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
+        rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))
+        if self.tracker is not None:
+            self.tracker.log_round(log)
+
+    def states(self, round_number: int, states: dict[int, State]) -> tuple:
+        """Score every client's state of an evaluated round here, record and offer it."""
+        run = self.run
+        with self.memory.phase("evaluation"), autocast_context(run.device, run.precision):
+            per_client, _ = evaluate_clients(
+                self.evaluator, run.protocol, run.dataset, run.partition, states, self.progress
+            )
+        return self.scores(round_number, per_client, states)
+
+    def scores(self, round_number: int, per_client: PerClient, states: dict[int, State] | None = None) -> tuple:
+        """Record an evaluated round's per-client metrics and the protocol's summary of them,
+        and offer the round (its `states`: none where they stay on the engine's clients)."""
+        protocol, partition = self.run.protocol, self.run.partition
+        summary_metrics = protocol.summarize(per_client, partition)
+        details = protocol.details(per_client, partition)
+        for cid, metrics in per_client.items():
+            self.rows.extend(MetricRow(round_number, cid, m, v) for m, v in metrics.items())
+        extra = {**summary_metrics, **details}
+        self.rows.extend(MetricRow(round_number, ALL_CLIENTS, m, v) for m, v in extra.items())
+        if self.tracker is not None:
+            self.tracker.log_evaluation(round_number, summary_metrics)
+        evaluation = (per_client, summary_metrics, details)
+        self.selection.offer(round_number, states or {}, evaluation)
+        return evaluation
+
+    def finetune_losses(self, round_number: int, losses: dict[int, float]) -> None:
+        self.rows.extend(MetricRow(round_number, cid, "finetune_loss", loss) for cid, loss in losses.items())
+
+    def rounds_trained(self, round_number: int, federation: FederationResult) -> None:
+        # 0 flags a client that never trained: evaluated with the final download alone.
+        trained = federation.rounds_trained.items()
+        self.rows.extend(MetricRow(round_number, cid, "rounds_trained", n) for cid, n in trained)
