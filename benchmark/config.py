@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from benchmark.errors import ConfigError
-from benchmark.protocol import option_owners, protocol_class, resolve_protocol_args
-from benchmark.values import coerce, parse_bool  # noqa: F401  (parse_bool: imported from here too)
+from benchmark.protocol_registry import option_owners, protocol_class, resolve_protocol_args
+from benchmark.values import coerce, dataset_list, parse_bool  # noqa: F401  (dataset_list, parse_bool: imported from here too)
 
 # The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
 # so that `fedbench methods` can tell whether any is installed before it imports the registry.
@@ -172,11 +172,6 @@ class RunConfig:
 
     def result_key(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
-
-
-def dataset_list(value: str) -> list[str]:
-    """'a+b+c' -> ['a', 'b', 'c']; '' -> []."""
-    return [part.strip() for part in value.split("+")] if value.strip() else []
 
 
 def config_fields() -> list[dataclasses.Field]:

@@ -35,3 +35,8 @@ def coerce(kind: type, value: Any) -> Any:
     if kind is float and not math.isfinite(converted):
         raise ValueError(value)
     return converted
+
+
+def dataset_list(value: str) -> list[str]:
+    """'a+b+c' -> ['a', 'b', 'c']; '' -> [] (a run's `dataset`, a protocol's dataset options)."""
+    return [part.strip() for part in value.split("+")] if value.strip() else []

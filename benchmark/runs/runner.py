@@ -19,7 +19,6 @@ from benchmark.config import ConfigError, RunConfig
 from benchmark.errors import RunInterrupted, SetupWarning
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients, evaluation_rounds
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.round_selection import RoundSelection, check_round_selection
 from benchmark.evaluation.spread import client_spread, states_differ
 from benchmark.federation.baselines import CENTRAL_CLIENT, central_schedule, union_client
@@ -34,6 +33,7 @@ from benchmark.federation.simulator import (
 from benchmark.memory import PeakMemory
 from benchmark.method import FederatedMethod, State, state_bytes
 from benchmark.progress import progress_bar
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import build_method, get_method
 from benchmark.runs.checkpoints import Checkpointer, RunCheckpoint, kept_on_preemption, resume_note
 from benchmark.runs.clients_file import load_clients, save_clients

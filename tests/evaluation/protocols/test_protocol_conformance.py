@@ -36,8 +36,8 @@ from protocol_fakes import _fake
 from benchmark import protocol as registry
 from benchmark.config import ConfigError, build_config
 from benchmark.errors import UserError
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.protocol import resolve_protocol_args
+from benchmark.protocol_registry import get_protocol
 from data.catalog import dataset_info
 from data.combined import combine, members_of
 from data.partition import base_novel_split
