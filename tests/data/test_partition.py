@@ -314,7 +314,8 @@ def test_zero_shot_runs_the_pathological_protocol_and_keeps_its_partition(tmp_pa
 
 def test_a_protocol_declaration_is_checked_at_registration():
     from benchmark.config import ConfigError
-    from benchmark.protocol import Option, Protocol, available_protocols, register_protocol
+    from benchmark.protocol import Option, Protocol, register_protocol
+    from benchmark.protocol_registry import available_protocols
 
     class Bad(Protocol):
         metrics, headline = ("Acc",), "Acc"

@@ -106,24 +106,30 @@ def _loaded_names(expression: ast.expr, name: str, tree: ast.Module) -> list[tup
             return [(text, True) for text, _ in _loaded_names(head.value, name, tree)]
         return []
     text = _constant(expression, name, tree)
-    return [(text, True)] if text is not None else []
+    if text is not None:
+        return [(text, True)]
+    value = _assigned(expression, tree)
+    return _loaded_names(value, name, tree) if value is not None else []
 
 
 def _constant(expression: ast.expr, name: str, tree: ast.Module) -> str | None:
-    """The string `expression` is: a literal, `__name__`, or a module-level NAME = "..."."""
+    """The string `expression` is: a literal or `__name__`."""
     if isinstance(expression, ast.Constant) and isinstance(expression.value, str):
         return expression.value
-    if isinstance(expression, ast.Name):
-        if expression.id == "__name__":
-            return name
-        for statement in tree.body:
-            if (
-                isinstance(statement, ast.Assign)
-                and [getattr(t, "id", None) for t in statement.targets] == [expression.id]
-                and isinstance(statement.value, ast.Constant)
-                and isinstance(statement.value.value, str)
-            ):
-                return statement.value.value
+    if isinstance(expression, ast.Name) and expression.id == "__name__":
+        return name
+    return None
+
+
+def _assigned(expression: ast.expr, tree: ast.Module) -> ast.expr | None:
+    """The value of a module-level `NAME = value` that `expression` (a name) reads."""
+    if not isinstance(expression, ast.Name):
+        return None
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if [getattr(t, "id", None) for t in targets] == [expression.id]:
+                return statement.value
     return None
 
 
@@ -238,6 +244,28 @@ def test_an_upward_import_and_a_cycle_are_caught(tmp_path):
     loader = tmp_path / "data" / "loaders" / "coop.py"  # a loader reading the catalog: the cycle the registry ends
     loader.write_text(loader.read_text() + "\nfrom data.catalog import dataset_info\n")
     assert any(v.startswith("import cycle:") and "data.loaders.coop" in v for v in violations(tmp_path))
+    # Loads by name are imports too: the protocol registry discovers the protocols, so a
+    # protocol that reads the registry closes a cycle, and so does a type hint's import.
+    transfer = tmp_path / "benchmark" / "evaluation" / "protocols" / "transfer.py"
+    transfer.write_text(transfer.read_text() + "\nfrom benchmark.protocol_registry import protocol_class\n")
+    assert any(
+        v.startswith("import cycle: benchmark.evaluation.protocols.transfer -> benchmark.protocol_registry")
+        or ("benchmark.protocol_registry -> benchmark.evaluation.protocols.transfer" in v)
+        for v in violations(tmp_path)
+    ), violations(tmp_path)
+    protocol = tmp_path / "benchmark" / "protocol.py"
+    protocol.write_text(
+        protocol.read_text().replace("if TYPE_CHECKING:\n", "if TYPE_CHECKING:\n    import benchmark.config\n", 1)
+    )
+    assert any(
+        v.startswith("import cycle:") and "benchmark.protocol -> benchmark.config" in v for v in violations(tmp_path)
+    )
+    optim = tmp_path / "benchmark" / "optim.py"
+    optim.write_text(optim.read_text() + '\nRUNNER = "benchmark.runs.runner"\nimportlib.import_module(RUNNER)\n')
+    assert any("benchmark.optim line" in v and "top level -> runs" in v for v in violations(tmp_path))
+    bare_loop = tmp_path / "benchmark" / "federation" / "bare_loop.py"  # a package's modules, found by name
+    bare_loop.write_text(bare_loop.read_text() + '\nimportlib.import_module(f"benchmark.sweeps.{name}")\n')
+    assert any("benchmark.federation.bare_loop line" in v and "sweeps.tables" in v for v in violations(tmp_path))
     compare = tmp_path / "benchmark" / "sweeps" / "compare.py"
     compare.write_text(compare.read_text() + "\nfrom benchmark.sweeps.tables import _render\n")
     assert "benchmark.sweeps.compare line" in " ".join(v for v in violations(tmp_path) if "private" in v)
