@@ -45,7 +45,7 @@ class RunConfig:
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
     dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
-    # protocol's {protocols}: the registered protocols (benchmark.protocol; cli/args.py fills them in)
+    # protocol's {protocols}: the registered protocols (benchmark.protocol_registry; cli/args.py fills them in)
     protocol: str = "base2novel"  # {protocols}; its options: --protocol P --protocol-help
     shots: int = 16  # training images per class (0 = all)
     rounds: int = 50  # communication rounds

@@ -1,4 +1,4 @@
-"""The protocol contract and its registry: how a dataset is split across clients and which
+"""The protocol contract and its decorator: how a dataset is split across clients and which
 metrics a run reports, with the options a protocol takes.
 
 A protocol is a `Protocol` subclass registered with `@register_protocol("name")`, one file
@@ -9,8 +9,10 @@ package's `fedbench.protocols` entry point. Each declares its own `options` (nam
 `RunConfig.protocol_args` holds their values, checked against the declaration, and each
 option is a `fedbench run` flag (`--beta 0.3`) and a flat YAML key (`beta: 0.3`).
 
-This module and the protocol files load no torch: `fedbench --help` lists the registered
-protocols and their flags from here (tests/system/test_validation.py). A partition is a pure
+`@register_protocol` adds a class to `PROTOCOLS` (a `benchmark.plugins.Registry`); the
+lookups that discover the protocols first live one floor up, in `benchmark.protocol_registry`,
+which no protocol imports. This module and the protocol files load no torch: `fedbench
+--help` lists the registered protocols and their flags (tests/system/test_validation.py). A partition is a pure
 function of the labels and the seed; `requests` says what each client's metrics need (test
 images and classes), `metrics_from` turns the evaluator's scores into the client's metrics,
 `summarize` turns the per-client metrics into the run's headline numbers.

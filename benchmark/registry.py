@@ -1,6 +1,10 @@
-"""The method registry: the single source of method names.
+"""The method registry's lookups: the single source of method names, one floor above the
+methods it discovers.
 
-Built-ins in `methods/` register with `@register_method("name")`; a third-party package
+`@register_method("name")` (`benchmark.method_registration`, re-exported here: the name
+plugins know) adds a class to `METHODS`, the methods' `benchmark.plugins.Registry`; the
+functions here discover the methods first (`METHODS.discover`), and no built-in method
+imports this module. Built-ins are the modules of `methods/`; a third-party package
 declares an entry point in the group `fedbench.methods` pointing at its module (importing it
 runs its decorators) or at the class (registered under the entry point's name unless it is
 already registered). A plugin that fails to load -- import error, not a FederatedMethod, a

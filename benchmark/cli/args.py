@@ -38,7 +38,7 @@ __all__ = [
 
 
 def protocol_names() -> tuple[str, ...]:
-    """The registered protocols (benchmark.protocol's registry: it and the protocol modules
+    """The registered protocols (benchmark.protocol_registry: it and the protocol modules
     load no torch, which `fedbench --help` must not: tests/system/test_validation.py)."""
     from benchmark.protocol_registry import available_protocols
 

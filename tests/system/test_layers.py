@@ -3,8 +3,13 @@
 Layers, bottom to top: the top level of `benchmark` (the plugin contract: one module per
 file directly under benchmark/), then `federation`, `evaluation`, `runs`, `sweeps`, `cli`.
 A module imports only its own layer or layers below; `methods/` and `data/` import only the
-top level of `benchmark` (and `data`). No import cycle among the modules of `benchmark` and
-`data` (a registry the loaders import and the catalog reads: `data.registry`). No module
+top level of `benchmark` (and `data`). A module loaded by name counts as imported
+(`importlib.import_module` of a string, a module-level constant or an f-string naming a
+package's modules, and a registry's `discover(builtin=...)`); the registries' discovery of
+their built-ins may point against the layers (DISCOVERY) but not close a cycle. No import
+cycle among the modules of `benchmark` and `data`, type hints' imports included (each
+registry's decorator module is imported by its plugins, its lookups one floor up discover
+them: `data.registry` and `data.catalog`). No module
 imports another module's private name (`from x import _name`): what a module shares is public. Outside
 `benchmark/cli/` (whose modules `fedbench --help` imports, so they load torch lazily), an
 import inside a function must say why with a `# lazy:` comment."""
