@@ -86,6 +86,9 @@ def test_a_missing_folder_says_the_layout_and_how_to_get_it(tiles, fedbench, tmp
 
     with pytest.raises(DatasetError, match=r"tiles/\{train,test\}/<class name>.*python tiles_dataset.py DATA_ROOT"):
         catalog.require_dataset("tiles", tmp_path)
+    # `fedbench data download` knows no steps of its own for a plugin: it says the plugin's.
+    steps = fedbench("data", "download", "tiles", "--data-root", tmp_path)
+    assert steps.returncode == 1 and "1. Write it with `python tiles_dataset.py DATA_ROOT`" in steps.stdout
 
 
 def test_a_broken_dataset_plugin_is_reported_and_the_others_load(tmp_path, monkeypatch, isolated_registry, fedbench):
