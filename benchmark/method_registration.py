@@ -42,7 +42,7 @@ def register_method(name: str) -> Callable[[M], M]:
         if not (isinstance(cls, type) and issubclass(cls, FederatedMethod)):
             raise MethodError(f"@register_method({name!r}) must decorate a FederatedMethod subclass, got {cls!r}")
         if name in METHODS.members and METHODS.members[name] is not cls:
-            METHODS.add(name, cls)  # raises, naming both origins
+            raise MethodError(METHODS.taken(name))  # before the checks: the name is the first problem
         check_method_class(cls, name)
         cls.name = name
         METHODS.add(name, cls)

@@ -55,12 +55,16 @@ class Registry(Generic[T]):
         """Register `member` as `name`, credited to the plugin now loading; a name taken by
         another member is `self.error`."""
         if name in self.members and self.members[name] is not member:
-            raise self.error(
-                f"{self.kind} name {name!r} from {self.origin} is already registered by "
-                f"{self.origins.get(name, 'fedbench')}; choose another name"
-            )
+            raise self.error(self.taken(name))
         self.members[name] = member
         self.origins[name] = self.origin
+
+    def taken(self, name: str) -> str:
+        """The message for a second member under `name`, naming both sources."""
+        return (
+            f"{self.kind} name {name!r} from {self.origin} is already registered by "
+            f"{self.origins.get(name, 'fedbench')}; choose another name"
+        )
 
     def remove(self, name: str) -> None:
         self.members.pop(name, None)

@@ -128,10 +128,7 @@ def register_dataset(
 
     def decorate(loader: Loader) -> Loader:
         if name in DATASETS.members:
-            raise ValueError(
-                f"dataset {name!r} from {DATASETS.origin} is registered twice (first by "
-                f"{DATASETS.origins[name]}); choose another name"
-            )
+            raise ValueError(DATASETS.taken(name))
         for field_name, text in (("folder", folder), ("layout", layout), ("how_to_get", how_to_get)):
             if not (isinstance(text, str) and text.strip()):
                 raise ValueError(f"@register_dataset({name!r}): {field_name} must be a non-empty string, got {text!r}")
