@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from benchmark.errors import ConfigError
-from benchmark.protocol import option_owners, protocol_class, resolve_protocol_args
-from benchmark.values import coerce, parse_bool  # noqa: F401  (parse_bool: imported from here too)
+from benchmark.protocol_registry import option_owners, protocol_class, resolve_protocol_args
+from benchmark.values import coerce, dataset_list, parse_bool  # noqa: F401  (dataset_list, parse_bool: imported from here too)
 
 # The entry-point group of method plugins (benchmark.registry loads them); here, without torch,
 # so that `fedbench methods` can tell whether any is installed before it imports the registry.
@@ -45,7 +45,7 @@ class RunConfig:
 
     method: str = "promptfl"  # registered method name (`fedbench methods`)
     dataset: str = "toy"  # dataset name (`fedbench datasets`); several joined by '+' (a YAML list works too)
-    # protocol's {protocols}: the registered protocols (benchmark.protocol; cli/args.py fills them in)
+    # protocol's {protocols}: the registered protocols (benchmark.protocol_registry; cli/args.py fills them in)
     protocol: str = "base2novel"  # {protocols}; its options: --protocol P --protocol-help
     shots: int = 16  # training images per class (0 = all)
     rounds: int = 50  # communication rounds
@@ -172,11 +172,6 @@ class RunConfig:
 
     def result_key(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
-
-
-def dataset_list(value: str) -> list[str]:
-    """'a+b+c' -> ['a', 'b', 'c']; '' -> []."""
-    return [part.strip() for part in value.split("+")] if value.strip() else []
 
 
 def config_fields() -> list[dataclasses.Field]:

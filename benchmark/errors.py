@@ -5,7 +5,7 @@ Every error whose message tells the user what to change subclasses `UserError`: 
 prints its message without a traceback, and a sweep reports the cell instead of retrying it.
 The backbone, registry and dataset errors are defined beside the code that raises
 them (`BackboneError`, `MethodError`, `DatasetError`); `ConfigError` is here, shared by
-`benchmark.config` and the protocol registry (`benchmark.protocol`)."""
+`benchmark.config` and the protocol registry (`benchmark.protocol_registry`)."""
 
 import signal
 

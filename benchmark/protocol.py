@@ -1,4 +1,4 @@
-"""The protocol contract and its registry: how a dataset is split across clients and which
+"""The protocol contract and its decorator: how a dataset is split across clients and which
 metrics a run reports, with the options a protocol takes.
 
 A protocol is a `Protocol` subclass registered with `@register_protocol("name")`, one file
@@ -9,8 +9,10 @@ package's `fedbench.protocols` entry point. Each declares its own `options` (nam
 `RunConfig.protocol_args` holds their values, checked against the declaration, and each
 option is a `fedbench run` flag (`--beta 0.3`) and a flat YAML key (`beta: 0.3`).
 
-This module and the protocol files load no torch: `fedbench --help` lists the registered
-protocols and their flags from here (tests/system/test_validation.py). A partition is a pure
+`@register_protocol` adds a class to `PROTOCOLS` (a `benchmark.plugins.Registry`); the
+lookups that discover the protocols first live one floor up, in `benchmark.protocol_registry`,
+which no protocol imports. This module and the protocol files load no torch: `fedbench
+--help` lists the registered protocols and their flags (tests/system/test_validation.py). A partition is a pure
 function of the labels and the seed; `requests` says what each client's metrics need (test
 images and classes), `metrics_from` turns the evaluator's scores into the client's metrics,
 `summarize` turns the per-client metrics into the run's headline numbers.
@@ -18,31 +20,37 @@ images and classes), `metrics_from` turns the evaluator's scores into the client
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import pkgutil
-import sys
+import typing
 from dataclasses import dataclass
-from importlib.metadata import entry_points
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from benchmark.errors import ConfigError
+from benchmark.plugins import Registry
 from benchmark.values import coerce
 
 if TYPE_CHECKING:
-    from benchmark.config import RunConfig
     from benchmark.evaluation.requests import Request
     from data.base import DatasetSplits
     from data.partition import ClientShard, Partition
 
-# Where the built-in protocols live (one module each), the environment variable and the
-# entry-point group that add others.
-BUILTIN_PACKAGE = "benchmark.evaluation.protocols"
+# The environment variable and the entry-point group that add protocols to the built-ins.
 PLUGINS_VARIABLE = "FEDBENCH_PROTOCOLS"
 ENTRY_POINT_GROUP = "fedbench.protocols"
 TYPES = (int, float, str, bool)
+
+
+class RunSettings(typing.Protocol):
+    """What a protocol reads of a run's settings: `benchmark.config.RunConfig` is one (named
+    here, not imported: the config resolves protocol options through the registry, and a
+    type hint pointing back would close an import cycle)."""
+
+    dataset: str
+    datasets: list[str]
+    test_datasets: list[str]
+    clients: int
+    seed: int
+    shots: int
+    protocol_args: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -112,16 +120,16 @@ class Protocol:
     # table cell (their headline, each and averaged): '' for a protocol without such parts.
     part_option: ClassVar[str] = ""
 
-    def check(self, config: RunConfig) -> None:
+    def check(self, config: RunSettings) -> None:
         """Reject a setting this protocol cannot serve, before any data is loaded."""
         if len(config.datasets) > 1 and not self.several_datasets:
-            several = [n for n, c in available_protocols().items() if c.several_datasets]
+            several = [n for n, c in PROTOCOLS.members.items() if c.several_datasets]
             raise ConfigError(
                 f"protocol {self.name} runs on one dataset, got dataset = {config.dataset!r}; "
                 f"federations over several datasets use --protocol {' or '.join(several)}"
             )
 
-    def planned_clients(self, config: RunConfig) -> int | None:
+    def planned_clients(self, config: RunSettings) -> int | None:
         """How many clients a run will have, known before its data is loaded (None: unknown)."""
         return config.clients
 
@@ -148,7 +156,7 @@ class Protocol:
         """Numbers kept in the run folder beside the headline ones (per dataset, say)."""
         return {}
 
-    def partition(self, dataset: DatasetSplits, config: RunConfig) -> Partition:
+    def partition(self, dataset: DatasetSplits, config: RunSettings) -> Partition:
         raise NotImplementedError
 
     def requests(self, client: ClientShard, partition: Partition, dataset: DatasetSplits) -> dict[str, Request]:
@@ -171,9 +179,7 @@ class Protocol:
         return {m: float(np.mean([v[m] for v in per_client.values()])) for m in names}
 
 
-_PROTOCOLS: dict[str, type[Protocol]] = {}
-PLUGIN_ERRORS: dict[str, str] = {}  # plugin -> why it did not load
-_loaded = False
+PROTOCOLS: Registry[type[Protocol]] = Registry("protocol", group=ENTRY_POINT_GROUP, variable=PLUGINS_VARIABLE)
 
 
 def register_protocol(name: str) -> Callable[[type[Protocol]], type[Protocol]]:
@@ -188,90 +194,8 @@ def register_protocol(name: str) -> Callable[[type[Protocol]], type[Protocol]]:
             option.convert(option_name, option.default)  # a default outside its own bounds is the author's error
         if cls.part_option and cls.part_option not in cls.options:
             raise ValueError(f"protocol {name!r}: part_option {cls.part_option!r} is not one of its options")
+        PROTOCOLS.add(name, cls)
         cls.name = name
-        _PROTOCOLS[name] = cls
         return cls
 
     return decorate
-
-
-def available_protocols() -> dict[str, type[Protocol]]:
-    """name -> class of every protocol: the built-ins, then FEDBENCH_PROTOCOLS', then entry points'."""
-    _load_all()
-    return _PROTOCOLS
-
-
-def protocol_class(name: str) -> type[Protocol]:
-    protocols = available_protocols()
-    if name not in protocols:
-        broken = "".join(f"; plugin {k} did not load: {v}" for k, v in PLUGIN_ERRORS.items())
-        raise ConfigError(f"unknown protocol {name!r}; choose one of: {', '.join(protocols)}{broken}")
-    return protocols[name]
-
-
-def get_protocol(name: str) -> Protocol:
-    return protocol_class(name)()
-
-
-def option_owners() -> dict[str, list[str]]:
-    """option name -> the protocols that declare it, in registration order."""
-    owners: dict[str, list[str]] = {}
-    for protocol, cls in available_protocols().items():
-        for option in cls.options:
-            owners.setdefault(option, []).append(protocol)
-    return owners
-
-
-def resolve_protocol_args(protocol: str, given: dict[str, Any]) -> dict[str, Any]:
-    """Every option of `protocol`: its defaults, overridden by `given` (converted and checked)."""
-    cls = protocol_class(protocol)
-    unknown = sorted(set(given) - set(cls.options))
-    if unknown:
-        owners = option_owners().get(unknown[0])
-        elsewhere = f" (an option of protocol {', '.join(owners)})" if owners else ""
-        raise ConfigError(
-            f"protocol {protocol} has no option {unknown[0]!r}{elsewhere}; its options: "
-            f"{', '.join(cls.options) or 'none'} (`fedbench run --protocol {protocol} --protocol-help`)"
-        )
-    return {name: option.convert(name, given.get(name, option.default)) for name, option in cls.options.items()}
-
-
-def _load_all() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    package = importlib.import_module(BUILTIN_PACKAGE)
-    for info in pkgutil.iter_modules(package.__path__):
-        _load_plugin(
-            f"{BUILTIN_PACKAGE}.{info.name}", lambda m=f"{BUILTIN_PACKAGE}.{info.name}": importlib.import_module(m)
-        )
-    for spec in filter(None, (s.strip() for s in os.environ.get(PLUGINS_VARIABLE, "").split(","))):
-        _load_plugin(f"{spec!r} ({PLUGINS_VARIABLE})", lambda spec=spec: _import(spec))
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        _load_plugin(f"{ep.name!r} ({ep.value})", ep.load)
-
-
-def _import(spec: str) -> Any:
-    """A module by name, or a .py file imported under its stem."""
-    if not spec.endswith(".py"):
-        return importlib.import_module(spec)
-    path = Path(spec).expanduser().resolve()
-    if not path.is_file():
-        raise ConfigError(f"no protocol file {path}")
-    module_spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[path.stem] = module
-    module_spec.loader.exec_module(module)
-    return module
-
-
-def _load_plugin(label: str, load: Callable[[], Any]) -> None:
-    """Import one protocol module; on failure record why under `label`, undo its registrations."""
-    before = set(_PROTOCOLS)
-    try:
-        load()
-    except Exception as exc:  # one broken plugin must not hide the other protocols
-        for name in set(_PROTOCOLS) - before:
-            del _PROTOCOLS[name]
-        PLUGIN_ERRORS[label] = f"{exc.__class__.__name__}: {exc}"

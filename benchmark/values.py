@@ -1,5 +1,6 @@
 """One strict rule for turning a YAML value or a flag's text into an option's type, shared by
-the run options (`benchmark.config`) and the protocols' options (`benchmark.protocol`).
+the run options (`benchmark.config`) and the protocols' options (`benchmark.protocol`); and
+the one reading of a dataset list ('a+b').
 
 Stricter than Python's constructors: YAML `rounds: true` is no integer, `rounds: null` no
 number, `rounds: 2.5` no integer, `lr: nan` no finite number, and "false" is not truthy.
@@ -35,3 +36,8 @@ def coerce(kind: type, value: Any) -> Any:
     if kind is float and not math.isfinite(converted):
         raise ValueError(value)
     return converted
+
+
+def dataset_list(value: str) -> list[str]:
+    """'a+b+c' -> ['a', 'b', 'c']; '' -> [] (a run's `dataset`, a protocol's dataset options)."""
+    return [part.strip() for part in value.split("+")] if value.strip() else []

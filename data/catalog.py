@@ -1,9 +1,11 @@
-"""The catalog of datasets: what the suite reads of the registry (`data.registry`) once the
-built-in loaders have registered, and where the data lives.
+"""The catalog of datasets: the lookups of the datasets' registry (`data.registry`), one
+floor above the loaders it discovers, and where the data lives.
 
-`dataset_info(name)`, `all_datasets()`, `load_dataset` and `require_dataset` import the
-built-in loaders (`data.loaders`, which register on import) before they read; `fedbench
-datasets` and the reproduce presets read the datasets through them.
+`dataset_info(name)`, `all_datasets()`, `load_dataset` and `require_dataset` discover the
+datasets before they read, once: every module of `data.loaders` and the toy world (the
+built-ins), then FEDBENCH_DATASETS' modules or .py files and the `fedbench.datasets` entry
+points (plugins: docs/writing-a-dataset.md). `fedbench datasets` and the reproduce presets
+read the datasets through them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from data.registry import DATASETS, DatasetInfo
+
+# The built-in datasets: every module of the loaders' package, and the toy world's.
+BUILTIN = ("data.loaders", "data.toy.datasets")
 
 if TYPE_CHECKING:  # data.base and data.transforms load torch: `fedbench datasets` reads this module without it
     from data.base import DatasetSplits
@@ -33,10 +38,14 @@ def dataset_info(name: str) -> DatasetInfo:
 
     if name not in all_datasets():
         raise DatasetError(
-            f"unknown dataset {name!r}. Known datasets: {', '.join(sorted(DATASETS))}. "
-            "Run `fedbench datasets` to see which are present under the data root."
+            DATASETS.unknown(
+                name,
+                "Run `fedbench datasets` to see which are present under the data root; a new dataset is a loader "
+                "decorated with @register_dataset in a module named by FEDBENCH_DATASETS or by an entry point in "
+                "the group 'fedbench.datasets' (docs/writing-a-dataset.md).",
+            )
         )
-    return DATASETS[name]
+    return DATASETS.members[name]
 
 
 def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> DatasetSplits:
@@ -61,8 +70,7 @@ def require_dataset(name: str, root: Path | str) -> Path:
 
 
 def all_datasets() -> dict[str, DatasetInfo]:
-    """Every registered dataset, by name, the built-in loaders imported first (they
-    register on import; lazily, since they load torch)."""
-    import data.loaders  # noqa: F401  # lazy: torch
-
-    return DATASETS
+    """Every registered dataset, by name, in registration order: the loaders discovered first
+    (they register on import, and load torch: so only when asked)."""
+    DATASETS.discover(builtin=BUILTIN)
+    return DATASETS.members

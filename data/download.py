@@ -218,6 +218,8 @@ def manual_steps(name: str, root: Path) -> list[str]:
             f"there, giving {folder}/<domain>/<class>/* and {folder}/<domain>_{{train,test}}.pkl "
             "for amazon, caltech, dslr, webcam."
         )
+    if not steps and name not in TORCHVISION:  # a dataset the suite knows no steps for (a plugin's): its own word
+        steps.append(f"{info.how_to_get} Expected layout: {info.layout} (under {folder}).")
     return steps
 
 

@@ -1,8 +1,12 @@
-"""The registry of datasets, as timm's `_registry`: a name maps to a loader reading one
-on-disk layout. `@register_dataset("dtd", folder="dtd", ...)` on a loader function is the
-one way a dataset enters the suite. The loaders (`data.loaders`, the toy world) import this
-module to register; `data.catalog` reads it (and imports the loaders first), so the
-registration runs one way and no module imports the one that imports it.
+"""The datasets' registry and decorator, as timm's `_registry`: a name maps to a loader
+reading one on-disk layout. `@register_dataset("dtd", folder="dtd", ...)` on a loader
+function is the one way a dataset enters the suite, built-in or plugin: it adds a
+`DatasetInfo` to `DATASETS`, the datasets' `benchmark.plugins.Registry` (the one mechanism
+of methods, protocols and datasets). The loaders import this module; `data.catalog`, one
+floor up, discovers them (every module of `data.loaders`, the toy world, the modules or .py
+files named by FEDBENCH_DATASETS, the `fedbench.datasets` entry points) and answers the
+lookups, so registration runs one way and no module imports the one that imports it.
+docs/writing-a-dataset.md is the author's guide.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
+
+from benchmark.plugins import Registry
 
 if TYPE_CHECKING:  # data.base and data.transforms load torch: `fedbench datasets` reads this module without it
     from data.base import DatasetSplits
@@ -95,7 +101,7 @@ def two_layouts_message(name: str, root: Path, found: list[Placement]) -> str:
     )
 
 
-DATASETS: dict[str, DatasetInfo] = {}
+DATASETS: Registry[DatasetInfo] = Registry("dataset", group="fedbench.datasets", variable="FEDBENCH_DATASETS")
 
 
 def register_dataset(
@@ -115,10 +121,18 @@ def register_dataset(
     source: str = "the suite",
     also_at: tuple[Placement, ...] = (),
 ) -> Callable[[Loader], Loader]:
+    """Register `loader` (data folder, transforms -> DatasetSplits) as dataset `name`: its
+    `folder` under the data root, the `layout` it expects there (one line) and `how_to_get`
+    it (one paragraph), both shown when the folder is missing; the rest is optional (see
+    `DatasetInfo`)."""
+
     def decorate(loader: Loader) -> Loader:
-        if name in DATASETS:
-            raise ValueError(f"dataset {name!r} is registered twice")
-        DATASETS[name] = DatasetInfo(
+        if name in DATASETS.members:
+            raise ValueError(DATASETS.taken(name))
+        for field_name, text in (("folder", folder), ("layout", layout), ("how_to_get", how_to_get)):
+            if not (isinstance(text, str) and text.strip()):
+                raise ValueError(f"@register_dataset({name!r}): {field_name} must be a non-empty string, got {text!r}")
+        info = DatasetInfo(
             name,
             folder,
             layout,
@@ -135,6 +149,7 @@ def register_dataset(
             source,
             tuple(also_at),
         )
+        DATASETS.add(name, info)
         return loader
 
     return decorate

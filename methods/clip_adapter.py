@@ -30,9 +30,9 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
 from benchmark.prompts import FixedClassTexts
-from benchmark.registry import register_method
 
 
 def residual_blend(features: Tensor, adapter: nn.Module, ratio: float) -> Tensor:

@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform
+from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts
-from benchmark.registry import register_method
 
 
 @register_method("fedclip")

@@ -32,9 +32,9 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import ContextPrompts
-from benchmark.registry import register_method
 
 # Image-conditioned prompts are encoded in chunks of at most this many (image, class)
 # pairs, so a 256-image evaluation batch over many classes does not hold them all at once.

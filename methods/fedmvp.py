@@ -53,8 +53,8 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, full_precision, project
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
-from benchmark.registry import register_method
 from data.attributes import ClassAttributes, SentenceFrame
 
 SENTENCE_CHARS = 77  # the code cuts sentences to 77 *characters* before tokenizing

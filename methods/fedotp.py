@@ -37,8 +37,8 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.prompts import ContextPrompts
-from benchmark.registry import register_method
 
 OTVariant = Literal["COT", "Sinkhorn"]  # the authors' names
 

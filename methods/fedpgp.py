@@ -25,8 +25,8 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.prompts import ContextPrompts
-from benchmark.registry import register_method
 
 
 def contrastive_loss(anchor: Tensor, global_only: Tensor, full: Tensor, temperature: float) -> Tensor:

@@ -28,9 +28,9 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
+from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
 from benchmark.prompts import FixedClassTexts, deep_prompt
-from benchmark.registry import register_method
 
 
 @register_method("fedvpt")

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod, LogUniform, Range
-from benchmark.registry import register_method
+from benchmark.method_registration import register_method
 
 TOWERS = ("text", "vision")
 

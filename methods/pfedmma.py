@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from benchmark.backbone import Backbone, BackboneShape, BlockWrappers
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
-from benchmark.registry import register_method
+from benchmark.method_registration import register_method
 
 TEMPLATE = "a photo of a {}."
 TOWERS = ("text", "vision")

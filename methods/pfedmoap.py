@@ -65,9 +65,9 @@ from torch import Tensor, nn
 from benchmark import shortcuts
 from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, State
+from benchmark.method_registration import register_method
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
 from benchmark.prompts import ContextPrompts
-from benchmark.registry import register_method
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from torch import nn
 
 from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, first
+from benchmark.method_registration import register_method
 from benchmark.optim import sgd_with_cosine
 from benchmark.prompts import ContextPrompts
-from benchmark.registry import register_method
 
 
 @register_method("promptfl")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmark.backbone import Backbone
 from benchmark.method import FederatedMethod
-from benchmark.registry import register_method
+from benchmark.method_registration import register_method
 
 
 @register_method("zeroshot")

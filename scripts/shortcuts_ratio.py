@@ -36,8 +36,8 @@ from benchmark.backbone import load_backbone
 from benchmark.config import build_config
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.features import FeatureCache
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import build_method
 from benchmark.runs.preparation import autocast_context, load_run_dataset
 from benchmark.runs.runner import run_experiment

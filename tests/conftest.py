@@ -176,6 +176,31 @@ class Done:
 
 
 @pytest.fixture
+def isolated_registry(request):
+    """`isolated_registry(registry)`: that `benchmark.plugins.Registry` discovers again in this
+    test (the built-ins already imported stay registered), and whatever the test registers
+    or records is forgotten after it; restored in place, so names bound to its dicts
+    (`benchmark.registry.PLUGIN_ERRORS`) stay true."""
+
+    def isolate(registry):
+        saved = {a: dict(getattr(registry, a)) for a in ("members", "origins", "packages", "errors")}
+        loaded = registry.loaded
+
+        def restore():
+            for attribute, content in saved.items():
+                getattr(registry, attribute).clear()
+                getattr(registry, attribute).update(content)
+            registry.loaded = loaded
+
+        request.addfinalizer(restore)
+        registry.errors.clear()
+        registry.loaded = False
+        return registry
+
+    return isolate
+
+
+@pytest.fixture
 def fedbench(capsys):
     """The CLI, run in this process (the console script itself is checked in test_spine)."""
     from benchmark.cli import main

@@ -38,16 +38,16 @@ __all__ = [
 
 
 def protocol_names() -> tuple[str, ...]:
-    """The registered protocols (benchmark.protocol's registry: it and the protocol modules
+    """The registered protocols (benchmark.protocol_registry: it and the protocol modules
     load no torch, which `fedbench --help` must not: tests/system/test_validation.py)."""
-    from benchmark.protocol import available_protocols
+    from benchmark.protocol_registry import available_protocols
 
     return tuple(available_protocols())
 
 
 def protocol_option_help(name: str) -> str:
     """A protocol option flag's `--help`: what each protocol that declares it says."""
-    from benchmark.protocol import available_protocols, option_owners
+    from benchmark.protocol_registry import available_protocols, option_owners
 
     protocols, said = available_protocols(), {}
     for protocol in option_owners()[name]:  # protocols that declare it alike share one text
@@ -179,7 +179,7 @@ def _flag_type(h) -> Any:
 def add_protocol_option_flags(parser) -> None:
     """One flag per option any protocol declares (`--beta`); a given flag lands in
     `protocol_options_given`, an absent one nowhere (the YAML's value or the default stands)."""
-    from benchmark.protocol import option_owners
+    from benchmark.protocol_registry import option_owners
 
     for name in option_owners():
         parser.add_argument(
@@ -236,7 +236,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 def answer_without_running(args: argparse.Namespace, config: RunConfig) -> bool:
     """`--method-help`, `--protocol-help` and `--print-config` print their answer and run nothing."""
     if getattr(args, "protocol_help", False):
-        from benchmark.protocol import protocol_class
+        from benchmark.protocol_registry import protocol_class
 
         cls = protocol_class(config.protocol)
         print(f"protocol {cls.name}: {(cls.__doc__ or '').strip().splitlines()[0] if cls.__doc__ else ''}")

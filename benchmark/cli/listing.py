@@ -6,9 +6,9 @@ torch and Lightning (seconds). What a listing needs of them (names, summaries, f
 memoized in the cache folder under a fingerprint of the content of every file that can
 register or check something (benchmark/*.py, methods/, data/): the next listing reads the
 memo, and any edit to those files makes it read the registries again. Installed plugins
-(the `fedbench.methods` entry points) and FEDBENCH_PLUGINS files live outside those folders,
-so with any of them the methods are always read from the registry, and a listing in which a
-plugin failed to load is never memoized. A process that has loaded a registry already (a
+(the `fedbench.methods` and `fedbench.datasets` entry points) and FEDBENCH_PLUGINS /
+FEDBENCH_DATASETS files live outside those folders, so with any of them that registry is
+always read, and a listing in which a plugin failed to load is never memoized. A process that has loaded a registry already (a
 test, a notebook, which may have registered more) reads it, not the memo.
 """
 
@@ -83,13 +83,16 @@ def _write_memo(path: Path, section: str, value: Any) -> None:
         pass
 
 
-def plugins_installed() -> bool:
-    """Whether methods may come from outside the fingerprinted folders."""
+def plugins_installed(variable: str = "FEDBENCH_PLUGINS", group: str | None = None) -> bool:
+    """Whether members of a registry may come from outside the fingerprinted folders: files or
+    modules named by its environment variable, or entry points of its group (the methods'
+    by default)."""
     from importlib.metadata import entry_points
 
-    from benchmark.config import ENTRY_POINT_GROUP
+    if group is None:
+        from benchmark.config import ENTRY_POINT_GROUP as group
 
-    return bool(os.environ.get("FEDBENCH_PLUGINS", "").strip()) or bool(list(entry_points(group=ENTRY_POINT_GROUP)))
+    return bool(os.environ.get(variable, "").strip()) or bool(list(entry_points(group=group)))
 
 
 def methods() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -117,26 +120,41 @@ def summary(doc: str | None) -> str:
     return lines[0] if lines else ""
 
 
+DATASET_PLUGINS = ("FEDBENCH_DATASETS", "fedbench.datasets")  # data.registry's variable and group
+
+
 def datasets() -> dict[str, dict[str, Any]]:
-    """name -> {'folder', 'placements', 'protocol', 'generated'} for every registered dataset,
-    in registration order (the order `fedbench datasets` prints); `placements` lists every
-    [folder, whose layout] the suite looks in (`DatasetInfo.placements`)."""
-    path = None if "data.loaders" in sys.modules else memo_path()
+    """name -> {'folder', 'placements', 'protocol', 'generated', 'origin'} for every registered
+    dataset, in registration order (the order `fedbench datasets` prints); `placements` lists
+    every [folder, whose layout] the suite looks in (`DatasetInfo.placements`), `origin` where
+    the dataset came from ('fedbench', or the plugin's module, file or entry point)."""
+    registry = sys.modules.get("data.registry")
+    live = registry is not None and registry.DATASETS.loaded  # loaded already: it may hold more
+    path = None if live or plugins_installed(*DATASET_PLUGINS) else memo_path()
     if path is not None and "datasets" in (memo := _read_memo(path)):
         return {name: entry for name, entry in memo["datasets"]}
     from data.catalog import all_datasets
+    from data.registry import DATASETS
 
-    found = {name: listing_entry(info) for name, info in all_datasets().items()}
-    if path is not None:
+    found = {name: listing_entry(info, DATASETS.origins.get(name, "fedbench")) for name, info in all_datasets().items()}
+    if path is not None and not DATASETS.errors:
         _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order
     return found
 
 
-def listing_entry(info) -> dict[str, Any]:
+def dataset_plugin_errors() -> dict[str, str]:
+    """The dataset plugins that failed to load (label -> why); empty when the registry was
+    not read in this process (a listing from the memo: no plugin to fail)."""
+    registry = sys.modules.get("data.registry")
+    return dict(registry.DATASETS.errors) if registry is not None else {}
+
+
+def listing_entry(info, origin: str = "fedbench") -> dict[str, Any]:
     """What a listing needs of a `DatasetInfo`, as JSON."""
     return {
         "folder": info.folder,
         "placements": [list(p) for p in info.placements],
         "protocol": info.protocol,
         "generated": info.generated,
+        "origin": origin,
     }

@@ -53,7 +53,7 @@ from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTIT
 from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.federation.servers import federation_label
 from benchmark.method import FederatedMethod
-from benchmark.protocol import available_protocols, protocol_class
+from benchmark.protocol_registry import available_protocols, protocol_class
 from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
 from benchmark.runs.numerics import numerics_identity, run_name_part
 from data.attributes import ATTRIBUTE_GENERATORS, attribute_file, attributes_dir, sentence_frames
@@ -65,12 +65,12 @@ PROJECT_PACKAGES = ("benchmark", "data", "methods")
 # The run's flow from a config to its numbers: with the modules it imports, the code every
 # cell's numbers pass through.
 FRAMEWORK_ROOTS = ("benchmark.runs.runner",)
-# Imports that only make plugins register: the catalog imports every built-in loader (a cell
-# passes through the one loader it uses, a root of its own), this module the toy CLIP's
-# weights provider (a cell using them names them by their recipe and bytes: `weights`).
+# Imports that only make plugins register: this module imports the toy CLIP's weights
+# provider (a cell using them names them by their recipe and bytes: `weights`). (The catalog
+# discovers the loaders by name, which this graph does not follow: a cell passes through the
+# one loader it uses, a root of its own.)
 DISCOVERY_IMPORTS = frozenset(
     {
-        ("data.catalog", "data.loaders"),
         ("benchmark.runs.identity", "data.toy"),
         ("benchmark.runs.prechecks", "data.toy"),
     }

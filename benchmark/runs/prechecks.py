@@ -17,7 +17,7 @@ import torch
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
 from benchmark.backbone import check_backbone
 from benchmark.config import ConfigError
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import check_method_args, fit_method_args_to
 from data.catalog import dataset_info, require_dataset, resolve_data_root
 

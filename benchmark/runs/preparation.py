@@ -14,7 +14,7 @@ import torch
 from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import Evaluator
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from benchmark.federation.features import FeatureCache, ViewFeatures
 from benchmark.federation.server import FederationPlan, Server
 from benchmark.federation.servers import server_class

@@ -27,8 +27,8 @@ import torch
 
 from benchmark.backbone import load_backbone
 from benchmark.evaluation.client_metrics import evaluation_rounds
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.flops import count_flops
+from benchmark.protocol_registry import get_protocol
 from benchmark.sweeps import gpu_rate
 from benchmark.sweeps.gpu_rate import measured_rate
 from data.catalog import dataset_info

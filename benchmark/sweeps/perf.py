@@ -45,7 +45,7 @@ from benchmark.backbone import load_backbone
 from benchmark.config import RunConfig, build_config
 from benchmark.evaluation.accuracy import accuracy
 from benchmark.evaluation.client_metrics import evaluation_rounds
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.method import ClientContext, FederatedMethod

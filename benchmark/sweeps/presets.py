@@ -157,7 +157,7 @@ class Preset:
 
     def _protocol(self, ds: dict[str, Any], overrides: dict[str, Any] | None):
         """The protocol class of a dataset's cells (a grid over protocols is not expanded here)."""
-        from benchmark.protocol import protocol_class  # lazy: the registry imports the protocols
+        from benchmark.protocol_registry import protocol_class  # lazy: the registry imports the protocols
 
         layers = [self.run, ds.get("run", {}), overrides or {}]
         named = [layer["protocol"] for layer in layers if "protocol" in layer]

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from benchmark.errors import RunInterrupted, UserError
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.simulator import describe_sampling
 from benchmark.progress import progress_bar
+from benchmark.protocol_registry import get_protocol
 from benchmark.runs.checkpoints import resume_note, saved_round
 from benchmark.runs.identity import run_name
 from benchmark.runs.prechecks import validate_run

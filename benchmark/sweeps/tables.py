@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from benchmark.runs.identity import run_name
 from benchmark.runs.results import is_complete, read_failure, read_summary, run_health
 from benchmark.sweeps.presets import Cell

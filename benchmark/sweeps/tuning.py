@@ -47,9 +47,9 @@ import pandas as pd
 import yaml
 
 from benchmark.config import ConfigError
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.files import atomic_write, file_lock
 from benchmark.method import Choice
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs import runner
 from benchmark.runs.identity import cell_identity, prepare_weights

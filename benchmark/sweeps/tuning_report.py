@@ -11,23 +11,25 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from statistics import stdev
-from typing import TYPE_CHECKING
+from typing import Any
 
 from benchmark.files import atomic_write
 from benchmark.method import Choice, LogUniform
 from benchmark.sweeps import search
 
-if TYPE_CHECKING:
-    from benchmark.sweeps.tuning import MethodSearch, TuningPlan
+# The plan and the searches are `benchmark.sweeps.tuning`'s TuningPlan and MethodSearch,
+# named here, not imported: tuning imports this module, and a type hint closing that cycle
+# would tie the two together again.
+TuningPlan = MethodSearch = Any
 
 
-def write_report(plan: "TuningPlan", searches: dict[str, "MethodSearch"], md_path: Path, png_path: Path) -> None:
+def write_report(plan: TuningPlan, searches: dict[str, MethodSearch], md_path: Path, png_path: Path) -> None:
     atomic_write(md_path, report_markdown(plan, searches))
     if searches:
         plot_curves(plan, searches, png_path)
 
 
-def _axis_name(plan: "TuningPlan", label: str) -> str | None:
+def _axis_name(plan: TuningPlan, label: str) -> str | None:
     """The one numeric hyperparameter a method's curve is drawn over (None: not one)."""
     variant = next(v for v in plan.preset.methods if v.label == label)
     numeric = [n for n, s in sorted(plan.space(variant).items()) if not isinstance(s, Choice)]
@@ -42,7 +44,7 @@ def _spread(point: search.Trial) -> float:
     return stdev(point.per_seed) if point.per_seed is not None and len(point.per_seed) > 1 else float("nan")
 
 
-def report_markdown(plan: "TuningPlan", searches: dict[str, "MethodSearch"]) -> str:
+def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
     metric = plan.headline
     lines = [
         f"# Tuning of `{plan.preset.name}`",
@@ -121,7 +123,7 @@ def report_markdown(plan: "TuningPlan", searches: dict[str, "MethodSearch"]) -> 
     return "\n".join(lines) + "\n"
 
 
-def plot_curves(plan: "TuningPlan", searches: dict[str, "MethodSearch"], path: Path) -> None:
+def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path) -> None:
     """One panel per method: validation score (mean, and std over seeds as bars) against the
     tuned value, grid points and refinements apart, the smoothed curve, the choice starred."""
     import matplotlib
@@ -199,6 +201,6 @@ def plot_curves(plan: "TuningPlan", searches: dict[str, "MethodSearch"], path: P
     plt.close(fig)
 
 
-def _is_log(plan: "TuningPlan", label: str, name: str) -> bool:
+def _is_log(plan: TuningPlan, label: str, name: str) -> bool:
     variant = next(v for v in plan.preset.methods if v.label == label)
     return isinstance(plan.space(variant)[name], LogUniform)

@@ -1,11 +1,4 @@
-"""Built-in dataset loaders; importing this package registers them in `data.catalog`."""
-
-from data.loaders import (
-    aircraft,  # noqa: F401
-    cifar,  # noqa: F401
-    coop,  # noqa: F401
-    domainbed,  # noqa: F401
-    domains,  # noqa: F401
-    imagenet,  # noqa: F401
-)
-from data.toy import datasets as _toy  # noqa: F401
+"""The built-in dataset loaders, one module per family of layouts (and helpers they share:
+`image_folders`, `split_zhou`). Each registers its datasets with `@register_dataset`
+(`data.registry`) when imported; `data.catalog` discovers every module of this package, so
+a new loader is a new file here and nothing lists them by hand."""

@@ -20,7 +20,7 @@ def reproduce_parser() -> argparse.ArgumentParser:
 
 
 def test_the_protocol_names_are_the_registered_protocols():
-    from benchmark.protocol import available_protocols
+    from benchmark.protocol_registry import available_protocols
 
     assert protocol_names() == tuple(available_protocols())
     assert run_option_help("protocol").startswith(" | ".join(available_protocols()) + ";")

@@ -27,13 +27,11 @@ class FrozenAgain(FederatedMethod):
 
 
 @pytest.fixture
-def plugin_file(tmp_path, monkeypatch):
-    # Load the registry before copying it: a load inside the test would fill the copies,
-    # which are then dropped while `_loaded` stays True, leaving later tests no methods.
+def plugin_file(tmp_path, monkeypatch, isolated_registry):
+    # Load the registry before isolating it: a load inside the test would register the
+    # built-ins into what is forgotten after it, leaving later tests no methods.
     registry.available_methods()
-    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    monkeypatch.setattr(registry, "_ORIGINS", dict(registry._ORIGINS))
-    monkeypatch.setattr(registry, "_PACKAGES", dict(registry._PACKAGES))
+    isolated_registry(registry.METHODS).loaded = True
     monkeypatch.setattr(registry, "_FILES", {})
     path = tmp_path / "my_plugin.py"
     path.write_text(PLUGIN)

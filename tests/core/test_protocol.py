@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY
 
-from benchmark import protocol as registry
+from benchmark import protocol_registry as registry
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "round_robin_protocol.py"
@@ -22,19 +22,17 @@ GUIDE = ROOT / "docs" / "writing-a-protocol.md"
 
 
 @pytest.fixture
-def plugin_protocol(tmp_path, monkeypatch):
+def plugin_protocol(tmp_path, monkeypatch, isolated_registry):
     """The example copied as the one file of package `my_protocols` under tmp_path, named by
     FEDBENCH_PROTOCOLS, with a registry that loads again (and forgets it after the test)."""
     package = tmp_path / "site" / "my_protocols"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "round_robin.py").write_text(EXAMPLE.read_text())
+    registry.available_protocols()  # the built-ins, before the registry is isolated
     monkeypatch.syspath_prepend(str(package.parent))
     monkeypatch.setenv("FEDBENCH_PROTOCOLS", "my_protocols.round_robin")
-    registry.available_protocols()
-    monkeypatch.setattr(registry, "_PROTOCOLS", dict(registry._PROTOCOLS))
-    monkeypatch.setattr(registry, "PLUGIN_ERRORS", {})
-    monkeypatch.setattr(registry, "_loaded", False)
+    isolated_registry(registry.PROTOCOLS)
     monkeypatch.delitem(sys.modules, "my_protocols.round_robin", raising=False)
     yield
     sys.modules.pop("my_protocols.round_robin", None)
@@ -53,7 +51,7 @@ def test_the_guide_shows_exactly_the_tested_example():
 
 
 def test_a_protocol_file_runs_through_run_and_reproduce(plugin_protocol, fedbench, fake_data_root, tmp_path):
-    assert "round_robin" in registry.available_protocols(), registry.PLUGIN_ERRORS
+    assert "round_robin" in registry.available_protocols(), registry.PROTOCOLS.errors
     out = tmp_path / "runs"
     common = ["--backbone", TINY, "--pretrained", "none", "--data-root", fake_data_root, "--wandb", "disabled"]
     small = ["--shots", 2, "--batch-size", 8, "--rounds", 1, "--clients", 2]

@@ -20,7 +20,7 @@ import torch
 from conftest import TINY, tiny_config
 from torch import nn
 
-from benchmark import registry
+from benchmark import plugins, registry
 from benchmark.method import CORE, FederatedMethod
 from benchmark.optim import sgd_with_cosine
 from benchmark.runs.runner import run_experiment
@@ -32,18 +32,14 @@ TINY_TEXT_WIDTH = 64
 
 
 @pytest.fixture
-def fresh_registry(monkeypatch):
+def fresh_registry(monkeypatch, isolated_registry):
     """A registry that loads again (built-ins already imported stay registered), with the
     given fake entry points; everything it registers is forgotten after the test."""
     registry.available_methods()
-    monkeypatch.setattr(registry, "_METHODS", dict(registry._METHODS))
-    monkeypatch.setattr(registry, "_ORIGINS", dict(registry._ORIGINS))
-    monkeypatch.setattr(registry, "_PACKAGES", dict(registry._PACKAGES))
-    monkeypatch.setattr(registry, "PLUGIN_ERRORS", {})
-    monkeypatch.setattr(registry, "_loaded", False)
+    isolated_registry(registry.METHODS)
 
     def with_entry_points(*eps):
-        monkeypatch.setattr(registry, "entry_points", lambda group: list(eps) if group == "fedbench.methods" else [])
+        monkeypatch.setattr(plugins, "entry_points", lambda group: list(eps) if group == "fedbench.methods" else [])
 
     with_entry_points()
     return with_entry_points
@@ -283,7 +279,7 @@ def test_broken_plugins_are_reported_by_name_and_package_and_the_rest_still_work
 def test_a_plugin_class_already_registered_by_its_module_is_not_registered_twice(fresh_registry):
     def load():
         module_registering("by_decorator")()
-        return registry._METHODS["by_decorator"]
+        return registry.METHODS.members["by_decorator"]
 
     fresh_registry(FakeEntryPoint("other_name", "pkg.m:Cls", load))
     methods = registry.available_methods()

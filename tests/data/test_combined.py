@@ -265,7 +265,7 @@ def test_msst_presets_hold_out_the_fixed_target_or_every_domain():
         (d, FIXED_TARGETS[d], FIXED_TARGETS[d])
         for d in ("pacs", "office_home", "vlcs", "terra_incognita", "domainnet_full")
     ]
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
 
     planned = {c.dataset: get_protocol("msst").planned_clients(c.config) for c in fixed}
     assert planned == {"pacs": 3, "office_home": 9, "vlcs": 3, "terra_incognita": 3, "domainnet_full": 5 * 17}

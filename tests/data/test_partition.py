@@ -176,7 +176,7 @@ def test_zero_shot_runs_each_protocol_and_prints_its_table(tmp_path, dataset, pr
     from conftest import client_metrics_with, tiny_config
     from fake_layouts import make_fake_dataset
 
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from benchmark.runs.reporting import format_summary
     from benchmark.runs.runner import run_experiment
 
@@ -224,7 +224,7 @@ def test_domains_protocol_config_errors(tmp_path):
     from fake_layouts import make_fake_dataset
 
     from benchmark.config import ConfigError
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from data.catalog import load_dataset
     from data.transforms import clip_transforms
 
@@ -314,7 +314,8 @@ def test_zero_shot_runs_the_pathological_protocol_and_keeps_its_partition(tmp_pa
 
 def test_a_protocol_declaration_is_checked_at_registration():
     from benchmark.config import ConfigError
-    from benchmark.protocol import Option, Protocol, available_protocols, register_protocol
+    from benchmark.protocol import Option, Protocol, register_protocol
+    from benchmark.protocol_registry import available_protocols
 
     class Bad(Protocol):
         metrics, headline = ("Acc",), "Acc"

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmark.evaluation.accuracy import accuracy
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from data.base import LabeledImages
 from methods.zeroshot import ZeroShotCLIP
 

@@ -54,7 +54,7 @@ def test_uniform_aggregation_is_the_plain_mean_over_clients_of_different_sizes(f
         results[aggregation] = (config, result)
     config, result = results["samples"]
     from benchmark.backbone import load_backbone
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from benchmark.runs.preparation import load_run_dataset
 
     dataset = load_run_dataset(config, load_backbone(config.backbone, None))

@@ -75,7 +75,7 @@ if __name__ == "__main__":
     import data.toy.pretrain  # noqa: F401  (registers the toy CLIP's weights)
     from benchmark.backbone import load_backbone
     from benchmark.config import build_config
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from benchmark.runs.preparation import build_seeded_method, load_run_dataset
 
     config = build_config(

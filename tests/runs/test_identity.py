@@ -104,7 +104,7 @@ def test_config_yaml_holds_every_hyperparameter_and_reads_back_to_the_same_cell(
 
 
 def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
-    from benchmark.registry import _METHODS, _ORIGINS
+    from benchmark.registry import METHODS
     from benchmark.runs.identity import forget_sources
 
     source = tmp_path / "edited_method.py"
@@ -133,7 +133,7 @@ def test_editing_a_methods_source_changes_its_cells(tmp_path, fake_data_root):
         assert cell_hash(config) != before
         assert cell_hash(tiny_config(fake_data_root, tmp_path, method="edited_method", seed=2)) != cell_hash(config)
     finally:
-        _METHODS.pop("edited_method", None), _ORIGINS.pop("edited_method", None)
+        METHODS.remove("edited_method")
         sys.modules.pop("edited_method", None)
 
 

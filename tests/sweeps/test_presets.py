@@ -3,8 +3,6 @@ toy CLIP (4 blocks per tower) with the arguments the toy presets give it."""
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 
 from benchmark.backbone import load_backbone
@@ -25,11 +23,12 @@ def test_every_method_of_the_toy_tables_builds_on_the_toy_clip(preset):
 def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
     """`fedbench demo` calls `reproduce` in-process: its arguments must carry every option
     reproduce reads (a new reproduce flag once broke the demo with an AttributeError)."""
+    from benchmark.cli import build_parser
     from benchmark.cli.commands import demo, reproduce
 
     seen = {}
     monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)
-    assert demo.run(argparse.Namespace(wandb="disabled", workers=3, quiet=False)) == 0
+    assert demo.run(build_parser().parse_args(["demo", "--wandb", "disabled", "--workers", "3"])) == 0
     args = seen["args"]
     assert (args.table, args.wandb, args.dry_run, args.tuned) == ("toy", "disabled", False, False)
     # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine

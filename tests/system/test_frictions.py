@@ -193,7 +193,7 @@ def test_an_edited_source_file_changes_the_listing_memo(tmp_path):
 
 def test_a_method_registered_in_this_process_is_listed(fedbench):
     from benchmark.method import FederatedMethod
-    from benchmark.registry import _METHODS, _ORIGINS, register_method
+    from benchmark.registry import METHODS, register_method
 
     @register_method("test_listed_here")
     class ListedHere(FederatedMethod):
@@ -203,7 +203,7 @@ def test_a_method_registered_in_this_process_is_listed(fedbench):
         done = fedbench("methods")
         assert "test_listed_here Registered by a test, in this process only." in " ".join(done.stdout.split())
     finally:
-        del _METHODS["test_listed_here"], _ORIGINS["test_listed_here"]
+        METHODS.remove("test_listed_here")
 
 
 # -- a misspelt flag ---------------------------------------------------------------------

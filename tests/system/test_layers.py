@@ -3,8 +3,13 @@
 Layers, bottom to top: the top level of `benchmark` (the plugin contract: one module per
 file directly under benchmark/), then `federation`, `evaluation`, `runs`, `sweeps`, `cli`.
 A module imports only its own layer or layers below; `methods/` and `data/` import only the
-top level of `benchmark` (and `data`). No import cycle among the modules of `benchmark` and
-`data` (a registry the loaders import and the catalog reads: `data.registry`). No module
+top level of `benchmark` (and `data`). A module loaded by name counts as imported
+(`importlib.import_module` of a string, a module-level constant or an f-string naming a
+package's modules, and a registry's `discover(builtin=...)`); the registries' discovery of
+their built-ins may point against the layers (DISCOVERY) but not close a cycle. No import
+cycle among the modules of `benchmark` and `data`, type hints' imports included (each
+registry's decorator module is imported by its plugins, its lookups one floor up discover
+them: `data.registry` and `data.catalog`). No module
 imports another module's private name (`from x import _name`): what a module shares is public. Outside
 `benchmark/cli/` (whose modules `fedbench --help` imports, so they load torch lazily), an
 import inside a function must say why with a `# lazy:` comment."""
@@ -16,8 +21,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("", "federation", "evaluation", "runs", "sweeps", "cli")
-# The one import that points down by design: the registry discovers the built-in methods.
-DISCOVERY = {("benchmark.registry", "methods")}
+# Imports that point against the layers by design: a registry discovers its built-ins (the
+# method registry methods/, the protocol registry the protocols, each module by name). The
+# layer rule lets them pass; the cycle check follows them like any import.
+DISCOVERY = {("benchmark.registry", "methods"), ("benchmark.protocol_registry", "benchmark.evaluation.protocols")}
+# What `import_edges` writes as the source line of a module loaded through importlib.
+IMPORTLIB = "(loaded by name through importlib)"
 # Edges left out of the cycle check until their module changes (none left).
 PENDING: dict[str, set[str]] = {}
 
@@ -37,9 +46,10 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
-def import_edges(root: Path = ROOT) -> list[tuple[str, str, int, bool, str]]:
+def import_edges(root: Path = ROOT, type_only: bool = False) -> list[tuple[str, str, int, bool, str]]:
     """(importer, imported, line, inside a function, source line) for every import between
-    the project's modules, TYPE_CHECKING blocks left out."""
+    the project's modules, the modules loaded by name through importlib included (source
+    line: IMPORTLIB); TYPE_CHECKING blocks left out, or (`type_only`) only their imports."""
     modules, edges = _modules(root), []
     for name, path in modules.items():
         text = path.read_text()
@@ -51,7 +61,11 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str, int, bool, str]]:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 in_function.update(id(n) for n in ast.walk(node))
         for node in ast.walk(tree):
-            if id(node) in skip or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            if (id(node) in skip) != type_only:
+                continue
+            for target in sorted(set(importlib_targets(node, name, tree, modules)) - {name}):
+                edges.append((name, target, node.lineno, False, IMPORTLIB))
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -62,6 +76,66 @@ def import_edges(root: Path = ROOT) -> list[tuple[str, str, int, bool, str]]:
             for target in {_resolve(t, modules) for t in targets} - {None, name}:
                 edges.append((name, target, node.lineno, id(node) in in_function, lines[node.lineno - 1]))
     return edges
+
+
+def importlib_targets(node: ast.AST, name: str, tree: ast.Module, modules: dict[str, Path]) -> list[str]:
+    """The project modules a call loads by name at run time: `importlib.import_module(X)`,
+    and a registry's `builtin=X` (X a package: every module in it, as the registry imports
+    them). X is a string, a module-level constant, a tuple of them, or an f-string whose
+    text up to the first '.' names a package (`f"{PACKAGE}.{info.name}"`: its modules)."""
+    if not isinstance(node, ast.Call):
+        return []
+    function = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+    named = [node.args[0]] if function == "import_module" and node.args else []
+    named += [k.value for k in node.keywords if k.arg == "builtin"]
+    found = []
+    for expression in named:
+        for text, package in _loaded_names(expression, name, tree):
+            if package:
+                found += [m for m in modules if m.startswith(text + ".") and "." not in m[len(text) + 1 :]]
+            target = _resolve(text, modules) if text in modules else None
+            found += [target] if target else []
+    return found
+
+
+def _loaded_names(expression: ast.expr, name: str, tree: ast.Module) -> list[tuple[str, bool]]:
+    """(dotted name, whether its modules are meant) of what `expression` names, when it can be
+    read without running the module; [] for a name made at run time (a user's spec, an entry point)."""
+    if isinstance(expression, (ast.Tuple, ast.List)):
+        return [found for item in expression.elts for found in _loaded_names(item, name, tree)]
+    if isinstance(expression, ast.JoinedStr) and len(expression.values) >= 2:
+        head, dot = expression.values[0], expression.values[1]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.endswith("."):
+            return [(head.value[:-1], True)]
+        if isinstance(head, ast.FormattedValue) and isinstance(dot, ast.Constant) and str(dot.value).startswith("."):
+            return [(text, True) for text, _ in _loaded_names(head.value, name, tree)]
+        return []
+    text = _constant(expression, name, tree)
+    if text is not None:
+        return [(text, True)]
+    value = _assigned(expression, tree)
+    return _loaded_names(value, name, tree) if value is not None else []
+
+
+def _constant(expression: ast.expr, name: str, tree: ast.Module) -> str | None:
+    """The string `expression` is: a literal or `__name__`."""
+    if isinstance(expression, ast.Constant) and isinstance(expression.value, str):
+        return expression.value
+    if isinstance(expression, ast.Name) and expression.id == "__name__":
+        return name
+    return None
+
+
+def _assigned(expression: ast.expr, tree: ast.Module) -> ast.expr | None:
+    """The value of a module-level `NAME = value` that `expression` (a name) reads."""
+    if not isinstance(expression, ast.Name):
+        return None
+    for statement in tree.body:
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+            if [getattr(t, "id", None) for t in targets] == [expression.id]:
+                return statement.value
+    return None
 
 
 def layer(module: str) -> int | None:
@@ -76,9 +150,11 @@ def violations(root: Path = ROOT) -> list[str]:
     bad, graph = [], {}
     for src, dst, line, lazy, text in import_edges(root):
         where = f"{src} line {line} imports {dst}"
-        if (src, dst) in DISCOVERY:
-            continue
         graph.setdefault(src, set()).add(dst)
+        if any(
+            src == importer and (dst == package or dst.startswith(package + ".")) for importer, package in DISCOVERY
+        ):
+            continue
         if layer(src) is None:
             if layer(dst) not in (None, 0) or (src.startswith("data") and dst.startswith("methods")):
                 bad.append(f"{where}: methods/ and data/ import only the top level of benchmark")
@@ -89,6 +165,10 @@ def violations(root: Path = ROOT) -> list[str]:
             bad.append(f"{where}: an import up a layer ({LAYERS[layer(src)] or 'top level'} -> {LAYERS[layer(dst)]})")
         if lazy and not src.startswith("benchmark.cli") and src.startswith("benchmark") and "# lazy:" not in text:
             bad.append(f"{where} inside a function without a `# lazy:` reason")
+    # A type hint's import is no import at run time, but a cycle through one is still two
+    # modules that cannot be read apart: it counts.
+    for src, dst, *_ in import_edges(root, type_only=True):
+        graph.setdefault(src, set()).add(dst)
     bad += [
         f"import cycle: {' -> '.join(c)}"
         for c in _cycles(
@@ -169,6 +249,28 @@ def test_an_upward_import_and_a_cycle_are_caught(tmp_path):
     loader = tmp_path / "data" / "loaders" / "coop.py"  # a loader reading the catalog: the cycle the registry ends
     loader.write_text(loader.read_text() + "\nfrom data.catalog import dataset_info\n")
     assert any(v.startswith("import cycle:") and "data.loaders.coop" in v for v in violations(tmp_path))
+    # Loads by name are imports too: the protocol registry discovers the protocols, so a
+    # protocol that reads the registry closes a cycle, and so does a type hint's import.
+    transfer = tmp_path / "benchmark" / "evaluation" / "protocols" / "transfer.py"
+    transfer.write_text(transfer.read_text() + "\nfrom benchmark.protocol_registry import protocol_class\n")
+    assert any(
+        v.startswith("import cycle: benchmark.evaluation.protocols.transfer -> benchmark.protocol_registry")
+        or ("benchmark.protocol_registry -> benchmark.evaluation.protocols.transfer" in v)
+        for v in violations(tmp_path)
+    ), violations(tmp_path)
+    protocol = tmp_path / "benchmark" / "protocol.py"
+    protocol.write_text(
+        protocol.read_text().replace("if TYPE_CHECKING:\n", "if TYPE_CHECKING:\n    import benchmark.config\n", 1)
+    )
+    assert any(
+        v.startswith("import cycle:") and "benchmark.protocol -> benchmark.config" in v for v in violations(tmp_path)
+    )
+    optim = tmp_path / "benchmark" / "optim.py"
+    optim.write_text(optim.read_text() + '\nRUNNER = "benchmark.runs.runner"\nimportlib.import_module(RUNNER)\n')
+    assert any("benchmark.optim line" in v and "top level -> runs" in v for v in violations(tmp_path))
+    bare_loop = tmp_path / "benchmark" / "federation" / "bare_loop.py"  # a package's modules, found by name
+    bare_loop.write_text(bare_loop.read_text() + '\nimportlib.import_module(f"benchmark.sweeps.{name}")\n')
+    assert any("benchmark.federation.bare_loop line" in v and "sweeps.tables" in v for v in violations(tmp_path))
     compare = tmp_path / "benchmark" / "sweeps" / "compare.py"
     compare.write_text(compare.read_text() + "\nfrom benchmark.sweeps.tables import _render\n")
     assert "benchmark.sweeps.compare line" in " ".join(v for v in violations(tmp_path) if "private" in v)

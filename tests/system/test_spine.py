@@ -14,10 +14,10 @@ import torch.nn.functional as F
 from conftest import TINY, client_metrics_with, tiny_config
 from torch import nn
 
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.federation.simulator import client_sampling_schedule
 from benchmark.method import ClientUpdate, FederatedMethod, fedavg, state_bytes
 from benchmark.optim import sgd_with_cosine
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import register_method
 from benchmark.runs import preparation
 from benchmark.runs.preparation import prepare_run

@@ -176,6 +176,16 @@ def run_datasets(args: argparse.Namespace) -> int:
         print("\nnotes cut short above, in full (paths under the data root):")
         for name, note in cut.items():
             print(f"  {name}: {note}")
+    plugins = {name: entry["origin"] for name, entry in listing.datasets().items() if entry["origin"] != "fedbench"}
+    if plugins:
+        print("\nfrom plugins (FEDBENCH_DATASETS, fedbench.datasets entry points):")
+        for name, origin in plugins.items():
+            print(f"  {name}: {origin}")
+    broken = listing.dataset_plugin_errors()
+    if broken:
+        print("\ndataset plugins that failed to load:")
+        for label, why in broken.items():
+            print(f"  {label}: {why}")
     missing = [r["dataset"] for r in rows if r["status"] in ("missing", "incomplete")]
     if missing:
         print(f"\n{len(missing)} not usable; `fedbench data download NAME` fetches or explains how to get one.")

@@ -25,7 +25,9 @@ def add_parser(subparsers) -> None:
         help="cells run at a time (default: this machine's usable cores, %(default)s here)",
     )
     add_quiet_argument(p)
-    p.set_defaults(func=run)
+    # The parsers of every command, complete by the time `run` reads them: the demo parses
+    # with reproduce's own, so that this module never imports the package that discovers it.
+    p.set_defaults(func=run, command_parsers=subparsers.choices)
 
 
 def usable_cores() -> int:
@@ -36,19 +38,20 @@ def usable_cores() -> int:
 
 
 def run(args) -> int:
-    reproduce = reproduce_args(args.wandb, args.workers, args.quiet)
+    reproduce = reproduce_args(args.command_parsers, args.wandb, args.workers, args.quiet)
     return reproduce.func(reproduce)
 
 
-def reproduce_args(wandb: str, workers: int = 1, quiet: bool = False):
+def reproduce_args(command_parsers: dict, wandb: str, workers: int = 1, quiet: bool = False):
     """`fedbench reproduce toy --methods <every registered method> --workers W --cpus-per-cell 1`
-    parsed by fedbench's own parser (no import of the reproduce command), so every option
-    reproduce reads has its default; `.func` runs it."""
-    from benchmark.cli import build_parser
+    parsed by fedbench's own parser of `reproduce` (no import of the reproduce command), so
+    every option reproduce reads has its default; `.func` runs it."""
     from benchmark.registry import available_methods
 
     methods = [m for m in available_methods() if not m.startswith("test_")]
-    return build_parser().parse_args(
-        ["reproduce", "toy", "--methods", *methods, "--wandb", wandb, "--workers", str(workers), "--cpus-per-cell", "1"]
+    reproduce = command_parsers["reproduce"].parse_args(
+        ["toy", "--methods", *methods, "--wandb", wandb, "--workers", str(workers), "--cpus-per-cell", "1"]
         + (["--quiet"] if quiet else [])
     )
+    reproduce.command = "reproduce"
+    return reproduce

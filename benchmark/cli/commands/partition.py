@@ -35,7 +35,7 @@ def run(args) -> int:
     from benchmark.cli.args import protocol_options_given
     from benchmark.cli.outputs import check_output_file, figure_formats, make_parent
     from benchmark.config import build_config
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from benchmark.runs.partition_files import partition_table, plot_partition, write_partition_csv
     from data.catalog import resolve_data_root
     from data.combined import load_datasets

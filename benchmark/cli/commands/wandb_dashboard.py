@@ -36,7 +36,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from benchmark.cli.outputs import check_output_file
     from benchmark.config import RunConfig
-    from benchmark.evaluation.protocols import get_protocol
+    from benchmark.protocol_registry import get_protocol
     from benchmark.sweeps.dashboard import dashboard_spec, publish
     from benchmark.sweeps.presets import load_preset
 

@@ -6,11 +6,11 @@ to its variants: the variants only)."""
 
 from __future__ import annotations
 
-from benchmark.config import dataset_list
 from benchmark.errors import ConfigError
 from benchmark.evaluation.protocols.helpers import chunk_partition, mean, member_named, planned_chunks
 from benchmark.evaluation.requests import Request, indices_of_classes
 from benchmark.protocol import Option, Protocol, register_protocol
+from benchmark.values import dataset_list
 from data.partition import ChunkGroup, chunk_count
 
 

@@ -10,7 +10,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Iterator
 
 from benchmark.errors import RunInterrupted
-from benchmark.sweeps.executors import positive_int, register_executor
+from benchmark.sweeps.executors.base import positive_int, register_executor
 
 if TYPE_CHECKING:
     from benchmark.sweeps.executors.cells import CellJob, Outcome, Started

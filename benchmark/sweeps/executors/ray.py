@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from benchmark.config import ConfigError
 from benchmark.errors import RunInterrupted
-from benchmark.sweeps.executors import import_extra, register_executor
+from benchmark.sweeps.executors.base import import_extra, register_executor
 
 if TYPE_CHECKING:
     from benchmark.sweeps.executors.cells import CellJob, Outcome, Started

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from benchmark.config import ConfigError
-from benchmark.sweeps.executors import import_extra, natural_int, positive_float, positive_int, register_executor
+from benchmark.sweeps.executors.base import import_extra, natural_int, positive_float, positive_int, register_executor
 
 if TYPE_CHECKING:
     from benchmark.sweeps.executors.cells import CellJob, Outcome, Started

@@ -7,8 +7,8 @@ import pytest
 from protocol_fakes import Recorder, _evaluate, _fake
 
 from benchmark.config import ConfigError, build_config
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.requests import harmonic_mean
+from benchmark.protocol_registry import get_protocol
 
 
 def _config(**options):

@@ -6,7 +6,7 @@ import pytest
 from protocol_fakes import Recorder, _evaluate, _fake
 
 from benchmark.config import build_config
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 from data.combined import combine
 
 

@@ -7,7 +7,7 @@ import pytest
 from protocol_fakes import _fake
 
 from benchmark.config import ConfigError, build_config
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 
 DOMAINS = ["amazon", "caltech", "dslr", "webcam"]
 

@@ -7,8 +7,8 @@ import math
 
 from conftest import tiny_config
 
-from benchmark.evaluation.protocols import get_protocol
 from benchmark.evaluation.protocols.helpers import mean, mean_by_group, nanmean, planned_chunks
+from benchmark.protocol_registry import get_protocol
 from data.partition import ClientShard, Partition, chunk_count
 
 

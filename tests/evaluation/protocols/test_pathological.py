@@ -6,7 +6,7 @@ from __future__ import annotations
 from protocol_fakes import Recorder, _evaluate, _fake
 
 from benchmark.config import build_config
-from benchmark.evaluation.protocols import get_protocol
+from benchmark.protocol_registry import get_protocol
 
 
 def test_each_client_holds_k_classes_and_is_scored_over_every_class():

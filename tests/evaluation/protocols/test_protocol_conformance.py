@@ -33,11 +33,10 @@ from typing import Any, Callable
 import pytest
 from protocol_fakes import _fake
 
-from benchmark import protocol as registry
+from benchmark import protocol_registry as registry
 from benchmark.config import ConfigError, build_config
 from benchmark.errors import UserError
-from benchmark.evaluation.protocols import get_protocol
-from benchmark.protocol import resolve_protocol_args
+from benchmark.protocol_registry import get_protocol, resolve_protocol_args
 from data.catalog import dataset_info
 from data.combined import combine, members_of
 from data.partition import base_novel_split
@@ -153,13 +152,13 @@ PROTOCOLS = builtin_protocols() + [PLUGIN]
 
 
 @pytest.fixture
-def protocol(request, monkeypatch):
+def protocol(request, monkeypatch, isolated_registry):
     """The protocol `name` of the test's parameters; the guide's plugin is registered into a
     copy of the registry that the test's end restores."""
     name = request.node.callspec.params["name"]
     if name == PLUGIN:
         registry.available_protocols()
-        monkeypatch.setattr(registry, "_PROTOCOLS", dict(registry._PROTOCOLS))
+        isolated_registry(registry.PROTOCOLS).loaded = True
         spec = importlib.util.spec_from_file_location("conformance_round_robin", EXAMPLE)
         module = importlib.util.module_from_spec(spec)
         monkeypatch.setitem(sys.modules, spec.name, module)
