@@ -14,13 +14,13 @@ import torch
 from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import Evaluator
-from benchmark.protocol_registry import get_protocol
 from benchmark.federation.features import FeatureCache, ViewFeatures
 from benchmark.federation.server import FederationPlan, Server
 from benchmark.federation.servers import server_class
 from benchmark.federation.servers.local import LocalServer
 from benchmark.federation.simulator import FederatedSimulator, FederationSettings, client_sampling_schedule
 from benchmark.method import FederatedMethod
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import build_method, get_method
 from benchmark.runs.numerics import (
     apply_tf32,

@@ -45,10 +45,10 @@ from benchmark.backbone import load_backbone
 from benchmark.config import RunConfig, build_config
 from benchmark.evaluation.accuracy import accuracy
 from benchmark.evaluation.client_metrics import evaluation_rounds
-from benchmark.protocol_registry import get_protocol
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.method import ClientContext, FederatedMethod
+from benchmark.protocol_registry import get_protocol
 from benchmark.registry import build_method
 from benchmark.sweeps.presets import load_preset
 from data.base import DatasetSplits, LabeledImages
