@@ -17,6 +17,7 @@ import inside a function must say why with a `# lazy:` comment."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,3 +278,24 @@ def test_an_upward_import_and_a_cycle_are_caught(tmp_path):
     profile = tmp_path / "benchmark" / "cli" / "commands" / "profile.py"  # `perf` is imported there
     profile.write_text(profile.read_text() + "\nperf._uses_a_private_name\n")
     assert "uses the private perf._uses_a_private_name" in " ".join(violations(tmp_path))
+
+
+def test_every_module_of_benchmark_is_named_in_the_layer_table():
+    # docs/architecture.md's layer table is a reader's map of the code: a module added
+    # without a word there is a module a new contributor cannot place. The modules of a
+    # one-file-per-member package (a protocol, a federation kind, a subcommand, an executor)
+    # are named by their package's entry.
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = "\n".join(line for line in doc.splitlines() if line.startswith("| "))
+    named = set(re.findall(r"`([\w.]+)`", table))
+    per_member = {("evaluation", "protocols"), ("federation", "servers"), ("cli", "commands")}
+    missing = []
+    for path in sorted((ROOT / "benchmark").rglob("*.py")):
+        parts = path.relative_to(ROOT / "benchmark").with_suffix("").parts
+        if parts[-1] == "__init__" or tuple(parts[:2]) in per_member:
+            continue
+        if parts[:2] == ("sweeps", "executors") and parts[-1] not in ("base", "cells"):
+            continue
+        if parts[-1] not in named:
+            missing.append("/".join(parts) + ".py")
+    assert not missing, f"docs/architecture.md's layer table names no row for: {', '.join(missing)}"
