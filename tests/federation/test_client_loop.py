@@ -221,3 +221,25 @@ def test_a_round_times_the_model_and_the_data_apart_within_its_total(fake_data_r
     report = format_profile(result)
     for part in ("model compute:", "data loading:", "optimizer setup:", "framework:"):
         assert part in report
+
+
+@register_method("test_two_optimizers")
+class TwoOptimizers(PromptFL):
+    """Two optimizers under automatic optimization: a Trainer refuses it, so must the loop."""
+
+    def configure_optimizers(self):
+        return torch.optim.SGD([self.ctx], lr=0.1), torch.optim.SGD([self.ctx], lr=0.2)
+
+
+def test_several_optimizers_under_automatic_optimization_are_refused_as_a_trainer_refuses_them(
+    fake_data_root, tmp_path, monkeypatch
+):
+    from benchmark.runs.runner import run_experiment
+
+    config = tiny_config(fake_data_root, tmp_path, method="test_two_optimizers", rounds=1, local_epochs=1, batch_size=2)
+    with pytest.raises(RuntimeError, match=r"returned 2 optimizers; automatic optimization takes one"):
+        run_experiment(config, write=False, progress=False)
+    with monkeypatch.context() as patch:
+        patch.setattr(federation.FederatedSimulator, "_train_client", trainer_train_client)
+        with pytest.raises(RuntimeError, match=r"multiple optimizers is only supported with manual optimization"):
+            run_experiment(dataclasses.replace(config), write=False, progress=False)
