@@ -17,8 +17,6 @@ reads them, and the CLI and YAML configs are generated from that.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.util
 import inspect
 import re
 import sys
@@ -55,7 +53,7 @@ from benchmark.method_registration import (  # noqa: F401  (re-exported: the nam
     register_method,
     reserved_flag_names,
 )
-from benchmark.plugins import BUILTIN_ORIGIN
+from benchmark.plugins import BUILTIN_ORIGIN, import_spec
 
 # The built-in methods: every module of this package (a top-level name: methods/ sits beside
 # the layers of benchmark/, and only this module imports it).
@@ -131,22 +129,16 @@ def load_method_file(spec: str) -> str:
     key = (str(path), class_name)
     if key in _FILES:
         return _FILES[key]
-    module_name = f"fedbench_file_plugin_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
     before = set(METHODS.members)
     METHODS.origin = f"file {path}"
     try:
-        module = sys.modules.get(module_name)
-        if module is None:
-            loader_spec = importlib.util.spec_from_file_location(module_name, path)
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[module_name] = module
-            try:
-                loader_spec.loader.exec_module(module)
-            except MethodError:
-                raise
-            except Exception as exc:
-                del sys.modules[module_name]
-                raise MethodError(f"method file {path} failed to import: {exc.__class__.__name__}: {exc}") from exc
+        try:
+            # the module name FEDBENCH_PLUGINS gives the same file: one module, registered once
+            module = import_spec(str(path))
+        except MethodError:
+            raise
+        except Exception as exc:
+            raise MethodError(f"method file {path} failed to import: {exc.__class__.__name__}: {exc}") from exc
         if class_name:
             cls = getattr(module, class_name, None)
             if not (isinstance(cls, type) and issubclass(cls, FederatedMethod)):
@@ -155,7 +147,7 @@ def load_method_file(spec: str) -> str:
                 register_method(_snake_case(class_name))(cls)
             name = cls.name
         else:
-            defined = [n for n, c in METHODS.members.items() if c.__module__ == module_name]
+            defined = [n for n, c in METHODS.members.items() if c.__module__ == module.__name__]
             if len(defined) != 1:
                 raise MethodError(
                     f"{path} registers {len(defined)} methods ({', '.join(defined) or 'none'}); "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -239,3 +240,16 @@ def client_metrics_with(accuracy, protocol, client, partition, dataset) -> dict[
     return protocol.metrics_from(
         {n: accuracy(r.indices, r.class_ids) for n, r in wanted.items()}, client, partition, dataset
     )
+
+
+def assert_guide_shows_example(guide: Path, example: Path) -> None:
+    """A guide includes its runnable example verbatim, between BEGIN/END markers that name the
+    example's path (the runnable-docs test runs the file, so the guide shows what was run)."""
+    name = f"docs/examples/{example.name}"
+    found = re.search(
+        rf"<!-- BEGIN {re.escape(name)} -->\n```python\n(.*?)```\n<!-- END {re.escape(name)} -->",
+        guide.read_text(),
+        re.S,
+    )
+    assert found, f"{guide.name} must include {name} between its BEGIN/END markers"
+    assert found.group(1) == example.read_text()

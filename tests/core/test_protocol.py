@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY
+from conftest import TINY, assert_guide_shows_example
 
 from benchmark import protocol_registry as registry
 
@@ -40,14 +39,7 @@ def plugin_protocol(tmp_path, monkeypatch, isolated_registry):
 
 
 def test_the_guide_shows_exactly_the_tested_example():
-    found = re.search(
-        r"<!-- BEGIN docs/examples/round_robin_protocol.py -->\n```python\n(.*?)```\n"
-        r"<!-- END docs/examples/round_robin_protocol.py -->",
-        GUIDE.read_text(),
-        re.S,
-    )
-    assert found, "the guide must include the example between its BEGIN/END markers"
-    assert found.group(1) == EXAMPLE.read_text()
+    assert_guide_shows_example(GUIDE, EXAMPLE)
 
 
 def test_a_protocol_file_runs_through_run_and_reproduce(plugin_protocol, fedbench, fake_data_root, tmp_path):

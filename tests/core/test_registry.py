@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import pytest
 import torch
-from conftest import TINY, tiny_config
+from conftest import TINY, assert_guide_shows_example, tiny_config
 from torch import nn
 
 from benchmark import plugins, registry
@@ -64,14 +64,8 @@ def half_prompt(fresh_registry, monkeypatch):
 
 
 def test_the_guide_shows_exactly_the_tested_example():
+    assert_guide_shows_example(GUIDE, EXAMPLE)
     guide = GUIDE.read_text()
-    found = re.search(
-        r"<!-- BEGIN docs/examples/half_prompt.py -->\n```python\n(.*?)```\n<!-- END docs/examples/half_prompt.py -->",
-        guide,
-        re.S,
-    )
-    assert found, "the guide must include docs/examples/half_prompt.py between its BEGIN/END markers"
-    assert found.group(1) == EXAMPLE.read_text()
     assert 30 <= len(EXAMPLE.read_text().splitlines()) <= 70
     # What the guide asks of every method, the example does: an Args: section, an lr_schedule.
     assert '        """Args:\n        n_ctx: ' in EXAMPLE.read_text() and "    lr_schedule = " in EXAMPLE.read_text()

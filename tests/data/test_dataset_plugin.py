@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import TINY
+from conftest import TINY, assert_guide_shows_example
 
 from data import catalog
 from data.registry import DATASETS
@@ -42,14 +42,7 @@ def tiles(tmp_path, monkeypatch, isolated_registry):
 
 
 def test_the_guide_shows_exactly_the_tested_example():
-    found = re.search(
-        r"<!-- BEGIN docs/examples/tiles_dataset.py -->\n```python\n(.*?)```\n"
-        r"<!-- END docs/examples/tiles_dataset.py -->",
-        GUIDE.read_text(),
-        re.S,
-    )
-    assert found, "the guide must include the example between its BEGIN/END markers"
-    assert found.group(1) == EXAMPLE.read_text()
+    assert_guide_shows_example(GUIDE, EXAMPLE)
 
 
 def test_a_dataset_plugin_is_listed_and_runs(tiles, fedbench, tmp_path):
