@@ -283,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import methods  # noqa: F401  (registers the methods)
-    from benchmark.cli.commands.bench import TABLE1_METHODS, describable_textures
+    from benchmark.cli.commands.bench import TABLE1_METHODS
+    from benchmark.sweeps.timings import describable_textures
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print(f"gpu_check: no CUDA GPU visible to torch on {platform.node()}; nothing to time.")
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             report.timings.append(timing)
             print(f"  {name} at {classes} classes: {timing.total_ms:.0f} ms per client-round ({timing.precision})")
     if not args.no_batched:
-        from benchmark.cli.commands.bench import time_batched_evaluation, time_batched_training
+        from benchmark.sweeps.timings import time_batched_evaluation, time_batched_training
 
         root = scratch / f"c{SHAPES[0]}"
         if not root.exists():

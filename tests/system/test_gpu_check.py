@@ -61,7 +61,7 @@ def test_the_images_per_client_of_the_three_shapes_are_table_1s_range():
 
 
 def test_client_noise_is_drawn_on_the_cpu_and_lands_on_the_parameters_device_and_dtype():
-    from benchmark.cli.commands.bench import spread_apart
+    from benchmark.sweeps.timings import spread_apart
 
     cpu = torch.nn.Linear(3, 2)
     half = torch.nn.Linear(3, 2).to(torch.float64)
@@ -76,7 +76,7 @@ def test_client_noise_is_drawn_on_the_cpu_and_lands_on_the_parameters_device_and
 @pytest.mark.gpu
 def test_client_noise_on_cuda_parameters():
     """What crashed scripts/gpu_check.sh: CPU noise added to CUDA parameters."""
-    from benchmark.cli.commands.bench import spread_apart
+    from benchmark.sweeps.timings import spread_apart
 
     cpu = torch.nn.Linear(3, 2)
     cuda = torch.nn.Linear(3, 2).cuda()

@@ -3,11 +3,14 @@ the framework's share of a client-round, and wall time with and without the shor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 TABLE1_METHODS = ("zeroshot", "promptfl", "fedotp", "fedpgp", "pfedmoap", "clip_adapter", "lora", "pfedmma")
 TARGET_RATIO = 1.2  # executed / minimum FLOPs, every method (issue 17)
 TARGET_OVERHEAD = 5.0  # framework % of a client-round
 MEMORY_BATCH = 32  # the paper's training batch size
 MEMORY_CLASSES = 50  # a client's label space: base2novel trains over the base classes (Caltech101: 50)
+MATMUL_SIZE = 1024  # the matrix product whose rate bounds batched evaluation
 
 
 def add_parser(subparsers) -> None:
@@ -57,31 +60,63 @@ def memory_section(methods, backbone: str) -> str:
     )
 
 
+@dataclass
+class Measurements:
+    """What `fedbench bench` measured, for its report."""
+
+    overhead: list[dict]  # the framework's share of a client-round, per setting
+    costs: list  # the Table 1 schedule's FLOPs per method (`perf.table_costs`)
+    memory: str  # the report's memory section
+    walls: list[dict]  # runs with the shortcuts on and off
+    batched: list[dict]  # evaluation with the clients batched and one by one
+    peak: float  # GFLOP/s of one large matrix product in this process
+    trained: list[dict]  # training with a round's clients batched and one by one
+    load: tuple[float, float]  # load average (1 min) at the start and at the end
+
+
 def run(args) -> int:
-    import os
-    import platform
     import time
 
-    import torch
-
     from benchmark.cli.outputs import check_output_file
-    from benchmark.progress import progress_bar
-    from benchmark.sweeps import perf
 
     started = time.perf_counter()
-    load_before = os.getloadavg()
+    backbone, schedule, methods = bench_setting(args)
+    if args.memory_only:
+        print(memory_section(methods, backbone))
+        return 0
+    out = check_output_file(args.out, "--out")  # before minutes of work (benchmark/cli/outputs.py)
+    print(announce(out, args.quick), flush=True)
+    measured = measure(methods, backbone, schedule, args.quick)
+    report = report_text(measured, backbone, schedule, args.quick, started)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
+    print(report)
+    print(f"wrote {out}" + (" (this repository's report: `git diff` shows what moved)" if _shipped(out) else ""))
+    return 0 if targets_met(measured) else 1
+
+
+def bench_setting(args):
+    """(backbone, schedule, methods with their method_args) the flags ask for."""
+    from benchmark.sweeps import perf
+
     if args.quick:
         backbone, schedule = "fedbench-tiny-vit", perf.Schedule.paper(datasets=("dtd",), seeds=1, rounds=2)
         method_args = {"pfedmma": {"first_block": 2}}  # the tiny CLIP has 4 blocks per tower
     else:
         backbone, schedule, method_args = args.backbone, perf.Schedule.paper(), {}
     methods = [(m, {"method_args": method_args.get(m, {})}) for m in args.methods]
-    if args.memory_only:
-        print(memory_section(methods, backbone))
-        return 0
-    out = check_output_file(args.out, "--out")  # before minutes of work (benchmark/cli/outputs.py)
-    print(announce(out, args.quick), flush=True)
-    configs = _overhead_configs(args.quick)
+    return backbone, schedule, methods
+
+
+def measure(methods, backbone: str, schedule, quick: bool) -> Measurements:
+    """Every measurement of the report, in order, under one progress bar."""
+    import os
+
+    from benchmark.progress import progress_bar
+    from benchmark.sweeps import perf, timings
+
+    load_before = os.getloadavg()
+    configs = timings.overhead_configs(quick)
     # One bar over the steps: redirected, it prints a line every 30 s within a long step too.
     steps = progress_bar(total=len(configs) + 4, desc="fedbench bench", unit="steps")
     # Timed first, in the state a run starts from: after the ViT-B/16 counting below, the same
@@ -90,46 +125,86 @@ def run(args) -> int:
     overhead = []
     for name, config in configs:
         steps.set_postfix_str(f"the framework's share of a client-round: {name}")
-        overhead.append(_overhead(name, config))
+        overhead.append(timings.framework_share(name, config))
         steps.update()
     steps.set_postfix_str(f"per-unit FLOPs on {backbone} (random weights), {len(methods)} methods")
-    reports = perf.table_costs(methods, backbone, schedule, progress=True)
-    worst, worst_ratio = perf.worst_ratio(reports)
+    costs = perf.table_costs(methods, backbone, schedule, progress=True)
     memory = memory_section(methods, backbone)
     steps.update()
     steps.set_postfix_str("runs with the shortcuts on and off")
-    walls = _shortcut_walls(args.quick)
+    walls = timings.shortcut_walls(quick)
     steps.update()
     steps.set_postfix_str("evaluation with the clients batched and one by one")
-    batched = _batched_evaluation_walls(args.quick)
-    peak = matmul_gflops(MATMUL_SIZE)
+    batched = timings.batched_evaluation_walls(quick)
+    peak = timings.matmul_gflops(MATMUL_SIZE)
     steps.update()
     steps.set_postfix_str("training with a round's clients batched and one by one")
-    trained = _batched_training_walls(args.quick)
+    trained = timings.batched_training_walls(quick)
     steps.update()
     steps.close()
     for b in batched:
         if b["apart"]:  # fp32 on a CPU: batching may move last bits, never a prediction here
             raise RuntimeError(f"{b['name']}: batched evaluation scored a client {b['apart']} points apart")
-    load_after = os.getloadavg()
+    return Measurements(overhead, costs, memory, walls, batched, peak, trained, (load_before, os.getloadavg()))
+
+
+def targets_met(measured: Measurements) -> bool:
+    """Whether every method's executed FLOPs are within TARGET_RATIO of the minimum and every
+    setting's framework share within TARGET_OVERHEAD."""
+    from benchmark.sweeps import perf
+
+    _, worst_ratio = perf.worst_ratio(measured.costs)
+    return worst_ratio <= TARGET_RATIO and all(o["share"] <= TARGET_OVERHEAD for o in measured.overhead)
+
+
+def report_text(measured: Measurements, backbone: str, schedule, quick: bool, started: float) -> str:
+    """results/perf.md: the machine, then a section per measurement."""
+    lines = [
+        *_machine_lines(measured.load, quick, started),
+        *_flops_lines(measured.costs, backbone, schedule),
+        measured.memory,
+        "",
+        *_overhead_lines(measured.overhead),
+        *_shortcut_lines(measured.walls),
+        *_evaluation_lines(measured.batched, measured.peak),
+        *_training_lines(measured.trained),
+        *_counting_lines(measured.overhead),
+    ]
+    return "\n".join(lines)
+
+
+def _machine_lines(load: tuple[float, float], quick: bool, started: float) -> list[str]:
+    import os
+    import platform
+    import time
+
+    import torch
 
     cpu = _cpu_name()
-    lines = [
+    return [
         "# Performance: FLOPs and time",
         "",
-        f"Written by `fedbench bench{' --quick' if args.quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"Written by `fedbench bench{' --quick' if quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
         f"in {time.perf_counter() - started:.0f} s. Machine: {os.cpu_count()} CPUs ({cpu}), {platform.system()}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} torch thread(s); load average (1 min) "
-        f"{load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end (other jobs share the machine: "
+        f"{load[0][0]:.1f} at the start, {load[1][0]:.1f} at the end (other jobs share the machine: "
         "times are relative within one run, FLOPs do not depend on load).",
         "",
+    ]
+
+
+def _flops_lines(costs: list, backbone: str, schedule) -> list[str]:
+    from benchmark.sweeps import perf
+
+    worst, worst_ratio = perf.worst_ratio(costs)
+    return [
         f"## FLOPs of the Table 1 schedule on {backbone}",
         "",
         f"Schedule: {schedule.describe()}. Counted on the real method code over {backbone} with random weights; "
         "'plain path' is the same code with the exact shortcuts off (`--no-shortcuts`). How the units are "
         "counted and multiplied out, and what the minimum leaves out: `benchmark/sweeps/perf.py`.",
         "",
-        perf.format_table(reports),
+        perf.format_table(costs),
         "",
         f"Target executed / minimum <= {TARGET_RATIO}x for every method: "
         + ("met" if worst_ratio <= TARGET_RATIO else "**NOT met**")
@@ -137,10 +212,13 @@ def run(args) -> int:
         "",
         "### By source (executed / minimum per method)",
         "",
-        perf.format_sources(reports),
+        perf.format_sources(costs),
         "",
-        memory,
-        "",
+    ]
+
+
+def _overhead_lines(overhead: list[dict]) -> list[str]:
+    return [
         "## Framework share of a client-round",
         "",
         "Per client-round: the model's steps (forward, backward, optimizer step); data loading (fetching, "
@@ -175,6 +253,11 @@ def run(args) -> int:
         + ("met" if all(o["share"] <= TARGET_OVERHEAD for o in overhead) else "**NOT met**")
         + ".",
         "",
+    ]
+
+
+def _shortcut_lines(walls: list[dict]) -> list[str]:
+    return [
         "## Wall time with the shortcuts on and off",
         "",
         "Each method run twice per pair, on then off, interleaved in one process (same data, features warm);"
@@ -184,6 +267,11 @@ def run(args) -> int:
         "|---|---:|---:|---:|",
         *[f"| {w['name']} | {w['on']:.2f} s | {w['off']:.2f} s | {w['off'] / w['on']:.2f}x |" for w in walls],
         "",
+    ]
+
+
+def _evaluation_lines(batched: list[dict], peak: float) -> list[str]:
+    return [
         "## Evaluation: clients batched and one by one",
         "",
         "A round's evaluation of every client (Local, Base, Novel under base2novel), with each client's state "
@@ -205,6 +293,11 @@ def run(args) -> int:
         "removes per-operation overhead, never arithmetic, so where one by one already runs near that rate "
         "(evaluation scores batches of 256 images) no batching can speed it up by more than the ratio of the two.",
         "",
+    ]
+
+
+def _training_lines(trained: list[dict]) -> list[str]:
+    return [
         "## Training: a round's clients batched and one by one",
         "",
         "The rounds of a run (local training, state swaps, aggregation; not its evaluation) with "
@@ -223,6 +316,11 @@ def run(args) -> int:
             for t in trained
         ],
         "",
+    ]
+
+
+def _counting_lines(overhead: list[dict]) -> list[str]:
+    return [
         "FLOP counting's own cost: a training step counted takes ~3-5x its time on the toy CLIP (Python per "
         "operation); runs count each kind of step once (`benchmark/flops.py`). "
         + "; ".join(
@@ -232,13 +330,6 @@ def run(args) -> int:
         + ".",
         "",
     ]
-    report = "\n".join(lines)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
-    print(report)
-    print(f"wrote {out}" + (" (this repository's report: `git diff` shows what moved)" if _shipped(out) else ""))
-    met = worst_ratio <= TARGET_RATIO and all(o["share"] <= TARGET_OVERHEAD for o in overhead)
-    return 0 if met else 1
 
 
 def announce(out, quick: bool) -> str:
@@ -280,354 +371,3 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or "unknown CPU"
-
-
-def _overhead_configs(quick: bool):
-    import tempfile
-    from pathlib import Path
-
-    from benchmark.config import build_config
-
-    # The tiny-CLIP profile of results/perf-notes.md: a 40-class dataset in CoOp's DTD layout (generated here).
-    root = describable_textures(Path(tempfile.mkdtemp(prefix="fedbench-bench-")), classes=40)
-    tiny = dict(
-        method="promptfl",
-        dataset="dtd",
-        data_root=str(root),
-        backbone="fedbench-tiny-vit",
-        pretrained="none",
-        shots=8,
-        rounds=2 if quick else 3,
-        clients=10,
-        local_epochs=1,
-        wandb="disabled",
-        seed=1,
-        checkpoint_every=0,
-    )
-    configs = [
-        (
-            "PromptFL, tiny CLIP (random weights), 40-class DTD layout, 10 clients, 8 shots, 1 local epoch",
-            build_config(tiny),
-        )
-    ]
-    if not quick:
-        toy = dict(
-            method="promptfl",
-            dataset="toy",
-            clients=8,
-            rounds=2,
-            batch_size=8,
-            wandb="disabled",
-            seed=1,
-            checkpoint_every=0,
-        )
-        configs.insert(0, ("PromptFL, toy world (toy CLIP), 8 clients, batch 8", build_config(toy)))
-    return configs
-
-
-def describable_textures(root, classes: int, train: int = 8, test: int = 2):
-    """A DTD-shaped dataset of flat-coloured 32 px images: images/<class>/*.png and its
-    split_zhou_DescribableTextures.json (what the CoOp loader reads)."""
-    import json
-
-    import numpy as np
-    from PIL import Image
-
-    folder = root / "dtd"
-    rng = np.random.default_rng(0)
-    split: dict[str, list] = {"train": [], "val": [], "test": []}
-    for label in range(classes):
-        name = f"texture{label:02d}"
-        (folder / "images" / name).mkdir(parents=True, exist_ok=True)
-        colour = rng.integers(0, 256, 3)
-        for part, count in (("train", train), ("test", test)):
-            for k in range(count):
-                relative = f"{name}/{part}_{k}.png"
-                pixels = np.clip(colour + rng.normal(0, 20, (32, 32, 3)), 0, 255).astype(np.uint8)
-                Image.fromarray(pixels).save(folder / "images" / relative)
-                split[part].append([relative, label, name])
-    (folder / "split_zhou_DescribableTextures.json").write_text(json.dumps(split))
-    return root
-
-
-def _overhead(name: str, config, repeats: int = 3) -> dict:
-    """Framework share of a client-round, FLOP counting off: the median of `repeats` runs
-    (single runs on shared cores swing by a few points); and a run with counting on."""
-    import statistics
-    import time
-
-    from benchmark import flops
-    from benchmark.federation.bare_loop import run_bare
-    from benchmark.runs.preparation import prepare_run
-    from benchmark.runs.reporting import split_time
-    from benchmark.runs.runner import run_experiment
-
-    run_experiment(config, write=False, progress=False)  # warm: features, allocations
-    measured = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        with flops.off():
-            result = run_experiment(config, write=False, progress=False)
-        wall = time.perf_counter() - t
-        split = split_time(result.federation.rounds)
-        client_rounds, total, model, data = split.client_rounds, split.total, split.model, split.data
-        optimizer, framework = split.optimizer, split.framework
-        with flops.off():  # the same client-rounds by the bare loop, right after
-            bare = run_bare(prepare_run(config, progress=False).simulator())
-        bare_rest = bare.rest_seconds / bare.client_rounds
-        measured.append(
-            dict(
-                name=name,
-                client_rounds=client_rounds,
-                total_ms=1000 * total / client_rounds,
-                model_ms=1000 * model / client_rounds,
-                data_ms=1000 * data / client_rounds,
-                optimizer_ms=1000 * optimizer / client_rounds,
-                optimizer_share=100 * optimizer / total,
-                beyond_model_share=100 * (total - model) / total,
-                framework_ms=1000 * framework / client_rounds,
-                share=100 * framework / total,
-                data_share=100 * data / total,
-                wall=wall,
-                bare_rest_ms=1000 * bare_rest,
-                added_share=100 * (framework / client_rounds - bare_rest) / (total / client_rounds),
-            )
-        )
-    median = sorted(measured, key=lambda m: m["share"])[len(measured) // 2]
-    t = time.perf_counter()
-    run_experiment(config, write=False, progress=False)
-    return dict(
-        median,
-        counted_wall=time.perf_counter() - t,
-        shares=[m["share"] for m in measured],
-        spread=statistics.pstdev([m["share"] for m in measured]),
-    )
-
-
-def _batched_evaluation_walls(quick: bool) -> list[dict]:
-    if quick:
-        base = dict(dataset="toy", backbone="fedbench-tiny-vit", pretrained="none", shots=4, clients=4, seed=1)
-        return time_batched_evaluation(base, [("promptfl, tiny CLIP", "promptfl", {})])
-    base = dict(dataset="toy", clients=8, seed=1)
-    runs = [
-        ("pfedmma, toy world", "pfedmma", {"first_block": 2}),
-        ("promptfl, toy world", "promptfl", {}),
-        ("lora, toy world", "lora", {}),
-    ]
-    return time_batched_evaluation(base, runs)
-
-
-def spread_apart(module, seed: int, scale: float = 0.01) -> None:
-    """Add seeded noise to `module`'s trainable parameters (a client's personal state). The
-    noise is drawn on the CPU, the same numbers on every device, and moved to each parameter's
-    device: adding CPU noise to CUDA parameters crashed scripts/gpu_check.sh (issue 48)."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for parameter in module.parameters():
-            if parameter.requires_grad:
-                noise = torch.randn(parameter.shape, generator=generator) * scale
-                parameter.add_(noise.to(parameter.device, parameter.dtype))
-
-
-def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> list[dict]:
-    """For each (label, method, method_args) in `runs` on the run settings `base`: a round's
-    evaluation of every client timed with batched evaluation on and off, alternated, the
-    median of three after one untimed pass of each (also scripts/gpu_check.sh's)."""
-    import statistics
-    import time
-
-    import torch
-
-    from benchmark import flops, shortcuts
-    from benchmark.config import build_config
-    from benchmark.evaluation.accuracy import Evaluator
-    from benchmark.evaluation.client_metrics import evaluate_clients
-    from benchmark.runs.preparation import SHARED_FEATURES, autocast_context, prepare_run
-
-    walls = []
-    for name, method, method_args in runs:
-        config = build_config({**base, "method": method, "wandb": "disabled"}, {"method_args": method_args})
-        with shortcuts.use(config.shortcuts):
-            run = prepare_run(config, progress=False, train_features=False)
-            states = {}
-            for client in run.partition.clients:  # personal states, apart from each other
-                spread_apart(run.method, client.client_id)
-                states[client.client_id] = run.method.client_state()
-
-            def evaluate(batched: bool) -> tuple[float, dict]:
-                evaluator = Evaluator(  # a fresh one: nothing memoized
-                    run.method, run.dataset.test, SHARED_FEATURES, config.eval_batch_size, batched=batched
-                )
-                started = time.perf_counter()
-                with autocast_context(run.device, run.precision):  # as a run evaluates
-                    per_client, _ = evaluate_clients(
-                        evaluator, run.protocol, run.dataset, run.partition, states, progress=False
-                    )
-                if run.device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                return time.perf_counter() - started, per_client
-
-            evaluate(True), evaluate(False)  # warm: features, image prefixes, the probe
-            with flops.ledger(sample_steps=False) as counted:  # untimed: counting costs time
-                evaluate(False)
-            times: dict[bool, list[float]] = {True: [], False: []}
-            for _ in range(3):
-                results = {}
-                for batched in (True, False):
-                    wall, results[batched] = evaluate(batched)
-                    times[batched].append(wall)
-            apart = max(  # the largest difference of a client's metric (0: the same predictions)
-                abs(value - results[False][cid][metric])
-                for cid, metrics in results[True].items()
-                for metric, value in metrics.items()
-            )
-        walls.append(
-            dict(
-                name=name,
-                clients=len(states),
-                images=len(run.dataset.test),
-                batched=statistics.median(times[True]),
-                sequential=statistics.median(times[False]),
-                apart=apart,
-                flops=counted.summary().get("evaluation", 0),
-            )
-        )
-    return walls
-
-
-MATMUL_SIZE = 1024
-
-
-def matmul_gflops(size: int = MATMUL_SIZE, repeats: int = 5) -> float:
-    """What this process's torch does on one large fp32 matrix product, in GFLOP/s: a bound
-    on any pass of the same arithmetic, however it is batched (the best of `repeats`)."""
-    import time
-
-    import torch
-
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - started)
-    return 2 * size**3 / best / 1e9
-
-
-def _batched_training_walls(quick: bool) -> list[dict]:
-    if quick:
-        base = dict(
-            dataset="toy", backbone="fedbench-tiny-vit", pretrained="none", shots=4, clients=4, rounds=2, seed=1
-        )
-        return time_batched_training(base, [("promptfl, tiny CLIP", "promptfl", {})], repeats=1)
-    base = dict(dataset="toy", clients=8, batch_size=8, rounds=3, seed=1)
-    runs = [
-        ("pfedmma, toy world", "pfedmma", {"first_block": 2}),
-        ("promptfl, toy world", "promptfl", {}),
-        ("lora, toy world", "lora", {}),
-    ]
-    return time_batched_training(base, runs)
-
-
-def time_batched_training(base: dict, runs: list[tuple[str, str, dict]], repeats: int = 3) -> list[dict]:
-    """For each (label, method, method_args) in `runs` on the run settings `base`: the
-    rounds' wall time (local training, state swaps, aggregation; not the evaluation) with
-    batched training on and off, alternated, the median of `repeats` after one untimed run
-    of each; whether the clients did train together, and how far apart the two runs'
-    metrics ended (also scripts/gpu_check.sh's)."""
-    import dataclasses
-    import statistics
-    import warnings
-
-    from benchmark.config import build_config
-    from benchmark.runs.runner import run_experiment
-
-    walls = []
-    for name, method, method_args in runs:
-        config = build_config(
-            {**base, "method": method, "wandb": "disabled", "checkpoint_every": 0}, {"method_args": method_args}
-        )
-
-        def train(batched: bool):
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                result = run_experiment(
-                    dataclasses.replace(config, batched_training=batched), write=False, progress=False
-                )
-            fallback = [str(w.message) for w in caught if "train one by one" in str(w.message)]
-            return sum(log.total_seconds for log in result.federation.rounds), result, fallback
-
-        train(True), train(False)  # warm: features, caches, the probe
-        times: dict[bool, list[float]] = {True: [], False: []}
-        results, fallback = {}, []
-        for _ in range(repeats):
-            for batched in (True, False):
-                wall, results[batched], caught = train(batched)
-                times[batched].append(wall)
-                fallback = fallback or caught
-        apart = max(  # the largest difference of a client's metric, in points
-            abs(value - results[False].per_client[cid][metric])
-            for cid, metrics in results[True].per_client.items()
-            for metric, value in metrics.items()
-        )
-        steps = {b: results[b].timing.get("flops", {}).get("train_steps") for b in (True, False)}
-        walls.append(
-            dict(
-                name=name,
-                rounds=len(results[True].federation.rounds),
-                batched=statistics.median(times[True]),
-                sequential=statistics.median(times[False]),
-                together=not fallback,
-                reason=fallback[0].split("(", 1)[-1].rstrip(")") if fallback else "",
-                apart=apart,
-                steps=steps,
-            )
-        )
-    return walls
-
-
-def _shortcut_walls(quick: bool) -> list[dict]:
-    import dataclasses
-    import time
-
-    from benchmark.config import build_config
-    from benchmark.runs.runner import run_experiment
-
-    if quick:
-        base = dict(
-            dataset="toy",
-            backbone="fedbench-tiny-vit",
-            pretrained="none",
-            shots=4,
-            rounds=1,
-            clients=4,
-            local_epochs=1,
-            batch_size=8,
-            wandb="disabled",
-            seed=1,
-            checkpoint_every=0,
-        )
-        runs = [("promptfl, tiny CLIP", {"method": "promptfl"})]
-    else:
-        base = dict(dataset="toy", rounds=2, clients=8, batch_size=8, wandb="disabled", seed=1, checkpoint_every=0)
-        runs = [
-            ("promptfl, toy world, 2 rounds", {"method": "promptfl"}),
-            ("pfedmoap, toy world, 2 rounds", {"method": "pfedmoap", "method_args": {"gate_heads": 4}}),
-            ("lora, toy world, 2 rounds", {"method": "lora"}),
-            ("pfedmma, toy world, 2 rounds", {"method": "pfedmma", "method_args": {"first_block": 2}}),
-        ]
-    walls = []
-    for name, settings in runs:
-        method_args = settings.get("method_args", {})
-        config = build_config({**base, "method": settings["method"]}, {"method_args": method_args})
-        run_experiment(config, write=False, progress=False)  # warm
-        times = {"on": 0.0, "off": 0.0}
-        for _ in range(2):
-            for key, on in (("on", True), ("off", False)):
-                t = time.perf_counter()
-                run_experiment(dataclasses.replace(config, shortcuts=on), write=False, progress=False)
-                times[key] += time.perf_counter() - t
-        walls.append(dict(name=name, on=times["on"] / 2, off=times["off"] / 2))
-    return walls

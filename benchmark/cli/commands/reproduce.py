@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmark.cli.args import add_quiet_argument, parse_set, positive_int
@@ -14,7 +15,7 @@ from benchmark.sweeps.executors import (
     executor_help,
     extras_note,
 )
-from benchmark.sweeps.presets import available_presets
+from benchmark.sweeps.presets import Preset, available_presets
 
 
 def add_parser(subparsers) -> None:
@@ -148,17 +149,56 @@ def unreachable_weights(cells: list) -> dict[tuple, str]:
     return unreachable
 
 
+@dataclass
+class Selection:
+    """The cells this call asks for and where their table goes."""
+
+    preset: Preset  # tuned with --tuned
+    overrides: dict  # run options every cell gets (--out, --data-root, ..., --set)
+    cells: list
+    shown: list | None  # the preset's every cell when a filter narrows it, else None
+    subset: list[str]  # the flags that make this call a part of the table (`subset_flags`)
+    results: Path  # where this call renders its table
+    full_table: Path  # where the preset's full table goes
+
+
 def run(args) -> int:
-    from benchmark.backbone import check_weights_reachable
-    from benchmark.config import ConfigError
-    from benchmark.runs.identity import prepare_data, prepare_weights
-    from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.sweep import needed_datasets, plan_sweep, run_sweep
-    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_notes
+    from benchmark.sweeps.sweep import run_sweep
 
     if args.check:
         args.dry_run = True  # a check is a dry run with an exit code
     executor = make_executor(args)
+    selection = select_cells(args)
+    plan = plan_cells(selection, args)
+    print(plan.describe(every_cell=args.cells))
+    if selection.results != selection.full_table:
+        full_table = selection.full_table
+        print(
+            f"a subset of {selection.preset.name} ({', '.join(selection.subset)}): its table goes to "
+            f"{selection.results}, not {full_table} (the preset's full table); pass --results {full_table} to "
+            "render it there"
+        )
+    if args.dry_run:
+        return dry_run(plan, args)
+    plan = prepare_cells(plan, selection, args)
+    check_pinned_device(plan, executor)
+    cells = selection.cells
+    report = run_sweep(
+        plan,
+        selection.results,
+        wandb_mode=cells[0].config.wandb if cells else None,
+        tags=run_tags(selection.preset.name, args),
+        executor=executor,
+        threads=cell_threads(args),
+    )
+    return report_outcome(report, plan, cells)
+
+
+def select_cells(args) -> Selection:
+    """The preset (tuned with --tuned), its cells the flags select and where their table goes."""
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_notes
+
     preset = load_preset(args.table)
     full_table = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
@@ -174,38 +214,50 @@ def run(args) -> int:
     shown = preset.cells(overrides) if filtered else None
     subset = subset_flags(args, cells, shown)
     results = full_table if args.results or not subset else Path(overrides["out"]) / SUBSET_TABLE
-    plan = plan_sweep(preset, cells, force=args.force, shown=shown)
+    return Selection(preset, overrides, cells, shown, subset, results, full_table)
+
+
+def plan_cells(selection: Selection, args):
+    """The sweep plan of the selected cells: which are done, which run, what is missing."""
+    from benchmark.sweeps.sweep import plan_sweep
+
+    plan = plan_sweep(selection.preset, selection.cells, force=args.force, shown=selection.shown)
     plan.overrides = parse_set(args.set)
-    print(plan.describe(every_cell=args.cells))
-    if results != full_table:
-        print(
-            f"a subset of {preset.name} ({', '.join(subset)}): its table goes to {results}, not {full_table} "
-            f"(the preset's full table); pass --results {full_table} to render it there"
-        )
-    if args.dry_run:
-        if not args.cells and plan.cells:
-            print("(--cells lists every cell and its status)")
-        if args.check:
-            # The weights a real `reproduce` checks before its first cell: offline, a tag that
-            # is not cached stops it at once, so --check must not answer 0 for it.
-            unreachable = unreachable_weights(plan.todo)
-            for why in unreachable.values():
-                print(f"cells that cannot start: {why}")
-            blocked = sum(
-                1
-                for c in plan.todo
-                if not plan.can_run(c)
-                or c.label in plan.invalid
-                or (c.config.backbone, c.config.pretrained) in unreachable
-            )
-            if blocked:
-                print(
-                    f"fedbench reproduce --check: {blocked} of the {len(plan.todo)} cells to run cannot start "
-                    "(above); exit 3",
-                    file=sys.stderr,
-                )
-                return 3
+    return plan
+
+
+def dry_run(plan, args) -> int:
+    """The end of --dry-run (0) and --check (3 when a cell to run cannot start)."""
+    if not args.cells and plan.cells:
+        print("(--cells lists every cell and its status)")
+    if not args.check:
         return 0
+    # The weights a real `reproduce` checks before its first cell: offline, a tag that
+    # is not cached stops it at once, so --check must not answer 0 for it.
+    unreachable = unreachable_weights(plan.todo)
+    for why in unreachable.values():
+        print(f"cells that cannot start: {why}")
+    blocked = sum(
+        1
+        for c in plan.todo
+        if not plan.can_run(c) or c.label in plan.invalid or (c.config.backbone, c.config.pretrained) in unreachable
+    )
+    if blocked:
+        print(
+            f"fedbench reproduce --check: {blocked} of the {len(plan.todo)} cells to run cannot start (above); exit 3",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
+def prepare_cells(plan, selection: Selection, args):
+    """Check the cells to run can start, build their weights and data; the plan again when
+    something was built (a cell is named by the bytes of its weights and split files)."""
+    from benchmark.backbone import check_weights_reachable
+    from benchmark.config import ConfigError
+    from benchmark.runs.identity import prepare_data, prepare_weights
+
     if plan.invalid:  # checked before any cell runs or any model is built
         raise ConfigError("; ".join(f"cannot run {label}: {why}" for label, why in plan.invalid.items()))
     for backbone, weights in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in plan.todo):
@@ -213,22 +265,24 @@ def run(args) -> int:
     built = [prepare_weights(p) for p in dict.fromkeys(c.config.pretrained for c in plan.todo)]
     built += [prepare_data(c.config) for c in plan.todo if plan.can_run(c)]  # not-ready data is skipped
     if any(built):  # the cells are named by their weights' bytes and split files, which exist only now
-        plan = plan_sweep(preset, cells, force=args.force, shown=shown)
-        plan.overrides = parse_set(args.set)
+        return plan_cells(selection, args)
+    return plan
+
+
+def check_pinned_device(plan, executor) -> None:
+    """A device pinned to one GPU (cuda:N) runs only on the local executor."""
+    from benchmark.config import ConfigError
+
     pinned = sorted({c.config.device for c in plan.todo if c.config.device.startswith("cuda:")})
     if pinned and executor.name != "local":
         raise ConfigError(
             f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
             "gets a GPU of its own: use --device auto (or cuda)"
         )
-    report = run_sweep(
-        plan,
-        results,
-        wandb_mode=cells[0].config.wandb if cells else None,
-        tags=run_tags(preset.name, args),
-        executor=executor,
-        threads=cell_threads(args),
-    )
+
+
+def report_outcome(report, plan, cells: list) -> int:
+    """Say what ran, failed and was skipped, and print the table; 1 when a cell asked for did not run."""
     if report.submitted:
         print(
             f"submitted {len(report.submitted)} cells, {len(plan.done)} were already done, "
@@ -253,19 +307,9 @@ def run(args) -> int:
     # A cell that was asked for and did not run is never a silent success.
     problems = []
     if report.skipped:
-        from benchmark.sweeps.sweep import needs_key
-
-        reasons = [
-            f"{d}: {plan.missing_datasets[d]}"
-            for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
-            if d in plan.missing_datasets
-        ]
-        reasons += list(
-            dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked)
-        )
         problems.append(
             f"{len(report.skipped)} of the {len(plan.todo)} cells to run were skipped because their data is missing "
-            f"or not ready ({'; '.join(reasons)})"
+            f"or not ready ({'; '.join(skipped_reasons(report, plan))})"
         )
     if report.failed:
         problems.append(f"{len(report.failed)} cells failed (see FAILED above)")
@@ -274,3 +318,16 @@ def run(args) -> int:
         print(f"fedbench reproduce: {verdict}: " + "; ".join(problems), file=sys.stderr)
         return 1
     return 0
+
+
+def skipped_reasons(report, plan) -> list[str]:
+    """Why the skipped cells were skipped: their missing datasets, then what blocks the rest."""
+    from benchmark.sweeps.sweep import needed_datasets, needs_key
+
+    reasons = [
+        f"{d}: {plan.missing_datasets[d]}"
+        for d in needed_datasets([c.dataset for c in report.skipped], report.skipped)
+        if d in plan.missing_datasets
+    ]
+    reasons += list(dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked))
+    return reasons
