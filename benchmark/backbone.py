@@ -49,7 +49,7 @@ import open_clip
 import torch
 from torch import Tensor, nn
 
-from benchmark import shortcuts
+from benchmark import compiled, shortcuts
 from benchmark.errors import SetupWarning, UserError
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
@@ -407,7 +407,7 @@ def _run_blocks(
     x = x.float()  # the residual stream is fp32 under any precision (module docstring)
     blocks = transformer.resblocks
     for index in range(start, len(blocks) if stop is None else stop):
-        block, wrapper = blocks[index], wrappers.get(index)
+        block, wrapper = compiled.block(blocks[index]), wrappers.get(index)
         x = block(x, attn_mask=attn_mask) if wrapper is None else wrapper(block, x, attn_mask)
         if x.dtype != torch.float32:
             raise BackboneError(

@@ -75,6 +75,7 @@ class RunConfig:
     batched_evaluation: bool = False  # score a round's clients in one vmapped pass where the method allows (its batched_evaluation), equal up to float rounding; off by default: on this suite's CPU it was slower for pFedMMA and PromptFL, faster for LoRA (results/perf.md)
     batched_training: bool = False  # train a round's clients in one vmapped pass where the method allows (its batched_training), equal up to float rounding; off by default: on the toy demo it moved PromptFL's row by float rounding (docs/toy-world.md), and the shipped tables are the client-by-client path's
     augment_backend: str = "auto"  # auto (device on a GPU when augment is on, else pil; recorded resolved in the identity) | device (images decoded once and kept on the device, RandomResizedCrop + flip from pil's seeded draws, resized as PIL resizes in one batched pass: pil's pixels in most views, docs/performance.md) | pil (torchvision on PIL images, per image: exact reproduction of earlier numbers)
+    compile_blocks: bool = False  # run the CLIP towers' residual blocks compiled with torch.compile (fused kernels: fewer launches on a GPU), equal up to float rounding and part of the identity; off by default (the shipped tables are eager); not with the batched passes
     tf32: bool = False  # let 32-bit matrix products and convolutions use TF32 on CUDA (faster, 10-bit mantissas); off by default, and part of the identity; no effect on CPU
     num_workers: int = 0  # data-loader workers
     checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
@@ -119,6 +120,11 @@ class RunConfig:
         if self.augment_backend not in AUGMENT_BACKENDS:
             raise ConfigError(
                 f"augment_backend = {self.augment_backend!r} is invalid: expected {' | '.join(AUGMENT_BACKENDS)}"
+            )
+        if self.compile_blocks and (self.batched_training or self.batched_evaluation):
+            raise ConfigError(
+                "compile_blocks = true cannot be combined with batched_training or batched_evaluation (a vmapped "
+                "pass runs the blocks uncompiled): turn one of them off"
             )
         parts = dataset_list(self.dataset)
         if not parts or any(not p for p in parts) or len(set(parts)) != len(parts):

@@ -64,6 +64,7 @@ class Report:
     timings: list[MethodTiming] = field(default_factory=list)
     evaluation: list[dict] = field(default_factory=list)
     training: list[dict] = field(default_factory=list)
+    compiled: list[tuple[MethodTiming, MethodTiming]] = field(default_factory=list)  # (eager, compiled blocks)
     table1_flops: float | None = None  # the dry run's estimate of Table 1 (benchmark/sweeps/cost.py)
     notes: list[str] = field(default_factory=list)
 
@@ -251,6 +252,19 @@ def render(report: Report) -> str:
             lines.append(
                 f"| {t['name']} | {t['batched']:.2f} s | {t['sequential']:.2f} s | {ratio} | {t['apart']:.2f} |"
             )
+    if report.compiled:
+        lines += [
+            "",
+            "## Compiled blocks (`--compile-blocks true`) against eager, first shape",
+            "",
+            "| method | eager | compiled blocks | eager / compiled | model steps, eager | model steps, compiled |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for eager, fused in report.compiled:
+            lines.append(
+                f"| {eager.method} | {eager.total_ms:.0f} ms | {fused.total_ms:.0f} ms | "
+                f"{eager.total_ms / fused.total_ms:.2f}x | {eager.model_ms:.0f} ms | {fused.model_ms:.0f} ms |"
+            )
     lines += [""] + [f"- {note}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -278,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default="", help="comma-separated methods (default: every Table 1 method)")
     parser.add_argument("--clients", type=int, default=TABLE1_CLIENTS)
     parser.add_argument("--no-batched", action="store_true", help="skip the batched evaluation and training timings")
+    parser.add_argument(
+        "--no-compiled", action="store_true", help="skip PromptFL and pFedMMA with compiled blocks (--compile-blocks)"
+    )
     args = parser.parse_args(argv)
 
     import torch
@@ -322,6 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         runs = [(m, m, {}) for m in ("pfedmma", "promptfl", "lora") if m in names]
         report.evaluation = time_batched_evaluation(base, runs)
         report.training = time_batched_training({**base, "rounds": 2, "batch_size": 32}, runs, repeats=1)
+    if not args.no_compiled:
+        # round 1 compiles every block at its shapes; round 2, the one timed, runs them
+        base = run_base(scratch / f"c{shapes[0]}", args.device, args.backbone, args.clients)
+        for name in [m for m in ("promptfl", "pfedmma") if m in names]:
+            eager = next(t for t in report.timings if t.method == name and t.classes == shapes[0])
+            fused = time_method(name, shapes[0], {**base, "compile_blocks": True})
+            report.compiled.append((eager, fused))
+            print(
+                f"  {name} with compiled blocks: {fused.total_ms:.0f} ms per client-round (eager {eager.total_ms:.0f})"
+            )
     report.table1_flops = table1_flops()
     report.notes.append(
         "Model steps include the first step of each kind, which is FLOP-counted and slower; a GPU runs steps "

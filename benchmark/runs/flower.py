@@ -36,7 +36,6 @@ from typing import Any, Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-from benchmark import shortcuts
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
 from benchmark.evaluation.client_metrics import evaluate_client
@@ -45,6 +44,7 @@ from benchmark.method import State, state_bytes
 from benchmark.progress import progress_bar
 from benchmark.registry import resolve_method_file
 from benchmark.runs.engines import RoundHooks, Trained
+from benchmark.runs.numerics import computing_as
 from benchmark.runs.preparation import autocast_context, prepare_run
 from benchmark.runs.reporting import format_summary
 from benchmark.runs.runner import run_experiment
@@ -148,10 +148,10 @@ def _quiet_node_log() -> None:
 @contextlib.contextmanager
 def _on_node(content: RecordDict, context: Context) -> Iterator[tuple[ClientWorld, int, int]]:
     """(the run's world, this node's client id, the round) for a message from the server,
-    with the run's `shortcuts` setting on for the body, as `fedbench run` has it."""
+    with the run's computation switches on for the body (`computing_as`), as `fedbench run` has them."""
     sent = content["fedbench"]
     config = build_config(json.loads(str(sent["config"])), node_config_overrides(dict(context.node_config)))
-    with shortcuts.use(config.shortcuts):
+    with computing_as(config):
         key = json.dumps(config.to_dict(), sort_keys=True)
         if key not in _WORLD:
             _WORLD.clear()
@@ -399,7 +399,7 @@ def federate(grid: Grid, run, on_round_end, on_evaluate, eval_rounds) -> tuple[F
     """The run's rounds on the nodes of `grid`: the federation (its `client_states` empty: they
     stay with the clients) and every client's metrics after the last round."""
     _check_trains(run)
-    with shortcuts.use(run.config.shortcuts):  # a ServerApp thread does not inherit the caller's setting
+    with computing_as(run.config):  # a ServerApp thread does not inherit the caller's settings
         strategy = MethodStrategy(run, connect(grid, run), on_round_end, on_evaluate, eval_rounds)
         strategy.start(grid, ArrayRecord(), num_rounds=len(strategy.plan.schedule), timeout=24 * 3600)
     return strategy.result, strategy.final_scores

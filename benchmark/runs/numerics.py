@@ -6,10 +6,13 @@ folder; the runner (`benchmark.runs.runner`) applies them."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from typing import Iterator
 
 import torch
 
+from benchmark import compiled, shortcuts
 from benchmark.config import ConfigError, RunConfig
 from benchmark.registry import MethodError, get_method
 
@@ -73,6 +76,15 @@ def run_name_part(config: RunConfig) -> str:
     elif config.tf32:
         short += "tf32"
     return short
+
+
+@contextlib.contextmanager
+def computing_as(config: RunConfig) -> Iterator[None]:
+    """The run's computation switches on for the code inside: the exact shortcuts (or the
+    plain path, `--no-shortcuts`) and compiled blocks (`--compile-blocks`). Context variables:
+    a thread that runs a run's code (Flower's ServerApp) enters them itself."""
+    with shortcuts.use(config.shortcuts), compiled.use(config.compile_blocks):
+        yield
 
 
 def apply_tf32(device: str, tf32: bool) -> None:

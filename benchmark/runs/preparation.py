@@ -153,7 +153,7 @@ class PreparedRun:
 
 
 def prepare_run(config: RunConfig, progress: bool = True, train_features: bool = True) -> PreparedRun:
-    """Build `config`'s method, data, partition and schedule (under `shortcuts.use(config.shortcuts)`,
+    """Build `config`'s method, data, partition and schedule (under `computing_as(config)`,
     as the caller runs everything); `train_features` False skips caching the training
     images' frozen features (a Flower server trains nothing)."""
     SHARED_FEATURES.progress = progress

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmark import flops, shortcuts
+from benchmark import flops
 from benchmark.config import RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.client_metrics import evaluation_rounds
@@ -24,6 +24,7 @@ from benchmark.runs.clients_file import save_clients
 from benchmark.runs.engines import Engine, Trained, engine_for
 from benchmark.runs.identity import prepare_data, prepare_weights, resolved_config, run_name
 from benchmark.runs.locks import cell_lock
+from benchmark.runs.numerics import computing_as
 from benchmark.runs.partition_files import partition_table
 from benchmark.runs.prechecks import validate_run
 from benchmark.runs.preparation import PreparedRun, prepare_run
@@ -51,7 +52,7 @@ def run_experiment(
     otherwise another engine that runs the federation (`benchmark.runs.flower.FlowerEngine`),
     everything else (rows, summary, run folder) as here."""
     engine = engine_for(config, engine)  # what it cannot run is refused before anything loads
-    with shortcuts.use(config.shortcuts):  # the exact shortcuts, or the plain path (--no-shortcuts)
+    with computing_as(config):  # the exact shortcuts (or the plain path), compiled blocks or eager
         if not write:
             return _run_experiment(config, False, progress, tracker, engine)
         check_output_location(Path(config.out))  # before any model is built: never lose a run to it

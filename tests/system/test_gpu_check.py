@@ -40,12 +40,14 @@ def test_the_report_of_a_cpu_run_names_every_figure_and_its_rate_reads_back(tmp_
             "--clients",
             "2",
             "--no-batched",
+            "--no-compiled",
             "--out",
             str(out),
         ]
     )
     assert code == 0
     text = out.read_text()
+    assert "Compiled blocks" not in text
     assert "fedbench-tiny-vit with random weights on cpu" in text and "torch " in text
     rows = [line for line in text.splitlines() if line.startswith("| promptfl | 4 |")]
     assert len(rows) == 1 and " ms | " in rows[0] and "32-true" in rows[0]  # timed, in the CPU's precision
@@ -84,3 +86,20 @@ def test_client_noise_on_cuda_parameters():
     spread_apart(cpu, seed=3)
     spread_apart(cuda, seed=3)
     torch.testing.assert_close(cuda.weight.cpu(), cpu.weight)
+
+
+def test_the_report_compares_compiled_blocks_with_eager(tmp_path, monkeypatch):
+    from benchmark import compiled
+
+    monkeypatch.setattr(compiled, "BACKEND", "eager")  # the same tracing without inductor's minutes on 2 cores
+    gpu_check = load_script()
+    out = tmp_path / "gpu.md"
+    args = ["--device", "cpu", "--backbone", "fedbench-tiny-vit", "--shapes", "4", "--methods", "promptfl"]
+    assert gpu_check.main([*args, "--clients", "2", "--no-batched", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "## Compiled blocks (`--compile-blocks true`) against eager, first shape" in text
+    section = text.split("## Compiled blocks")[1].split("\n## ")[0]
+    (row,) = [line for line in section.splitlines() if line.startswith("| promptfl | ")]
+    eager = next(line for line in text.splitlines() if line.startswith("| promptfl | 4 |"))
+    assert row.split(" | ")[1] == eager.split(" | ")[4]  # the eager figure is the table's own
+    assert len(compiled._COMPILED) > 0  # noqa: SLF001  (the compiled run compiled its blocks)

@@ -1,0 +1,57 @@
+"""The CLIP towers' residual blocks compiled with `torch.compile` (`--compile-blocks`), and
+the one switch that turns it on.
+
+On a GPU a step of a prompt method is launch-bound: the frozen towers run dozens of small
+kernels per block (layer norms, the attention's projections, the MLP's activation), each a
+launch. A compiled block fuses them. Shapes are static within a run (a dataset's label space
+and two batch sizes), so each block compiles once per shape. The frozen blocks are the same
+modules for every method and client; a method's block wrappers call the compiled block
+through the wrapper as before, so what a method adds stays eager.
+
+A compiled block computes the same function as the eager one up to float rounding (fused
+kernels sum in another order: relative differences ~1e-7 in fp32, `tests/core/test_compiled.py`),
+so the switch is a run setting in the cell identity, off by default (the shipped tables are
+eager). It is refused with the batched (vmapped) passes, which compile nothing. CUDA graphs
+are not used: a compiled block runs in `torch.compile`'s default mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from contextvars import ContextVar
+from typing import Iterator
+
+import torch
+from torch import nn
+
+_ACTIVE: ContextVar[bool] = ContextVar("fedbench_compiled_blocks", default=False)
+BACKEND = "inductor"  # torch.compile's backend (the tests' fast checks use "eager": same tracing, no codegen)
+# One compiled wrapper per block module for the process: a sweep's runs share the cached
+# backbone, so they share its compiled blocks (and their compiled graphs).
+_COMPILED: "weakref.WeakKeyDictionary[nn.Module, nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def active() -> bool:
+    """Whether the towers' blocks run compiled here (off unless a run turned it on)."""
+    return _ACTIVE.get()
+
+
+@contextlib.contextmanager
+def use(enabled: bool) -> Iterator[None]:
+    """Compiled blocks on (`enabled`) or off for the code inside."""
+    token = _ACTIVE.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def block(module: nn.Module) -> nn.Module:
+    """`module` as it runs here: compiled where the switch is on, else itself."""
+    if not _ACTIVE.get():
+        return module
+    compiled = _COMPILED.get(module)
+    if compiled is None:
+        compiled = _COMPILED[module] = torch.compile(module, backend=BACKEND)
+    return compiled
