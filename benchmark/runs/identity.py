@@ -294,7 +294,7 @@ def _module_imports(name: str) -> tuple[str, ...]:
         tree = ast.parse(_source(path)) if path is not None else ast.Module(body=[], type_ignores=[])
     except SyntaxError:
         return ()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    package = name if path is not None and path.name == "__init__.py" else name.rpartition(".")[0]
     skip = {id(n) for node in ast.walk(tree) if _is_type_checking(node) for n in ast.walk(node)}
     found = set()
     for node in ast.walk(tree):

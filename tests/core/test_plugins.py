@@ -42,8 +42,10 @@ def shapes(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "conftest_shapes", types.SimpleNamespace(REGISTRY=registry))
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr(plugins, "entry_points", lambda group: [])
+    before = set(sys.modules)
     yield registry
-    for name in [m for m in sys.modules if m.startswith(("shape_plugins", "fedbench_plugin_"))]:
+    # only the modules this test imported: a plugin file another test loaded stays its method's module
+    for name in [m for m in set(sys.modules) - before if m.startswith(("shape_plugins", "fedbench_plugin_"))]:
         del sys.modules[name]
 
 

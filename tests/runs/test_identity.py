@@ -229,3 +229,23 @@ def test_an_untracked_method_file_makes_the_checkout_dirty(tmp_path):
     assert code_version(tmp_path)["git_dirty"] is False
     (tmp_path / "methods" / "half_prompt.py").write_text("y = 2\n")
     assert code_version(tmp_path)["git_dirty"] is True
+
+
+def test_a_method_whose_module_is_no_longer_imported_still_has_an_identity(tmp_path, fake_data_root):
+    # A module made at run time, or taken out of sys.modules after its class registered,
+    # has no file to hash: the identity names the class without its source, never a crash.
+    import types
+
+    from benchmark.registry import METHODS, register_method
+    from methods.zeroshot import ZeroShotCLIP
+
+    module = types.ModuleType("made_at_run_time")
+    cls = type("MadeAtRunTime", (ZeroShotCLIP,), {"__module__": module.__name__})
+    register_method("made_at_run_time")(cls)
+    try:
+        config = tiny_config(fake_data_root, tmp_path, method="made_at_run_time")
+        assert "made_at_run_time" not in sys.modules
+        assert cell_hash(config) == cell_hash(config)
+        assert cell_identity(config)["method"]["class"].endswith("MadeAtRunTime")
+    finally:
+        METHODS.remove("made_at_run_time")
