@@ -1,9 +1,11 @@
 """Files that several processes share: a write that is whole or absent, and a lock.
 
-Written whole or not at all: a run folder (`atomic_folder`); a cell's failure record, a
-round checkpoint, a tuning report, the registries' listing memo, a dataset's generated
-split and attribute files, the decoded-image cache, the toy CLIP's checkpoint and the
-method manifest (`atomic_write`). Held with `flock` through `open_locked` / `file_lock`: a
+Written whole or not at all: a run folder (`atomic_folder`); every file a command writes
+outside one — a table and its figures, a cell's failure record, a round checkpoint, a
+tuning report, the registries' listing memo, a dataset's generated split and attribute
+files, the decoded-image cache, the toy CLIP's checkpoint, the method manifest, a
+partition's CSV and figure, a bench report, a dashboard spec (`atomic_write`,
+`atomic_figure`). Held with `flock` through `open_locked` / `file_lock`: a
 tuning study, the toy CLIP's pretraining and a cell (`benchmark.runs.locks`).
 `tests/core/test_files.py` fails when another module replaces a file by rename, makes a
 temporary file to rename into place, or takes a flock on its own.
@@ -22,7 +24,7 @@ import shutil
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 def atomic_write(path: Path | str, data: str | bytes | Callable[[Path], None]) -> None:
@@ -43,6 +45,14 @@ def atomic_write(path: Path | str, data: str | bytes | Callable[[Path], None]) -
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_figure(figure: Any, path: Path | str, **savefig: Any) -> None:
+    """Save a matplotlib figure to `path` whole or not at all, in the format its suffix names
+    (the hidden file's name has no usable suffix, so the format is given explicitly)."""
+    path = Path(path)
+    file_format = path.suffix.lstrip(".").lower() or "png"
+    atomic_write(path, lambda tmp: figure.savefig(tmp, format=file_format, **savefig))
 
 
 @contextmanager

@@ -5,9 +5,11 @@ and every run folder's partition.csv / partition.png)."""
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from typing import Sequence
 
+from benchmark.files import atomic_figure, atomic_write
 from data.partition import Partition, class_counts
 
 
@@ -17,11 +19,12 @@ def partition_table(partition: Partition, train_labels: Sequence[int], class_nam
 
 
 def write_partition_csv(table: dict, path: Path) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["client", *table["classes"]])
-        for client, row in enumerate(table["counts"]):
-            writer.writerow([client, *row])
+    text = io.StringIO(newline="")
+    writer = csv.writer(text)
+    writer.writerow(["client", *table["classes"]])
+    for client, row in enumerate(table["counts"]):
+        writer.writerow([client, *row])
+    atomic_write(path, text.getvalue())
 
 
 def plot_partition(table: dict, path: Path, title: str = "") -> None:
@@ -45,5 +48,5 @@ def plot_partition(table: dict, path: Path, title: str = "") -> None:
     figure.colorbar(image, ax=axes, label="training images")
     axes.set_title(title)
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    atomic_figure(figure, path, dpi=100)
     plt.close(figure)

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, parse_yaml
+from benchmark.files import atomic_write
 from benchmark.runs.checkpoints import read_sidecar
 from benchmark.runs.reporting import config_label
 from benchmark.runs.results import read_failure_record, read_summary, read_timing
@@ -268,8 +269,8 @@ def render(
     out.mkdir(parents=True, exist_ok=True)
     listing = table(entries, spread, memory)
     files = {"runs_md": out / "runs.md", "runs_csv": out / "runs.csv"}
-    files["runs_md"].write_text(f"# {title}\n\n{markdown_table(listing.set_index('run'))}\n")
-    listing.to_csv(files["runs_csv"], index=False)
+    atomic_write(files["runs_md"], f"# {title}\n\n{markdown_table(listing.set_index('run'))}\n")
+    atomic_write(files["runs_csv"], listing.to_csv(index=False))
     chosen = cells(entries)
     if chosen:
         # The paired differences: the headline method's row minus each other, as for a preset

@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from benchmark.files import atomic_figure
 from benchmark.runs.results import is_complete, read_metrics
 from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.tables import AVERAGE, run_dir
@@ -102,7 +103,7 @@ def radar(
     fig = radar_figure(stats, colours, metrics)
     if fig is None:
         return None
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    atomic_figure(fig, path, dpi=120, bbox_inches="tight")
     _pyplot().close(fig)
     return path
 
@@ -316,6 +317,6 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
             fontsize=8,
             frameon=False,
         )
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    atomic_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path

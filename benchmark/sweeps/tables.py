@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from benchmark.files import atomic_write
 from benchmark.protocol_registry import get_protocol
 from benchmark.runs.identity import run_name
 from benchmark.runs.results import is_complete, read_failure, read_summary, run_health
@@ -614,15 +615,15 @@ def render(
         shown = comparison if (comparison["grid"] != "").any() else comparison.drop(columns="grid")
         md += ["## Paper comparison", "", markdown_table(shown.round(2).set_index(["method", "dataset", "metric"])), ""]
     paths = {"md": out_dir / "table.md", "csv": out_dir / "table.csv", "tex": out_dir / "table.tex"}
-    paths["md"].write_text("\n".join(md))
-    stats.to_csv(paths["csv"], index=False)
-    paths["tex"].write_text("\n".join(tex))
+    atomic_write(paths["md"], "\n".join(md))
+    atomic_write(paths["csv"], stats.to_csv(index=False))
+    atomic_write(paths["tex"], "\n".join(tex))
     if not comparison.empty:
         paths["paper"] = out_dir / "paper_comparison.csv"
-        comparison.to_csv(paths["paper"], index=False)
+        atomic_write(paths["paper"], comparison.to_csv(index=False))
     if diffs is not None and not diffs.empty:
         paths["differences"] = out_dir / "differences.csv"
-        diffs.to_csv(paths["differences"], index=False)
+        atomic_write(paths["differences"], diffs.to_csv(index=False))
     return paths
 
 
@@ -769,8 +770,8 @@ def render_spread(spread: pd.DataFrame, out_dir: Path, title: str) -> dict[str, 
         "",
     ]
     paths = {"spread_md": out_dir / "spread.md", "spread": out_dir / "spread.csv"}
-    paths["spread_md"].write_text("\n".join(md))
-    spread.to_csv(paths["spread"], index=False)
+    atomic_write(paths["spread_md"], "\n".join(md))
+    atomic_write(paths["spread"], spread.to_csv(index=False))
     return paths
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from statistics import stdev
 from typing import Any
 
-from benchmark.files import atomic_write
+from benchmark.files import atomic_figure, atomic_write
 from benchmark.method import Choice, LogUniform
 from benchmark.sweeps import search
 
@@ -197,7 +197,7 @@ def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path)
     )
     fig.tight_layout(rect=(0, 0.05, 1, 0.96))
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110, metadata={"Software": None}))
+    atomic_figure(fig, path, dpi=110, metadata={"Software": None})
     plt.close(fig)
 
 

@@ -264,3 +264,23 @@ def test_only_benchmark_files_replaces_or_locks_a_file():
         "write shared files with benchmark.files (atomic_write, atomic_folder) and lock them with "
         "benchmark.files (file_lock, open_locked), not on your own:\n" + "\n".join(offenders)
     )
+
+
+def test_a_figure_is_saved_whole_in_the_format_its_suffix_names(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from benchmark.files import atomic_figure
+
+    figure, axes = plt.subplots()
+    axes.plot([0, 1], [1, 0])
+    magic = {"p.png": b"\x89PNG", "p.pdf": b"%PDF", "p.svg": b"<?xml"}
+    for name in magic:
+        atomic_figure(figure, tmp_path / name, dpi=50)
+    assert {name: (tmp_path / name).read_bytes()[: len(start)] for name, start in magic.items()} == magic
+    with pytest.raises(ValueError, match="not supported"):
+        atomic_figure(figure, tmp_path / "p.txt")
+    plt.close(figure)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(magic)

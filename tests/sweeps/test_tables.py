@@ -175,3 +175,29 @@ def test_the_spread_file_shows_the_clients_behind_each_mean(tmp_path):
     files = render_spread(table, tmp_path, "T")
     assert "| promptfl | toy | Local | paper | 2 | 3.0 | 55.5 | 2 | 5 |" in files["spread_md"].read_text()
     assert client_spread_table([Cell("zeroshot", "toy", (), RunConfig(), folder=tmp_path / "missing")]).empty
+
+
+def test_a_table_whose_write_fails_midway_keeps_the_last_whole_table(tmp_path, monkeypatch):
+    """A full disk halfway through the spread file: the reader still finds the previous file
+    whole, and no hidden file is left beside it."""
+    from pathlib import Path
+
+    from benchmark.sweeps.tables import render_spread
+
+    spread = pd.DataFrame(
+        [{"label": "promptfl", "hyperparameters": "paper", "grid": "", "dataset": "toy", "metric": "Local", "n": 1}]
+    )
+    files = render_spread(spread, tmp_path, "T")
+    before = {name: path.read_bytes() for name, path in files.items()}
+    real_write_text = Path.write_text
+
+    def full_disk(self, text, *args, **kwargs):
+        real_write_text(self, text[: len(text) // 2], *args, **kwargs)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        render_spread(spread.assign(n=2), tmp_path, "T")
+    monkeypatch.undo()
+    assert {name: path.read_bytes() for name, path in files.items()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in files.values())

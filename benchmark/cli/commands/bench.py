@@ -78,6 +78,7 @@ def run(args) -> int:
     import time
 
     from benchmark.cli.outputs import check_output_file
+    from benchmark.files import atomic_write
 
     started = time.perf_counter()
     backbone, schedule, methods = bench_setting(args)
@@ -89,7 +90,7 @@ def run(args) -> int:
     measured = measure(methods, backbone, schedule, args.quick)
     report = report_text(measured, backbone, schedule, args.quick, started)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report)
+    atomic_write(out, report)
     print(report)
     print(f"wrote {out}" + (" (this repository's report: `git diff` shows what moved)" if _shipped(out) else ""))
     return 0 if targets_met(measured) else 1

@@ -36,6 +36,7 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from benchmark.cli.outputs import check_output_file
     from benchmark.config import RunConfig
+    from benchmark.files import atomic_write
     from benchmark.protocol_registry import get_protocol
     from benchmark.sweeps.dashboard import dashboard_spec, publish
     from benchmark.sweeps.presets import load_preset
@@ -51,7 +52,7 @@ def run(args) -> int:
 
     def write_spec() -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(spec, indent=2) + "\n")
+        atomic_write(path, json.dumps(spec, indent=2) + "\n")
         print(f"dashboard spec ({len(spec['panels'])} panels) written to {path}")
 
     def no_report(why: str) -> int:
