@@ -248,6 +248,18 @@ def what_is_averaged(cells: Sequence[Cell]) -> str:
     return f"Accuracy by round{where}{seed} (mean over {', '.join(over[:-1]) + ' and ' if len(over) > 1 else ''}{over[-1]})"
 
 
+def _line_datasets(cells: Sequence[Cell]) -> dict[tuple[str, str], str]:
+    """(label, grid) -> " on DATASET" when the runs span several datasets and each line holds
+    one of them (a folder of single runs): the title cannot name a line's dataset, its legend
+    entry does. Empty when a line is a mean over datasets or there is only one."""
+    per_line: dict[tuple[str, str], set[str]] = {}
+    for cell in cells:
+        per_line.setdefault((cell.label, cell.grid_text), set()).add(cell.dataset)
+    if len({cell.dataset for cell in cells}) < 2 or any(len(d) > 1 for d in per_line.values()):
+        return {}
+    return {line: f" on {next(iter(datasets))}" for line, datasets in per_line.items()}
+
+
 def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | None = None) -> Path | None:
     """Accuracy by round, one panel per metric: the over-clients value of every evaluated
     round, mean over seeds and datasets, one line per method label (and grid value). The
@@ -267,6 +279,7 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
     if not frames:
         return None
     data = pd.concat(frames).groupby(["label", "grid", "metric", "round"], as_index=False, sort=False)["value"].mean()
+    where = _line_datasets(finished)
     metrics = list(dict.fromkeys(data["metric"]))
     colours = colours or method_colours(data["label"])
     styles = {grid: style for grid, style in zip(dict.fromkeys(data["grid"]), ["-", "--", ":", "-."] * 10)}
@@ -282,7 +295,7 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
     for ax, metric in zip(axes.flat, metrics):
         part = data[data["metric"] == metric]
         for (label, grid), rows in part.groupby(["label", "grid"], sort=False):
-            name = f"{label} ({grid})" if grid else label
+            name = (f"{label} ({grid})" if grid else label) + where.get((label, grid), "")
             (line,) = ax.plot(
                 rows["round"],
                 rows["value"],

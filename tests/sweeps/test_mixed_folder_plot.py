@@ -32,19 +32,19 @@ def test_a_mixed_folder_plots_with_readable_labels(fedbench, fake_data_root, tmp
     # One evaluated run placed among them on purpose (--out): labelled as such, no path in its label.
     assert fedbench("evaluate", first, "--out", runs, "--force").returncode == 0
 
-    import matplotlib.figure
+    from benchmark.sweeps import plots
 
     drawn = {}
-    save = matplotlib.figure.Figure.savefig
+    save = plots.atomic_figure
 
-    def keep(figure, path, *args, **kwargs):
+    def keep(figure, path, **kwargs):
         drawn[Path(path).name] = {
             "legend": [t.get_text() for legend in figure.legends for t in legend.get_texts()],
             "ticks": [list(ax.get_xticks()) for ax in figure.axes if ax.get_visible() and ax.name != "polar"],
         }
-        return save(figure, path, *args, **kwargs)
+        return save(figure, path, **kwargs)
 
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", keep)
+    monkeypatch.setattr(plots, "atomic_figure", keep)
     done = fedbench("runs", runs, "--plot")
     assert done.returncode == 0, done.stderr
     table = (runs / "compare" / "table.md").read_text()

@@ -203,3 +203,36 @@ def test_a_single_runs_curves_are_titled_with_its_method_and_seed(fedbench, fake
             assert high - low >= plots.MIN_SPAN - 1e-9 and 0 <= low and high <= 100
     finally:
         original(fig)
+
+
+def test_curves_of_single_runs_on_several_datasets_name_each_lines_dataset(tmp_path, monkeypatch):
+    """A folder of single runs on four datasets: the title can only say "on 4 datasets", so each
+    legend entry says its own; a line that is a mean over datasets names none."""
+    import json
+
+    import pandas as pd
+
+    from benchmark.config import RunConfig
+    from benchmark.sweeps import plots
+    from benchmark.sweeps.presets import Cell
+
+    def cell(label, dataset, seed=1):
+        folder = tmp_path / f"{label}_{dataset}_{seed}"
+        folder.mkdir()
+        (folder / "summary.json").write_text(json.dumps({"metrics": {"HM": 60.0}}))
+        rows = [{"round": r, "client": -1, "metric": "HM", "value": 50.0 + r} for r in (1, 2)]
+        pd.DataFrame(rows).to_csv(folder / "metrics.csv", index=False)
+        return Cell(label, dataset, (), RunConfig(dataset=dataset, seed=seed), folder=folder)
+
+    legends = []
+
+    def keep(figure, path, **kwargs):
+        legends.append(sorted(t.get_text() for legend in figure.legends for t in legend.get_texts()))
+
+    monkeypatch.setattr(plots, "atomic_figure", keep)
+    singles = [cell(m, d) for m, d in [("promptfl", "dtd"), ("lora", "toy"), ("pfedmma", "pets"), ("fedotp", "food")]]
+    plots.round_curves(singles, tmp_path / "curves.png")
+    assert legends[-1] == ["fedotp on food", "lora on toy", "pfedmma on pets", "promptfl on dtd"]
+    pooled = [cell("promptfl", "toy"), cell("lora", "dtd", 2), cell("lora", "toy", 2)]
+    plots.round_curves([singles[0], *pooled], tmp_path / "curves.png")
+    assert legends[-1] == ["lora", "promptfl"]
