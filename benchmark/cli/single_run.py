@@ -92,7 +92,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     print(run_header(config, tags[0]))
     warning = toy_backbone_on_real_data(config)
     for line in ([warning] if warning else []) + data_notes:
-        print(f"warning: {line}", file=sys.stderr)
+        print(f"fedbench: warning: {line}", file=sys.stderr)
     for note in notes:
         print(f"note: {note}")
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads

@@ -22,7 +22,8 @@ def test_a_run_on_8_images_per_class_is_an_8_shot_run(fedbench, tmp_path):
     make_fake_dataset("dtd", tmp_path / "D", num_classes=6, per_class=8)  # run at the default --shots 16
     done = _run(fedbench, tmp_path / "D", tmp_path / "runs")
     assert done.returncode == 0, done.stderr
-    assert "no class of dtd has more than 8 training images" in done.stderr
+    assert "fedbench: warning: --shots 16, but no class of dtd has more than 8 training images" in done.stderr
+    assert all(line.startswith("fedbench: ") for line in done.stderr.splitlines() if "warning:" in line)
     assert "named and recorded 8-shot" in done.stderr
     assert "dtd holds 6 of the release's 47 classes" in done.stderr  # said by the run, not only the dry run
     assert "(base2novel, 8-shot, seed 1)" in done.stdout
