@@ -366,12 +366,19 @@ def _finished(study) -> list:
 
 def _fail_interrupted(study, report: Callable[[str], None]) -> None:
     """Trials left RUNNING by a killed process (we hold the table's lock, so no live process
-    owns them) become FAIL without an error: they do not count and are run again."""
+    owns them) become FAIL without an error: they do not count and are run again. So do
+    trials left WAITING (killed between queueing a point and starting it): Optuna tells only
+    a started trial, so each is started first; left in the queue, the next `ask` would take
+    its parameters in place of the point the search asks for then."""
     from optuna.trial import TrialState
 
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
         report(f"{study.study_name}: trial {trial.number} was interrupted; it will be run again")
+    for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        trial = study.ask()  # the oldest queued trial
+        study.tell(trial, state=TrialState.FAIL)
+        report(f"{study.study_name}: trial {trial.number} was queued but not started; it will be run again")
 
 
 def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult | None:

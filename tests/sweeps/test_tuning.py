@@ -291,6 +291,42 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
     assert resumed["validation"] == whole["validation"]
 
 
+def test_a_search_killed_between_queueing_a_trial_and_starting_it_resumes(
+    tmp_path, fake_data_root, monkeypatch, fedbench
+):
+    """Killed after a point is queued and before it starts (a WAITING trial, which Optuna
+    cannot fail as it is): the resume fails it, runs that point, and proposes what an
+    uninterrupted search does (the slow SIGKILL test once landed here)."""
+    import optuna
+
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))
+    real_ask, asked, die_at = optuna.Study.ask, [], [3]
+
+    def ask_or_die(self, *args, **kwargs):
+        asked.append(1)
+        if len(asked) == die_at[0]:
+            raise KeyboardInterrupt
+        return real_ask(self, *args, **kwargs)
+
+    monkeypatch.setattr(optuna.Study, "ask", ask_or_die)
+    killed = tmp_path / "killed"
+    assert fedbench(*tune_args(killed, preset)).returncode == 130
+    study = optuna.load_study(study_name="promptfl", storage=f"sqlite:///{killed / 'results' / 'tuning.db'}")
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "WAITING"]
+
+    die_at[0] = None
+    done = fedbench(*tune_args(killed, preset))
+    assert done.returncode == 0, done.stderr
+    assert "trial 2 was queued but not started; it will be run again" in done.stdout
+    resumed = trials(killed / "results")
+    assert list(resumed["state"]) == ["COMPLETE", "COMPLETE", "INTERRUPTED", "COMPLETE", "COMPLETE"]
+    assert fedbench(*tune_args(tmp_path / "straight", preset)).returncode == 0
+    whole = trials(tmp_path / "straight" / "results")
+    finished = resumed[resumed.state == "COMPLETE"]
+    assert list(finished["param_lr"]) == list(whole["param_lr"])
+    assert list(finished["value"]) == list(whole["value"])
+
+
 def test_trials_run_round_robin_so_an_interrupted_search_leaves_budgets_at_most_one_apart(
     tmp_path, fake_data_root, monkeypatch
 ):
