@@ -1,6 +1,7 @@
 """The one atomic write and the one file lock (`benchmark.files`), which every writer of a
 shared file uses (run folders, checkpoints, tuning reports, the listing memo, generated split
-and attribute files, the decoded-image cache, the method manifest) and every lock (tuning
+and attribute files, the decoded-image cache, the method manifest, tables and their figures)
+and every lock (tuning
 studies, the toy CLIP's pretraining, cells): two writers at once on each path, and the
 rule that nothing else replaces or locks a file."""
 
