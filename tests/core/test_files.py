@@ -1,9 +1,8 @@
 """The one atomic write and the one file lock (`benchmark.files`), which every writer of a
 shared file uses (run folders, checkpoints, tuning reports, the listing memo, generated split
 and attribute files, the decoded-image cache, the method manifest, tables and their figures)
-and every lock (tuning
-studies, the toy CLIP's pretraining, cells): two writers at once on each path, and the
-rule that nothing else replaces or locks a file."""
+and every lock (tuning studies, the toy CLIP's pretraining, cells): two writers at once on
+each path, and the rule that nothing else replaces or locks a file."""
 
 from __future__ import annotations
 
