@@ -17,39 +17,25 @@ are not used: a compiled block runs in `torch.compile`'s default mode.
 
 from __future__ import annotations
 
-import contextlib
 import weakref
-from contextvars import ContextVar
-from typing import Iterator
 
 import torch
 from torch import nn
 
-_ACTIVE: ContextVar[bool] = ContextVar("fedbench_compiled_blocks", default=False)
+from benchmark.switches import RunSwitch
+
+_SWITCH = RunSwitch("fedbench_compiled_blocks", default=False)
+active = _SWITCH.active  # whether the towers' blocks run compiled here (off unless a run turned it on)
+use = _SWITCH.use  # `with use(enabled):` compiled blocks on or off for the code inside
 BACKEND = "inductor"  # torch.compile's backend (the tests' fast checks use "eager": same tracing, no codegen)
 # One compiled wrapper per block module for the process: a sweep's runs share the cached
 # backbone, so they share its compiled blocks (and their compiled graphs).
 _COMPILED: "weakref.WeakKeyDictionary[nn.Module, nn.Module]" = weakref.WeakKeyDictionary()
 
 
-def active() -> bool:
-    """Whether the towers' blocks run compiled here (off unless a run turned it on)."""
-    return _ACTIVE.get()
-
-
-@contextlib.contextmanager
-def use(enabled: bool) -> Iterator[None]:
-    """Compiled blocks on (`enabled`) or off for the code inside."""
-    token = _ACTIVE.set(bool(enabled))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
 def block(module: nn.Module) -> nn.Module:
     """`module` as it runs here: compiled where the switch is on, else itself."""
-    if not _ACTIVE.get():
+    if not active():
         return module
     compiled = _COMPILED.get(module)
     if compiled is None:

@@ -22,23 +22,8 @@ federation engine) should do the same with `use(config.shortcuts)`.
 
 from __future__ import annotations
 
-import contextlib
-from contextvars import ContextVar
-from typing import Iterator
+from benchmark.switches import RunSwitch
 
-_ACTIVE: ContextVar[bool] = ContextVar("fedbench_shortcuts", default=True)
-
-
-def active() -> bool:
-    """Whether the exact shortcuts are on here (on unless a run turned them off)."""
-    return _ACTIVE.get()
-
-
-@contextlib.contextmanager
-def use(enabled: bool) -> Iterator[None]:
-    """Shortcuts on (`enabled`) or off (the plain path) for the code inside."""
-    token = _ACTIVE.set(bool(enabled))
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
+_SWITCH = RunSwitch("fedbench_shortcuts", default=True)
+active = _SWITCH.active  # whether the exact shortcuts are on here (on unless a run turned them off)
+use = _SWITCH.use  # `with use(enabled):` shortcuts on, or off (the plain path), for the code inside
