@@ -26,6 +26,9 @@ from benchmark.runs.preparation import SHARED_FEATURES, autocast_context, prepar
 from benchmark.runs.reporting import split_time
 from benchmark.runs.runner import run_experiment
 
+# The toy-world run both timings use (a method added to it): 2 rounds, 8 clients, batch 8.
+TOY_RUN = dict(dataset="toy", rounds=2, clients=8, batch_size=8, wandb="disabled", seed=1, checkpoint_every=0)
+
 
 def overhead_configs(quick: bool):
     """(label, config) of the runs whose framework share is timed: PromptFL on the tiny CLIP over
@@ -53,17 +56,8 @@ def overhead_configs(quick: bool):
         )
     ]
     if not quick:
-        toy = dict(
-            method="promptfl",
-            dataset="toy",
-            clients=8,
-            rounds=2,
-            batch_size=8,
-            wandb="disabled",
-            seed=1,
-            checkpoint_every=0,
-        )
-        configs.insert(0, ("PromptFL, toy world (toy CLIP), 8 clients, batch 8", build_config(toy)))
+        toy = build_config({**TOY_RUN, "method": "promptfl"})
+        configs.insert(0, ("PromptFL, toy world (toy CLIP), 8 clients, batch 8", toy))
     return configs
 
 
@@ -310,7 +304,7 @@ def shortcut_walls(quick: bool) -> list[dict]:
         )
         runs = [("promptfl, tiny CLIP", {"method": "promptfl"})]
     else:
-        base = dict(dataset="toy", rounds=2, clients=8, batch_size=8, wandb="disabled", seed=1, checkpoint_every=0)
+        base = TOY_RUN
         runs = [
             ("promptfl, toy world, 2 rounds", {"method": "promptfl"}),
             ("pfedmoap, toy world, 2 rounds", {"method": "pfedmoap", "method_args": {"gate_heads": 4}}),
