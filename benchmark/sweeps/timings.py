@@ -17,11 +17,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from benchmark import flops, shortcuts
+from benchmark import flops
 from benchmark.config import build_config
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.evaluation.client_metrics import evaluate_clients
 from benchmark.federation.bare_loop import run_bare
+from benchmark.runs.numerics import computing_as
 from benchmark.runs.preparation import SHARED_FEATURES, autocast_context, prepare_run
 from benchmark.runs.reporting import split_time
 from benchmark.runs.runner import run_experiment
@@ -94,7 +95,7 @@ def framework_share(name: str, config, repeats: int = 3) -> dict:
         split = split_time(result.federation.rounds)
         client_rounds, total, model, data = split.client_rounds, split.total, split.model, split.data
         optimizer, framework = split.optimizer, split.framework
-        with flops.off():  # the same client-rounds by the bare loop, right after
+        with flops.off(), computing_as(config):  # the same client-rounds by the bare loop, right after
             bare = run_bare(prepare_run(config, progress=False).simulator())
         bare_rest = bare.rest_seconds / bare.client_rounds
         measured.append(
@@ -159,7 +160,7 @@ def time_batched_evaluation(base: dict, runs: list[tuple[str, str, dict]]) -> li
     walls = []
     for name, method, method_args in runs:
         config = build_config({**base, "method": method, "wandb": "disabled"}, {"method_args": method_args})
-        with shortcuts.use(config.shortcuts):
+        with computing_as(config):  # as a run computes (prepare_run's contract)
             run = prepare_run(config, progress=False, train_features=False)
             states = {}
             for client in run.partition.clients:  # personal states, apart from each other
