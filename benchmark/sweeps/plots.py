@@ -224,13 +224,7 @@ def what_is_averaged(cells: Sequence[Cell]) -> str:
         return f"{cells[0].label} on {config.dataset}, seed {config.seed}: accuracy by round (over its clients)"
     seeds = {c.config.seed for c in cells}
     datasets = {c.dataset for c in cells}
-    # A line is a mean over the seeds and datasets of its own label only: runs of different
-    # labels on different datasets (a folder of single runs) average over neither.
-    pooled: dict[tuple[str, str], tuple[set, set]] = {}
-    for c in cells:
-        line = pooled.setdefault((c.label, c.grid_text), (set(), set()))
-        line[0].add(c.config.seed)
-        line[1].add(c.dataset)
+    pooled = _lines(cells)
     pooled_seeds = max(len(s) for s, _ in pooled.values())
     pooled_datasets = max(len(d) for _, d in pooled.values())
     over = ["clients"]
@@ -248,13 +242,23 @@ def what_is_averaged(cells: Sequence[Cell]) -> str:
     return f"Accuracy by round{where}{seed} (mean over {', '.join(over[:-1]) + ' and ' if len(over) > 1 else ''}{over[-1]})"
 
 
+def _lines(cells: Sequence[Cell]) -> dict[tuple[str, str], tuple[set, set]]:
+    """(label, grid) of each curve -> (its seeds, its datasets). A line is a mean over the seeds
+    and datasets of its own label only: runs of different labels on different datasets (a
+    folder of single runs) average over neither."""
+    pooled: dict[tuple[str, str], tuple[set, set]] = {}
+    for c in cells:
+        line = pooled.setdefault((c.label, c.grid_text), (set(), set()))
+        line[0].add(c.config.seed)
+        line[1].add(c.dataset)
+    return pooled
+
+
 def _line_datasets(cells: Sequence[Cell]) -> dict[tuple[str, str], str]:
     """(label, grid) -> " on DATASET" when the runs span several datasets and each line holds
     one of them (a folder of single runs): the title cannot name a line's dataset, its legend
     entry does. Empty when a line is a mean over datasets or there is only one."""
-    per_line: dict[tuple[str, str], set[str]] = {}
-    for cell in cells:
-        per_line.setdefault((cell.label, cell.grid_text), set()).add(cell.dataset)
+    per_line = {line: datasets for line, (_, datasets) in _lines(cells).items()}
     if len({cell.dataset for cell in cells}) < 2 or any(len(d) > 1 for d in per_line.values()):
         return {}
     return {line: f" on {next(iter(datasets))}" for line, datasets in per_line.items()}
