@@ -154,7 +154,6 @@ class Selection:
     """The cells this call asks for and where their table goes."""
 
     preset: Preset  # tuned with --tuned
-    overrides: dict  # run options every cell gets (--out, --data-root, ..., --set)
     cells: list
     shown: list | None  # the preset's every cell when a filter narrows it, else None
     subset: list[str]  # the flags that make this call a part of the table (`subset_flags`)
@@ -214,7 +213,7 @@ def select_cells(args) -> Selection:
     shown = preset.cells(overrides) if filtered else None
     subset = subset_flags(args, cells, shown)
     results = full_table if args.results or not subset else Path(overrides["out"]) / SUBSET_TABLE
-    return Selection(preset, overrides, cells, shown, subset, results, full_table)
+    return Selection(preset, cells, shown, subset, results, full_table)
 
 
 def plan_cells(selection: Selection, args):
