@@ -9,14 +9,21 @@ to try, which one to choose, and what a reader must be told about the choice.
 2. Refinement: each further trial halves the widest gap next to the current choice along one
    numeric axis (a bisection of the smoothed curve's peak), so the neighbours of the choice
    end up close enough that a cliff beside it shows.
-3. The choice: the point whose *smoothed* score is highest among the points that score within
+3. Extension: while the choice sits at an end of a learning-rate (log) range, up to
+   EXTENSIONS further trials each one grid step beyond the outermost value tried on that side
+   (within the hyperparameter's valid values), so a method whose best rate lies past the
+   declared range gets it tried (the 2026-12-05 retune left 8 of 13 toy methods at the top of
+   their ranges). The same rule for every method; a method whose choice is inside its range
+   runs none.
+4. The choice: the point whose *smoothed* score is highest among the points that score within
    the noise of the best single point. Smoothing averages each point with its neighbours
    (a Gaussian kernel of SMOOTHING grid steps), so one lucky draw next to a collapse does not
    win; a failed trial (diverged) counts as 0 there.
-4. The noise: the spread of one point's score over its tuning seeds, measured on every trial
+5. The noise: the spread of one point's score over its tuning seeds, measured on every trial
    (the median standard deviation over seeds), as the standard error of a trial's mean; two
    points differ beyond noise when their gap exceeds twice the standard error of a difference.
-5. Flags: a choice at an end of its declared range (the best may lie beyond it), or next to a
+6. Flags: a choice at an end of the values tried, at or past its declared range (the best may
+   lie beyond it: the extensions are spent or the next step is not a valid value), or next to a
    jump: within one grid step of it, a step of the curve beyond the noise and much steeper than
    its typical step (a collapse, or points apart by more than the noise for a tiny change of
    rate); or its own nearest tried neighbour scoring apart from it by more than the two points'
@@ -35,6 +42,7 @@ from benchmark.method import Choice, LogUniform, SearchSpace
 POINTS_PER_DECADE = 2  # log ranges: grid steps of at most half a decade
 LINEAR_STEPS = 4  # linear ranges: grid steps of at most a quarter of the range
 REFINEMENTS = 2  # trials after the grid, the same for every method: one on each side of the choice, typically
+EXTENSIONS = 2  # at most this many trials past an end of a log range, while the choice sits at that end
 SMOOTHING = 0.5  # the smoothing kernel's standard deviation, in grid steps
 MIN_GAP = 1 / 8  # refinement stops splitting gaps narrower than this, in grid steps
 NOISE_MULTIPLE = 2.0  # a gap beyond this many standard errors of a difference is not noise
@@ -192,12 +200,17 @@ def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int,
     found = []
     for name in _numeric(space):
         value = chosen.params[name]
-        for end, bound in (("bottom", space[name].low), ("top", space[name].high)):
-            if math.isclose(value, bound, rel_tol=1e-9):
-                found.append(
-                    f"{name}={_short(value)} is the {end} of its range [{_short(space[name].low)}, "
-                    f"{_short(space[name].high)}]: the best may lie beyond it"
-                )
+        end = _edge(space, trials, index, name)
+        if end is not None:
+            tried = [trials[i].params[name] for i in _line(space, trials, index, name)]
+            declared = f"[{_short(space[name].low)}, {_short(space[name].high)}]"
+            beyond = value > space[name].high or value < space[name].low
+            found.append(
+                f"{name}={_short(value)} is the {end} of the values tried, [{_short(min(tried))}, "
+                f"{_short(max(tried))}] (declared range {declared}): the best may lie beyond it"
+                if beyond
+                else f"{name}={_short(value)} is the {end} of its range {declared}: the best may lie beyond it"
+            )
         cliffs = _jumps(space, trials, index, name, jump_limit(standard_error)) if math.isfinite(standard_error) else []
         found += cliffs or _steep_neighbours(space, trials, index, name)  # one account of the same step
     return found
@@ -285,6 +298,43 @@ def _neighbours(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index
     if above:
         picked.append(min(above, key=lambda i: trials[i].params[name]))
     return picked
+
+
+def _edge(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, name: str) -> str | None:
+    """'top' ('bottom') when trial `index` holds the largest (smallest) value of `name` tried on
+    its line and that value is at or past the declared end of the range; else None."""
+    value, bounds = trials[index].params[name], space[name]
+    tried = [trials[i].params[name] for i in _line(space, trials, index, name)]
+    if value >= max(tried) and (value > bounds.high or math.isclose(value, bounds.high, rel_tol=1e-9)):
+        return "top"
+    if value <= min(tried) and (value < bounds.low or math.isclose(value, bounds.low, rel_tol=1e-9)):
+        return "bottom"
+    return None
+
+
+def extension(
+    space: Mapping[str, SearchSpace],
+    trials: Sequence[Trial],
+    valid: Mapping[str, Any] | None = None,
+    points_per_decade: int = POINTS_PER_DECADE,
+) -> Params | None:
+    """The next point past an end of a log range: one grid step (1/points_per_decade decade)
+    beyond the choice when the choice is the outermost value tried there (`_edge`). None when
+    the choice is inside the values tried on every log axis, or the step would leave the
+    hyperparameter's valid values (`valid[name].contains`, e.g. a learning rate's Range)."""
+    chosen = choose(space, trials)
+    if chosen is None:
+        return None
+    params = trials[chosen.index].params
+    for name in _numeric(space):
+        end = _edge(space, trials, chosen.index, name) if isinstance(space[name], LogUniform) else None
+        if end is None:
+            continue
+        value = params[name] * 10 ** ((1 if end == "top" else -1) / points_per_decade)
+        if valid is not None and name in valid and not valid[name].contains(value):
+            continue
+        return {**params, name: value}
+    return None
 
 
 def refinement(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Params | None:

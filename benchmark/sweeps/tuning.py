@@ -5,15 +5,17 @@ For each method variant of a preset whose method declares `tunable` hyperparamet
 fixed grid over each tuned hyperparameter's declared range (`benchmark.sweeps.search`: at
 least `points_per_decade` points a decade for a learning rate, both ends and the paper
 default included), then `refinements` trials that bisect the gaps next to the best point of
-the smoothed curve -- the same budget for every method of equal range. Each trial is one run
+the smoothed curve -- the same budget for every method of equal range --, then, only while the
+choice sits at an end of a learning-rate range, up to `extensions` trials one grid step past
+that end (the same rule for every method). Each trial is one run
 of every (dataset x grid) cell of the table at every tuning seed (default: four seeds from 101
 on that the table does not use) under the table's own federation schedule (plus the same
 `--set` overrides for every method), scored by the protocol's headline metric (HM for
 base2novel) on the validation split (`RunConfig.eval_split = "val"`, `data.validation`): per
 seed the mean over the cells, then the mean over the seeds. The chosen value is the best point
 of the smoothed curve among the points within the measured noise of the best single point;
-a choice at an end of its range or next to a jump beyond the noise is flagged, and the flag
-reaches the table.
+a choice at an end of the values tried or next to a jump beyond the noise is flagged, and the
+flag reaches the table.
 
 Storage: one Optuna study per method label in `<results>/tuning.db` (SQLite), so a killed
 run resumes without repeating finished trials and the trials can be inspected with Optuna's
@@ -48,7 +50,7 @@ import yaml
 
 from benchmark.config import ConfigError
 from benchmark.files import atomic_write, file_lock
-from benchmark.method import Choice
+from benchmark.method import Choice, LogUniform
 from benchmark.protocol_registry import get_protocol
 from benchmark.registry import get_method, hyperparameters
 from benchmark.runs import runner
@@ -97,7 +99,7 @@ class TrialResult:
     params: dict[str, Any]
     value: float | None
     error: str | None = None
-    phase: str = "grid"  # grid | refinement
+    phase: str = "grid"  # grid | refinement | extension
 
 
 @dataclass
@@ -109,6 +111,7 @@ class TuningPlan:
     preset: Preset
     points_per_decade: int
     refinements: int
+    extensions: int
 
     overrides: dict[str, Any]  # run options for every trial of every method (--set, out, data_root, ...)
     results_dir: Path
@@ -137,18 +140,47 @@ class TuningPlan:
         defaults = {h.name: h.default for h in hyperparameters(get_method(variant.method))}
         return search.grid(self.space(variant), defaults, self.points_per_decade)
 
+    def valid(self, variant: MethodVariant) -> dict[str, Any]:
+        """The valid values of each tuned hyperparameter (its `Range`): an extension stays inside."""
+        return {h.name: h.range for h in hyperparameters(get_method(variant.method)) if h.range is not None}
+
     def budget(self, variant: MethodVariant) -> int:
-        """Trials of the method: its grid, then the refinements (none for a space of Choices)."""
-        numeric = any(not isinstance(s, Choice) for s in self.space(variant).values())
-        return len(self.grid(variant)) + (self.refinements if numeric else 0)
+        """Trials of the method at most: its grid, then the refinements (none for a space of
+        Choices), then the extensions (only on a log range, and run only while needed)."""
+        space = self.space(variant).values()
+        numeric = any(not isinstance(s, Choice) for s in space)
+        log = any(isinstance(s, LogUniform) for s in space)
+        return len(self.grid(variant)) + (self.refinements if numeric else 0) + (self.extensions if log else 0)
+
+    def next_point(self, variant: MethodVariant, finished: list) -> tuple[dict[str, Any], str] | None:
+        """The method's next trial (its point and phase) after the `finished` ones: the next
+        grid point, else a refinement while fewer than `refinements` ran, else an extension
+        while fewer than `extensions` ran and the choice sits at an end of a log range; None
+        when the search is done. A function of the finished trials alone (a resumed search
+        proposes what an uninterrupted one would have)."""
+        space, grid = self.space(variant), self.grid(variant)
+        if len(finished) < len(grid):
+            return grid[len(finished)], "grid"
+        points = search_trials(self, finished)
+        phases = [t.user_attrs.get("phase") for t in finished]
+        if phases.count("refinement") < self.refinements:
+            params = search.refinement(space, points)
+            if params is not None:
+                return params, "refinement"
+        if phases.count("extension") < self.extensions:
+            params = search.extension(space, points, self.valid(variant), self.points_per_decade)
+            if params is not None:
+                return params, "extension"
+        return None
 
     @property
     def budget_text(self) -> str:
         """The search every method got, in words (every table's notes say it)."""
         return (
             f"a grid of {self.points_per_decade} points per decade over each learning-rate range (paper default and "
-            f"both ends included), then {self.refinements} refinements around the best point of the smoothed curve; "
-            f"each trial the mean validation {self.headline} over seeds {', '.join(map(str, self.seeds))}"
+            f"both ends included), then {self.refinements} refinements around the best point of the smoothed curve, "
+            f"then up to {self.extensions} steps of 1/{self.points_per_decade} decade past an end of the range while "
+            f"the choice sits at that end; each trial the mean validation {self.headline} over seeds {', '.join(map(str, self.seeds))}"
         )
 
     def cells(self, variant: MethodVariant, params: dict[str, Any]) -> list[Cell]:
@@ -170,7 +202,7 @@ class TuningPlan:
             configs.append(key)
         return {
             "space": {k: repr(v) for k, v in sorted(space.items())},
-            "points_per_decade": self.points_per_decade,  # the grid; refinements only extend a study
+            "points_per_decade": self.points_per_decade,  # the grid; refinements and extensions only extend a study
             "seeds": list(self.seeds),
             "metric": self.headline,
             "configs": configs,
@@ -200,6 +232,7 @@ def plan_tuning(
     seeds: list[int] | None = None,
     points_per_decade: int = search.POINTS_PER_DECADE,
     refinements: int = search.REFINEMENTS,
+    extensions: int = search.EXTENSIONS,
 ) -> TuningPlan:
     """`seeds` are the run seeds of every trial (default `tuning_seeds`), at least MIN_SEEDS
     distinct ones."""
@@ -207,6 +240,8 @@ def plan_tuning(
         raise ConfigError(f"--points-per-decade {points_per_decade} is invalid: expected an integer >= 1")
     if refinements < 0:
         raise ConfigError(f"--refinements {refinements} is invalid: expected an integer >= 0")
+    if extensions < 0:
+        raise ConfigError(f"--extensions {extensions} is invalid: expected an integer >= 0")
     seeds = tuning_seeds(preset) if seeds is None else list(dict.fromkeys(int(x) for x in seeds))
     if len(seeds) < MIN_SEEDS:
         raise ConfigError(
@@ -229,6 +264,7 @@ def plan_tuning(
         preset,
         points_per_decade,
         refinements,
+        extensions,
         dict(overrides),
         Path(results_dir),
         variants,
@@ -382,21 +418,17 @@ def _fail_interrupted(study, report: Callable[[str], None]) -> None:
 
 
 def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult | None:
-    """The method's next trial: the next grid point, else the next refinement of the finished
-    trials (None: no gap is left to split, the search is done early)."""
+    """The method's next trial (`TuningPlan.next_point`; None: the search is done)."""
     from optuna.trial import TrialState
 
-    finished = _finished(study)
-    space, grid = plan.space(variant), plan.grid(variant)
-    if len(finished) < len(grid):
-        params, phase = grid[len(finished)], "grid"
-    else:
-        params, phase = search.refinement(space, search_trials(plan, finished)), "refinement"
-        if params is None:
-            return None
+    space = plan.space(variant)
+    found = plan.next_point(variant, _finished(study))
+    if found is None:
+        return None
+    params, phase = found
     study.enqueue_trial(params, user_attrs={"phase": phase})
     trial = study.ask()
-    params = {name: space[name].suggest(trial, name) for name in sorted(space)}
+    params = {name: _suggest(space[name], trial, name, params[name]) for name in sorted(space)}
     try:
         value, per_cell, per_seed = _score(plan, variant, params)
     except Exception as exc:  # a diverging or crashing trial is a spent trial, recorded as failed
@@ -408,6 +440,14 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult |
     trial.set_user_attr("per_seed", {str(k): v for k, v in per_seed.items()})
     study.tell(trial, value)
     return TrialResult(variant.label, trial.number, params, value, None, phase)
+
+
+def _suggest(space, trial, name: str, value: Any) -> Any:
+    """The queued `value` through Optuna's API, under a range widened to hold it when it is an
+    extension past the declared end (Optuna allows a parameter's bounds to differ between trials)."""
+    if isinstance(space, Choice) or space.contains(value):
+        return space.suggest(trial, name)
+    return replace(space, low=min(space.low, value), high=max(space.high, value)).suggest(trial, name)
 
 
 def search_trials(plan: TuningPlan, finished: list) -> list[search.Trial]:
@@ -496,15 +536,13 @@ def method_searches(plan: TuningPlan, studies: dict) -> dict[str, MethodSearch]:
         points = search_trials(plan, finished)
         space = plan.space(variant)
         budget = plan.budget(variant)
-        done = len(finished) >= budget or (
-            len(finished) >= len(plan.grid(variant)) and search.refinement(space, points) is None
-        )
+        done = len(finished) >= budget or plan.next_point(variant, finished) is None
         found[label] = MethodSearch(label, finished, points, search.choose(space, points), budget, done)
     return found
 
 
 def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
-    """Every trial of every study, one row each: method, trial, phase (grid or refinement),
+    """Every trial of every study, one row each: method, trial, phase (grid, refinement or extension),
     state, hyperparameters, the selection metric and value (the mean over the tuning seeds),
     `value_seed<S>` (its value at seed S: the mean over that seed's cells), `smoothed` (the
     curve the choice is read from), chosen, and every metric of the protocol on validation,
@@ -598,6 +636,7 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
             "budget": plan.budget_text,
             "points_per_decade": plan.points_per_decade,
             "refinements": plan.refinements,
+            "extensions": plan.extensions,
             "trials_per_method": {v.label: plan.budget(v) for v in plan.variants},
             "choice": search.CHOICE_RULE,
             "seeds": list(plan.seeds),

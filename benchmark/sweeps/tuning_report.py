@@ -2,8 +2,8 @@
 
 A reader checks a tuned row here before trusting it: the validation score of every point the
 search tried (mean and spread over the tuning seeds), the smoothed curve the choice was read
-from, the chosen point, the measured noise, and the flags (a choice at an end of its range or
-next to a jump beyond the noise), which the table repeats.
+from, the chosen point, the measured noise, and the flags (a choice at an end of the values tried
+or next to a jump beyond the noise), which the table repeats.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
         "",
         f"- Budget, the same for every method: {plan.budget_text}.",
         f"- Choice: {search.CHOICE_RULE}.",
-        "- Flag (¶ in the table): the choice is at an end of its declared range; or next to a jump: within one grid "
+        "- Flag (¶ in the table): the choice is at an end of the values tried, at or past its declared range "
+        "(the extensions spent); or next to a jump: within one grid "
         "step of it the curve steps by more than the noise and far more steeply than its typical step, or the "
         "choice's own nearest tried neighbour scores apart from it by more than the two points' spreads over "
         "seeds explain (2 x the standard error of their difference).",
@@ -125,7 +126,7 @@ def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
 
 def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path) -> None:
     """One panel per method: validation score (mean, and std over seeds as bars) against the
-    tuned value, grid points and refinements apart, the smoothed curve, the choice starred."""
+    tuned value, grid points, refinements and extensions apart, the smoothed curve, the choice starred."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,7 +144,7 @@ def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path)
             ax.text(0.5, 0.5, "no trial finished", ha="center", va="center", transform=ax.transAxes)
             continue
         xs = [t.params[name] if name else t.number for t in found.trials]
-        for phase, marker in (("grid", "o"), ("refinement", "s")):
+        for phase, marker in (("grid", "o"), ("refinement", "s"), ("extension", "^")):
             index = [
                 i
                 for i, t in enumerate(found.trials)

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from benchmark.hyperparameters import Range
 from benchmark.method import Choice, LogUniform, Uniform
 from benchmark.registry import available_methods, get_method, hyperparameters
 from benchmark.sweeps import search
@@ -49,13 +50,21 @@ def test_linear_and_choice_axes_and_their_product():
     assert len(points) == len({tuple(sorted(p.items())) for p in points})  # no point twice
 
 
-def run_search(curve, space, default, seeds=(0.5, -0.5, 0.3, -0.3), refinements=search.REFINEMENTS):
-    """The search on a known curve, every point scored at four 'seeds' (fixed offsets)."""
+def run_search(
+    curve, space, default, seeds=(0.5, -0.5, 0.3, -0.3), refinements=search.REFINEMENTS, extensions=0, valid=None
+):
+    """The search on a known curve, every point scored at four 'seeds' (fixed offsets): the grid,
+    the refinements, then the extensions while the search asks for one (as `fedbench tune`)."""
     trials = [
         search.Trial(p, tuple(curve(p["lr"]) + s for s in seeds)) for p in search.grid({"lr": space}, {"lr": default})
     ]
     for _ in range(refinements):
         point = search.refinement({"lr": space}, trials)
+        trials.append(search.Trial(point, tuple(curve(point["lr"]) + s for s in seeds)))
+    for _ in range(extensions):
+        point = search.extension({"lr": space}, trials, valid)
+        if point is None:
+            break
         trials.append(search.Trial(point, tuple(curve(point["lr"]) + s for s in seeds)))
     return trials, search.choose({"lr": space}, trials)
 
@@ -183,3 +192,43 @@ def test_a_failed_neighbour_of_the_choice_is_flagged():
     ]
     chosen = search.choose(space, trials)
     assert any("a neighbour of the choice failed" in flag for flag in chosen.flags), chosen.flags
+
+
+def peak_past_the_range(lr: float) -> float:  # a broad optimum at lr = 0.1, past the top of [1e-4, 0.03]
+    return 57.5 + 8 * math.exp(-((math.log10(lr / 0.1)) ** 2) / 2)
+
+
+def test_an_extension_steps_past_the_end_where_the_choice_sits():
+    space = LogUniform.around(0.001)  # [1e-4, 0.03]
+    trials, _ = run_search(peak_past_the_range, space, 0.001)
+    point = search.extension({"lr": space}, trials)
+    assert point["lr"] == pytest.approx(0.03 * 10**0.5)  # one grid step (half a decade) past the top
+    trials, chosen = run_search(peak_past_the_range, space, 0.001, extensions=2)
+    assert [t.params["lr"] for t in trials[-2:]] == pytest.approx([0.03 * 10**0.5, 0.3])
+    assert trials[chosen.index].params["lr"] > 0.03  # the best rate past the declared range is chosen
+    assert not any("beyond it" in flag for flag in chosen.flags)  # 0.3 scores below: inside the values tried
+
+
+def test_a_curve_still_rising_when_the_extensions_are_spent_is_flagged_with_the_values_tried():
+    trials, chosen = run_search(lambda lr: 50 + 10 * math.log10(lr), LogUniform.around(0.001), 0.001, extensions=2)
+    assert trials[chosen.index].params["lr"] == pytest.approx(0.3)
+    assert any(
+        flag.startswith("lr=0.3 is the top of the values tried, [0.0001, 0.3] (declared range [0.0001, 0.03])")
+        for flag in chosen.flags
+    ), chosen.flags
+
+
+def test_no_extension_for_a_choice_inside_its_range_or_past_the_valid_values():
+    space = LogUniform.around(0.001)
+    trials, chosen = run_search(smooth_peak, space, 0.001)
+    assert search.extension({"lr": space}, trials) is None  # the peak at 0.01 is inside
+    trials, chosen = run_search(peak_past_the_range, space, 0.001, extensions=2, valid={"lr": Range(gt=0, le=0.05)})
+    assert max(t.params["lr"] for t in trials) == pytest.approx(0.03)  # 0.095 is not a valid value: none ran
+    assert any("top of its range [0.0001, 0.03]" in flag for flag in chosen.flags)
+
+
+def test_an_extension_steps_below_the_bottom_too():
+    space = LogUniform.around(0.001)
+    trials, chosen = run_search(lambda lr: 60 - 5 * math.log10(lr), space, 0.001, extensions=1)
+    assert trials[-1].params["lr"] == pytest.approx(1e-4 / 10**0.5)
+    assert any(flag.startswith("lr=3.162e-05 is the bottom of the values tried") for flag in chosen.flags)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -23,8 +24,8 @@ from benchmark.sweeps.search import jump_limit
 from data.base import LabeledImages
 
 # The smallest search of the built-in learning-rate ranges (2.5 decades): a grid of one point a
-# decade (the paper default, its tenth and two steps up to 30x), no refinement: 4 trials.
-SMALL_SEARCH = ("--points-per-decade", "1", "--refinements", "0", "--seeds", "101", "102")
+# decade (the paper default, its tenth and two steps up to 30x), no refinement, no extension: 4 trials.
+SMALL_SEARCH = ("--points-per-decade", "1", "--refinements", "0", "--extensions", "0", "--seeds", "101", "102")
 
 
 def tune_args(tmp: Path, preset: Path, *extra) -> list[str]:
@@ -436,7 +437,7 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
     assert done.returncode == 0 and " trial 1/" not in done.stdout  # no trial ran
     chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
-    assert chosen["command"] == f"fedbench tune {preset} --points-per-decade 1 --refinements 0 --seeds 101 102"
+    assert chosen["command"] == f"fedbench tune {preset} --points-per-decade 1 --refinements 0 --extensions 0 --seeds 101 102"
 
 
 # -- selection over seeds -----------------------------------------------------------------------
@@ -475,6 +476,54 @@ def test_tuning_selects_the_best_mean_over_seeds_not_the_best_single_run(tmp_pat
     assert chosen.param_lr == 0.002 and chosen.value == 69.0
     tuned = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert tuned["values"]["promptfl"]["lr"] == 0.002 and tuned["validation"]["promptfl"]["tuned"] == 69.0
+
+
+def known_curve(monkeypatch, hm_of_lr):
+    """Every run scores HM = hm_of_lr(lr) on validation, nothing trained; returns the lrs run."""
+    from types import SimpleNamespace
+
+    import benchmark.runs.runner as runner
+
+    ran = []
+
+    def scores(config, *args, **kwargs):
+        ran.append(config.method_args["lr"])
+        hm = hm_of_lr(config.method_args["lr"])
+        return SimpleNamespace(
+            summary={"eval_split": "val", "metrics": {"Local": hm, "Base": hm, "Novel": hm, "HM": hm}}
+        )
+
+    monkeypatch.setattr(runner, "run_experiment", scores)
+    return ran
+
+
+@pytest.mark.parametrize(
+    "peak, extensions, flagged",
+    [
+        (0.6, [0.6, 6.0], False),  # the best rate a decade past the top: found, and 6.0 scores below it
+        (60.0, [0.6, 6.0], True),  # still rising when the extensions are spent: flagged with the values tried
+        (0.01, [], False),  # the best rate inside the range: no extension runs
+    ],
+)
+def test_a_choice_at_an_end_of_its_range_gets_trials_past_it(
+    tmp_path, fake_data_root, monkeypatch, peak, extensions, flagged
+):
+    from benchmark.cli import main
+
+    known_curve(monkeypatch, lambda lr: 70.0 - 5 * math.log10(lr / peak) ** 2)
+    preset = write_preset(tmp_path, fake_data_root, methods=("promptfl",))  # lr range [0.0002, 0.06]
+    assert main(tune_args(tmp_path, preset, "--extensions", "2")) == 0
+    frame = trials(tmp_path / "results")
+    assert list(frame["phase"]) == ["grid"] * 4 + ["extension"] * len(extensions)
+    assert list(frame[frame.phase == "extension"]["param_lr"]) == pytest.approx(extensions)  # a decade a step
+    tuned = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
+    assert tuned["selection"]["extensions"] == 2 and "--extensions 2" in tuned["command"]
+    assert "then up to 2 steps of 1/1 decade past an end of the range" in tuned["selection"]["budget"]
+    chosen = tuned["values"]["promptfl"]["lr"]
+    assert chosen == pytest.approx({0.6: 0.6, 60.0: 6.0, 0.01: 0.011}[peak], rel=0.05)
+    flag = tuned.get("flags", {}).get("promptfl", "")
+    assert ("lr=6 is the top of the values tried, [0.0002, 6] (declared range [0.0002, 0.06])" in flag) == flagged
+    assert "the top of its range" not in flag
 
 
 def test_the_tuning_seeds_come_from_the_preset_or_the_command(tmp_path, fake_data_root):

@@ -8,6 +8,7 @@ from pathlib import Path
 # benchmark.sweeps.search's defaults, repeated so that `fedbench tune --help` imports no torch
 POINTS_PER_DECADE = 2
 REFINEMENTS = 2
+EXTENSIONS = 2
 
 
 def add_parser(subparsers) -> None:
@@ -20,11 +21,12 @@ def add_parser(subparsers) -> None:
         "rate, log-uniform around the paper default): the same search under the same federation schedule. First "
         "a fixed grid over each tuned range (--points-per-decade on a log range, the paper default and both ends "
         "included; every value of a choice), then --refinements trials that bisect the gaps next to the best "
-        "point of the smoothed curve. Each trial runs at every tuning seed (--seeds) and is scored by the mean "
+        "point of the smoothed curve, then, only while the choice sits at an end of a log range, up to "
+        "--extensions trials one grid step past that end. Each trial runs at every tuning seed (--seeds) and is scored by the mean "
         "over those seeds of the protocol's headline metric (HM for base2novel) on the validation split (the "
         "dataset's own, or a fixed held-out part of train; the test split is never read). The choice: the best "
         "point of the smoothed curve among the points within the measured noise of the best one; a choice at an "
-        "end of its range or next to a jump beyond the noise is flagged (the table marks it). Studies live in "
+        "end of the values tried or next to a jump beyond the noise is flagged (the table marks it). Studies live in "
         "RESULTS/tuning.db (SQLite): a killed run resumes without repeating finished trials. Writes "
         "RESULTS/tuning.csv (every trial), RESULTS/tuning.md and tuning.png (each method's curve) and "
         "RESULTS/tuned.yaml (the chosen values and flags), which `fedbench reproduce TABLE --tuned` applies.",
@@ -41,6 +43,13 @@ def add_parser(subparsers) -> None:
         type=int,
         default=REFINEMENTS,
         help=f"trials after the grid, bisecting around the best smoothed point (default {REFINEMENTS})",
+    )
+    p.add_argument(
+        "--extensions",
+        type=int,
+        default=EXTENSIONS,
+        help=f"trials past an end of a log range, one grid step each, while the choice sits at that end "
+        f"(default {EXTENSIONS})",
     )
     p.add_argument(
         "--seeds",
@@ -86,6 +95,7 @@ def run(args) -> int:
             args.table,
             f"--points-per-decade {args.points_per_decade}",
             f"--refinements {args.refinements}",
+            f"--extensions {args.extensions}",
             f"--seeds {' '.join(map(str, seeds))}",
         ]
         + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
@@ -103,6 +113,7 @@ def run(args) -> int:
         seeds,
         args.points_per_decade,
         args.refinements,
+        args.extensions,
     )
     if not plan.variants:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
