@@ -191,8 +191,8 @@ def choose(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Selecti
 
 
 def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int, standard_error: float) -> list[str]:
-    """Why the choice `index` may not be where the method does best: at an end of its range,
-    or next to a jump -- along a numeric axis, a step between two neighbouring points within
+    """Why the choice `index` may not be where the method does best: at an end of the values
+    tried (`_edge`), or next to a jump -- along a numeric axis, a step between two neighbouring points within
     one grid step of the choice that is beyond the noise and CLIFF_RATIO times steeper than the
     curve's typical step (so a smooth peak sampled at half a decade is not a jump, a collapse
     or a three-point change between two nearly equal rates is)."""
@@ -203,13 +203,13 @@ def flags(space: Mapping[str, SearchSpace], trials: Sequence[Trial], index: int,
         end = _edge(space, trials, index, name)
         if end is not None:
             tried = [trials[i].params[name] for i in _line(space, trials, index, name)]
-            declared = f"[{_short(space[name].low)}, {_short(space[name].high)}]"
+            declared = f"[{format_value(space[name].low)}, {format_value(space[name].high)}]"
             beyond = value > space[name].high or value < space[name].low
             found.append(
-                f"{name}={_short(value)} is the {end} of the values tried, [{_short(min(tried))}, "
-                f"{_short(max(tried))}] (declared range {declared}): the best may lie beyond it"
+                f"{name}={format_value(value)} is the {end} of the values tried, [{format_value(min(tried))}, "
+                f"{format_value(max(tried))}] (declared range {declared}): the best may lie beyond it"
                 if beyond
-                else f"{name}={_short(value)} is the {end} of its range {declared}: the best may lie beyond it"
+                else f"{name}={format_value(value)} is the {end} of its range {declared}: the best may lie beyond it"
             )
         cliffs = _jumps(space, trials, index, name, jump_limit(standard_error)) if math.isfinite(standard_error) else []
         found += cliffs or _steep_neighbours(space, trials, index, name)  # one account of the same step
@@ -233,7 +233,7 @@ def _steep_neighbours(space, trials: Sequence[Trial], index: int, name: str) -> 
     found = []
     for other in (trials[i] for i in _neighbours(space, trials, index, name)):
         pair = [
-            f"{_short(t.params[name])} ({_score_text(t)})"
+            f"{format_value(t.params[name])} ({_score_text(t)})"
             for t in sorted((chosen, other), key=lambda t: t.params[name])
         ]
         if other.per_seed is None:
@@ -264,7 +264,7 @@ def _jumps(space, trials: Sequence[Trial], index: int, name: str, limit: float) 
         near = min(abs(at[line.index(a)] - here), abs(at[line.index(b)] - here)) <= 1.0
         gap = abs(trials[b].score - trials[a].score)
         if near and gap > limit and slope > CLIFF_RATIO * typical:
-            shown = [f"{_short(trials[i].params[name])} ({_score_text(trials[i])})" for i in (a, b)]
+            shown = [f"{format_value(trials[i].params[name])} ({_score_text(trials[i])})" for i in (a, b)]
             found.append(
                 f"next to a jump: {name} {shown[0]} to {shown[1]}, {gap:.2f} points where the noise explains "
                 f"{limit:.2f} and the curve's typical step is {typical * width:.2f}"
@@ -364,5 +364,6 @@ def refinement(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Par
     return None
 
 
-def _short(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A hyperparameter's value as the reports show it (4 significant digits)."""
     return f"{value:.4g}" if isinstance(value, float) else str(value)

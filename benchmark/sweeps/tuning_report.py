@@ -17,9 +17,9 @@ from benchmark.files import atomic_figure, atomic_write
 from benchmark.method import Choice, LogUniform
 from benchmark.sweeps import search
 
-# The plan and the searches are `benchmark.sweeps.tuning`'s TuningPlan and MethodSearch,
-# named here, not imported: tuning imports this module, and a type hint closing that cycle
-# would tie the two together again.
+# The plan and the searches are `benchmark.sweeps.tuning`'s TuningPlan and
+# `benchmark.sweeps.tuning_studies`'s MethodSearch, named here, not imported: tuning_studies
+# imports this module, and a type hint closing that cycle would tie them together again.
 TuningPlan = MethodSearch = Any
 
 
@@ -34,10 +34,6 @@ def _axis_name(plan: TuningPlan, label: str) -> str | None:
     variant = next(v for v in plan.preset.methods if v.label == label)
     numeric = [n for n, s in sorted(plan.space(variant).items()) if not isinstance(s, Choice)]
     return numeric[0] if len(numeric) == 1 else None
-
-
-def _fmt(value) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _spread(point: search.Trial) -> float:
@@ -73,7 +69,7 @@ def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
         paper = found.points[0].value if found.points and found.points[0].per_seed is not None else None
         se = found.selection.noise
         lines.append(
-            f"| {label} | {', '.join(f'{k}={_fmt(v)}' for k, v in sorted(chosen.params.items()))} "
+            f"| {label} | {', '.join(f'{k}={search.format_value(v)}' for k, v in sorted(chosen.params.items()))} "
             f"| {chosen.value:.2f} | {max(values):.2f} | {'failed' if paper is None else f'{paper:.2f}'} "
             f"| {'–' if not math.isfinite(se) else f'{se:.2f}'} | {len(found.trials)}/{found.budget}"
             f"{'' if found.done else ' (running)'} | {'¶ ' + '; '.join(found.selection.flags) if found.selection.flags else ''} |"
@@ -104,7 +100,7 @@ def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
         )
         for i in order:
             t, point = found.trials[i], found.points[i]
-            shown = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t.params.items()))
+            shown = ", ".join(f"{k}={search.format_value(v)}" for k, v in sorted(t.params.items()))
             if point.per_seed is None:
                 cells = ["failed", "", "", ""]
             else:

@@ -437,7 +437,10 @@ def test_methods_tuned_by_separate_processes_share_the_outputs(tmp_path, fake_da
     assert done.returncode == 0 and " trial 1/" not in done.stdout  # no trial ran
     chosen = yaml.safe_load((tmp_path / "results" / "tuned.yaml").read_text())
     assert sorted(chosen["values"]) == ["clip_adapter", "promptfl"] and "unfinished" not in chosen
-    assert chosen["command"] == f"fedbench tune {preset} --points-per-decade 1 --refinements 0 --extensions 0 --seeds 101 102"
+    assert (
+        chosen["command"]
+        == f"fedbench tune {preset} --points-per-decade 1 --refinements 0 --extensions 0 --seeds 101 102"
+    )
 
 
 # -- selection over seeds -----------------------------------------------------------------------
@@ -703,10 +706,10 @@ def test_every_built_in_method_bounds_what_it_tunes():
 def _open_storage(results_dir, barrier):
     from types import SimpleNamespace
 
-    from benchmark.sweeps.tuning import _storage
+    from benchmark.sweeps.tuning_studies import storage
 
     barrier.wait()
-    _storage(SimpleNamespace(results_dir=results_dir))
+    storage(SimpleNamespace(results_dir=results_dir))
 
 
 def test_two_tuning_processes_create_a_new_study_file_together(tmp_path):

@@ -196,7 +196,7 @@ def run(args) -> int:
 def select_cells(args) -> Selection:
     """The preset (tuned with --tuned), its cells the flags select and where their table goes."""
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import TUNED_YAML, load_tuned, load_tuned_notes
+    from benchmark.sweeps.tuning_studies import TUNED_YAML, load_tuned, load_tuned_notes
 
     preset = load_preset(args.table)
     full_table = Path(args.results or Path("results") / preset.name)
