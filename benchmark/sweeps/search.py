@@ -261,7 +261,8 @@ def _jumps(space, trials: Sequence[Trial], index: int, name: str, limit: float) 
     typical = median(slopes)
     found = []
     for (a, b, width), slope in zip(segments, slopes):
-        near = min(abs(at[line.index(a)] - here), abs(at[line.index(b)] - here)) <= 1.0
+        # a grid or extension step is exactly 1 on this axis, up to rounding: 1.0000000000000002 is one step
+        near = min(abs(at[line.index(a)] - here), abs(at[line.index(b)] - here)) <= 1.0 + 1e-9
         gap = abs(trials[b].score - trials[a].score)
         if near and gap > limit and slope > CLIFF_RATIO * typical:
             shown = [f"{format_value(trials[i].params[name])} ({_score_text(trials[i])})" for i in (a, b)]

@@ -232,3 +232,18 @@ def test_an_extension_steps_below_the_bottom_too():
     trials, chosen = run_search(lambda lr: 60 - 5 * math.log10(lr), space, 0.001, extensions=1)
     assert trials[-1].params["lr"] == pytest.approx(1e-4 / 10**0.5)
     assert any(flag.startswith("lr=3.162e-05 is the bottom of the values tried") for flag in chosen.flags)
+
+
+def test_a_collapse_one_extension_step_past_the_next_point_is_next_to_a_jump():
+    """The toy FedCLIP of 2026-12-07: the choice 0.09, the extension 0.285 a grid step above it
+    scores about as well, 0.9 (two steps above) collapses. The collapse begins one grid step from
+    the choice, which the rounding of the log (1.0000000000000002 steps) once hid."""
+    space = {"lr": LogUniform(3e-4, 0.09)}
+    rows = [(0.003, 57.7), (3e-4, 54.5), (9.487e-4, 56.7), (0.009322, 61.6), (0.02896, 64.6), (0.09, 65.8)]
+    rows += [(0.06779, 65.2), (0.05106, 65.0), (0.09 * 10**0.5, 66.8), (0.9, 10.4)]
+    trials = [search.Trial({"lr": lr}, (v + 1.0, v - 1.0, v + 0.5, v - 0.5)) for lr, v in rows]
+    chosen = search.choose(space, trials)
+    assert trials[chosen.index].params["lr"] == 0.09
+    assert any(flag.startswith("next to a jump: lr 0.2846 (66.80) to 0.9 (10.40)") for flag in chosen.flags), (
+        chosen.flags
+    )
