@@ -16,11 +16,11 @@ from typing import Any
 from benchmark.files import atomic_figure, atomic_write
 from benchmark.method import Choice, LogUniform
 from benchmark.sweeps import search
+from benchmark.sweeps.tuning_plan import TuningPlan
 
-# The plan and the searches are `benchmark.sweeps.tuning`'s TuningPlan and
-# `benchmark.sweeps.tuning_studies`'s MethodSearch, named here, not imported: tuning_studies
-# imports this module, and a type hint closing that cycle would tie them together again.
-TuningPlan = MethodSearch = Any
+# The searches are `benchmark.sweeps.tuning_studies`'s MethodSearch, named here, not imported:
+# tuning_studies imports this module, and a type hint closing that cycle would tie them together.
+MethodSearch = Any
 
 
 def write_report(plan: TuningPlan, searches: dict[str, MethodSearch], md_path: Path, png_path: Path) -> None:

@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import pandas as pd
 import yaml
@@ -36,20 +36,9 @@ from benchmark.runs.results import code_version, is_complete, read_summary
 from benchmark.sweeps import search
 from benchmark.sweeps.presets import MethodVariant
 from benchmark.sweeps.tables import run_dir
+from benchmark.sweeps.tuning_plan import CODE_PARTS, TuningPlan, search_trials
 from benchmark.sweeps.tuning_report import write_report
 
-if TYPE_CHECKING:
-    from benchmark.sweeps.tuning import TuningPlan
-
-# The parts of a cell's identity (benchmark.runs.identity) beyond its run options, and how
-# a refusal names them.
-CODE_PARTS = {
-    "method": "the method's source",
-    "framework": "the framework code",
-    "weights": "the weights",
-    "data": "the data code",
-    "attributes": "the class-attribute frames",
-}
 TUNING_DB = "tuning.db"
 TUNING_CSV = "tuning.csv"
 TUNED_YAML = "tuned.yaml"
@@ -153,17 +142,6 @@ def fail_interrupted(study, report: Callable[[str], None]) -> None:
         trial = study.ask()  # the oldest queued trial
         study.tell(trial, state=TrialState.FAIL)
         report(f"{study.study_name}: trial {trial.number} was queued but not started; it will be run again")
-
-
-def search_trials(plan: TuningPlan, finished: list) -> list[search.Trial]:
-    """The finished Optuna trials as the search reads them: hyperparameters and per-seed
-    scores (None for a failed trial)."""
-    out = []
-    for t in finished:
-        per_seed = t.user_attrs.get("per_seed") if t.state.name == "COMPLETE" else None
-        scores = None if per_seed is None else tuple(float(per_seed[str(s)]) for s in plan.seeds)
-        out.append(search.Trial(dict(t.params), scores))
-    return out
 
 
 def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> dict:

@@ -208,7 +208,7 @@ def test_a_different_schedule_cannot_continue_a_study(tuned, fedbench):
 def test_a_study_is_keyed_on_the_identity_of_the_cells_it_runs(tuned):
     from benchmark.runs.identity import cell_identity
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import plan_tuning
+    from benchmark.sweeps.tuning_plan import plan_tuning
 
     tmp, preset = tuned
     plan = plan_tuning(load_preset(str(preset)), tmp / "results", {"out": str(tmp / "runs" / "tuning")})
@@ -532,7 +532,7 @@ def test_a_choice_at_an_end_of_its_range_gets_trials_past_it(
 def test_the_tuning_seeds_come_from_the_preset_or_the_command(tmp_path, fake_data_root):
     from benchmark.config import ConfigError
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import plan_tuning, tuning_seeds
+    from benchmark.sweeps.tuning_plan import plan_tuning, tuning_seeds
 
     (tmp_path / "one").mkdir(), (tmp_path / "three").mkdir()
     one = load_preset(str(write_preset(tmp_path / "one", fake_data_root, seeds=(5,))))
@@ -550,7 +550,7 @@ def test_tuning_refuses_seeds_the_table_reports(tmp_path, fake_data_root):
     """Selection and report never share draws: a tuning seed that is also a table seed is refused."""
     from benchmark.config import ConfigError
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import plan_tuning, tuning_seeds
+    from benchmark.sweeps.tuning_plan import plan_tuning, tuning_seeds
 
     three = load_preset(str(write_preset(tmp_path, fake_data_root, seeds=(3, 4, 101))))
     assert tuning_seeds(three) == [102, 103, 104, 105]

@@ -79,7 +79,8 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from benchmark.cli.args import parse_set
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning import plan_tuning, run_tuning, tuning_seeds
+    from benchmark.sweeps.tuning import run_tuning
+    from benchmark.sweeps.tuning_plan import plan_tuning, tuning_seeds
 
     preset = load_preset(args.table)
     seeds = args.seeds if args.seeds else tuning_seeds(preset)
