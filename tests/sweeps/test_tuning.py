@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,18 @@ def test_tuning_csv_holds_every_trial_and_the_choice(tuned):
         scores = chosen["validation"][method]
         # the choice scores within the measured noise of the best point it tried
         assert scores["tuned"] >= scores["best_point"] - jump_limit(scores["noise"]) - 1e-3
+
+
+def test_tuning_a_finished_search_again_runs_nothing_and_states_its_wall_time(tuned, capsys):
+    from benchmark.cli import main
+
+    tmp, preset = tuned
+    before = sorted((tmp / "runs" / "tuning").glob("*_seed*_*"))
+    assert main(tune_args(tmp, preset)) == 0
+    printed = capsys.readouterr().out
+    assert sorted((tmp / "runs" / "tuning").glob("*_seed*_*")) == before  # every method's budget is spent
+    assert "chosen promptfl: lr=" in printed and "chosen clip_adapter: lr=" in printed
+    assert re.search(r"\(wall time of this process: \d+ min \d+ s\)", printed), printed
 
 
 def test_same_trial_budget_and_schedule_for_every_method(tuned):

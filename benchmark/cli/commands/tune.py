@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 # benchmark.sweeps.search's defaults, repeated so that `fedbench tune --help` imports no torch
@@ -125,7 +126,9 @@ def run(args) -> int:
         f"tuning on the validation split, trials per method: {budgets} ({plan.budget_text}); studies in "
         f"{results / 'tuning.db'}"
     )
+    started = time.monotonic()
     tuned = run_tuning(plan)
+    seconds = round(time.monotonic() - started)
     for label, values in tuned["values"].items():
         scores = tuned["validation"][label]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
@@ -135,8 +138,10 @@ def run(args) -> int:
             f"{'failed' if scores['paper_default'] is None else format(scores['paper_default'], '.2f')})"
             + (f"; flagged: {tuned['flags'][label]}" if label in tuned.get("flags", {}) else "")
         )
+    # The wall time of this process only: several processes may share a study (--methods).
     print(
-        f"wrote {results / 'tuning.csv'}, {results / 'tuning.md'}, {results / 'tuning.png'}, {results / 'tuned.yaml'}"
+        f"wrote {results / 'tuning.csv'}, {results / 'tuning.md'}, {results / 'tuning.png'}, {results / 'tuned.yaml'} "
+        f"(wall time of this process: {seconds // 60} min {seconds % 60} s)"
     )
     # Every method's budget is spent now: one without values had no trial that finished.
     failed = [v.label for v in plan.variants if v.label not in tuned["values"]]
