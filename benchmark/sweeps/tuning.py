@@ -79,6 +79,7 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
         for label in plan.untunable:
             report(f"{label}: declares no tunable hyperparameters; runs with its defaults")
         budgets = {v.label: plan.budget(v) for v in plan.variants}
+        outputs_report = _once(report)  # the outputs are rewritten after every trial: say each thing once
         for round_index in range(max(budgets.values(), default=0)):
             for variant in plan.variants:
                 study = studies[variant.label]
@@ -93,8 +94,20 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
                     f"{variant.label} trial {round_index + 1}/{budgets[variant.label]} ({result.phase}): {shown} -> "
                     f"{outcome} (validation)"
                 )
-                write_outputs(plan, report)
-        return write_outputs(plan, report)
+                write_outputs(plan, outputs_report)
+        return write_outputs(plan, outputs_report)
+
+
+def _once(report: Callable[[str], None]) -> Callable[[str], None]:
+    """`report`, silent on a line it already said."""
+    said: set[str] = set()
+
+    def say(line: str) -> None:
+        if line not in said:
+            said.add(line)
+            report(line)
+
+    return say
 
 
 def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult | None:

@@ -82,6 +82,13 @@ class TuningPlan:
     seeds: list[int] = field(default_factory=lambda: [1, 2])  # run seeds of every trial
 
     @property
+    def table_variants(self) -> list[MethodVariant]:
+        """The variants whose studies the outputs show: the preset's, then those of the plan
+        the preset does not list (a method of your own joined with --methods)."""
+        listed = {v.label for v in self.preset.methods}
+        return [*self.preset.methods, *(v for v in self.variants if v.label not in listed)]
+
+    @property
     def headline(self) -> str:
 
         protocols = {c.config.protocol for v in self.variants for c in self.cells(v, {})}

@@ -31,7 +31,7 @@ def write_report(plan: TuningPlan, searches: dict[str, MethodSearch], md_path: P
 
 def _axis_name(plan: TuningPlan, label: str) -> str | None:
     """The one numeric hyperparameter a method's curve is drawn over (None: not one)."""
-    variant = next(v for v in plan.preset.methods if v.label == label)
+    variant = next(v for v in plan.table_variants if v.label == label)
     numeric = [n for n, s in sorted(plan.space(variant).items()) if not isinstance(s, Choice)]
     return numeric[0] if len(numeric) == 1 else None
 
@@ -199,5 +199,5 @@ def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path)
 
 
 def _is_log(plan: TuningPlan, label: str, name: str) -> bool:
-    variant = next(v for v in plan.preset.methods if v.label == label)
+    variant = next(v for v in plan.table_variants if v.label == label)
     return isinstance(plan.space(variant)[name], LogUniform)

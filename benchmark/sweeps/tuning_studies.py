@@ -151,16 +151,21 @@ def table_studies(plan: TuningPlan, report: Callable[[str], None] = print) -> di
 
     opened = storage(plan)
     names = set(optuna.get_all_study_names(opened))
-    studies = {}
-    for variant in plan.preset.methods:
+    studies, other = {}, []
+    for variant in plan.table_variants:
         if variant.label not in names or not get_method(variant.method).tunable:
             continue
         study = optuna.load_study(study_name=variant.label, storage=opened)
         identity = json.dumps(plan.identity(variant), sort_keys=True, default=str)
         if study.user_attrs.get("identity") != identity:
-            report(f"{variant.label}: its study in {TUNING_DB} ran under other settings; left out of the outputs")
+            other.append(variant.label)
             continue
         studies[variant.label] = study
+    if other:  # one line, whatever their number (a table of 13 methods tuned under other settings)
+        report(
+            f"{len(other)} {'study' if len(other) == 1 else 'studies'} in {plan.results_dir / TUNING_DB} ran under "
+            f"other settings ({', '.join(other)}); left out of the outputs"
+        )
     return studies
 
 
@@ -182,7 +187,7 @@ class MethodSearch:
 
 
 def method_searches(plan: TuningPlan, studies: dict) -> dict[str, MethodSearch]:
-    variants = {v.label: v for v in plan.preset.methods}
+    variants = {v.label: v for v in plan.table_variants}
     found = {}
     for label, study in studies.items():
         variant = variants[label]
@@ -203,7 +208,7 @@ def trials_frame(plan: TuningPlan, studies: dict) -> pd.DataFrame:
     `val_<metric>` over all the trial's runs and `val_<metric>_seed<S>` per seed (read from
     its run folders: what a choice traded, e.g. Base for Novel, and how much it moved between
     seeds)."""
-    variants = {v.label: v for v in plan.preset.methods}
+    variants = {v.label: v for v in plan.table_variants}
     searches = method_searches(plan, studies)
     rows = []
     for label, study in studies.items():
@@ -259,7 +264,7 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     atomic_write(plan.results_dir / TUNING_CSV, frame.to_csv(index=False))
     searches = method_searches(plan, studies)
     values, validation, flags, pending = {}, {}, {}, []
-    for variant in plan.preset.methods:
+    for variant in plan.table_variants:
         if not get_method(variant.method).tunable:
             continue
         found = searches.get(variant.label)

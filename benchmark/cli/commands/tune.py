@@ -11,6 +11,10 @@ POINTS_PER_DECADE = 2
 REFINEMENTS = 2
 EXTENSIONS = 2
 
+# Where a part of a table's tuning goes by default: beside its trial runs, never into
+# results/TABLE, which holds (and in this repository ships) the table's tuning record.
+SUBSET_TUNING = "subset-tuning"
+
 
 def add_parser(subparsers) -> None:
     from benchmark.cli.args import add_quiet_argument
@@ -70,7 +74,11 @@ def add_parser(subparsers) -> None:
         help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)",
     )
     p.add_argument("--out", help="folder of the trial run folders (default: runs/TABLE/tuning)")
-    p.add_argument("--results", help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE)")
+    p.add_argument(
+        "--results",
+        help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE; for a part of the table -- "
+        f"--methods, --datasets or --set -- OUT/{SUBSET_TUNING}, so that it never writes over the table's record)",
+    )
     p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
     p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
     add_quiet_argument(p)
@@ -104,7 +112,12 @@ def run(args) -> int:
         + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
         + ([f"--set {' '.join(args.set)}"] if args.set else [])
     )
-    results = Path(args.results or Path("results") / preset.name)
+    full_record = Path("results") / preset.name
+    subset = subset_flags(args, preset)
+    results = (
+        Path(args.results) if args.results else full_record if not subset else Path(overrides["out"]) / SUBSET_TUNING
+    )
+    check_record_is_the_tables(results, preset.name)
     plan = plan_tuning(
         preset,
         results,
@@ -121,6 +134,11 @@ def run(args) -> int:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
     check_before_tuning(plan)  # nothing is written (no tuning.db, no lock) for trials that cannot run
+    if subset and not args.results:
+        print(
+            f"a part of {preset.name}'s tuning ({', '.join(subset)}): its studies and choices go to {results}, not "
+            f"{full_record} (the table's tuning record); pass --results {full_record} to add them there"
+        )
     budgets = ", ".join(f"{v.label} {plan.budget(v)}" for v in plan.variants)
     print(
         f"tuning on the validation split, trials per method: {budgets} ({plan.budget_text}); studies in "
@@ -153,6 +171,33 @@ def run(args) -> int:
         )
         return 1
     return 0
+
+
+def subset_flags(args, preset) -> list[str]:
+    """The flags that make this call a part of the table's tuning (methods or datasets left
+    out, a method the preset does not list) or the tuning of another table (--set); none when
+    it tunes the preset's table as it stands."""
+    flags = []
+    if args.methods and {v.label for v in preset.select_methods(args.methods)} != {m.label for m in preset.methods}:
+        flags.append("--methods")
+    if args.datasets and set(args.datasets) != {d["name"] for d in preset.datasets}:
+        flags.append("--datasets")
+    return flags + (["--set"] if args.set else [])
+
+
+def check_record_is_the_tables(results: Path, table: str) -> None:
+    """A tuned.yaml of another table in `results` is not this tune's to rewrite."""
+    import yaml
+
+    from benchmark.config import ConfigError
+    from benchmark.sweeps.tuning_studies import TUNED_YAML
+
+    path = results / TUNED_YAML
+    recorded = (yaml.safe_load(path.read_text()) or {}).get("table") if path.is_file() else None
+    if recorded not in (None, table):
+        raise ConfigError(
+            f"{path} holds the tuning of table {recorded!r}, not {table!r}: pass another --results folder"
+        )
 
 
 def check_before_tuning(plan) -> None:

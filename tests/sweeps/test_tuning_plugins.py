@@ -1,0 +1,88 @@
+"""`fedbench tune` on a method of your own (a plugin file) and on a part of a table: the
+choice is made, and the table's own tuning record is never written over."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from conftest import write_mini_preset as write_preset
+from test_tuning import SMALL_SEARCH, trials
+
+from benchmark import registry
+
+# A plugin as a new user writes one: PromptFL under another name, with a search of two points.
+RESADAPT = '''\
+from benchmark.method import Choice
+from benchmark.registry import register_method
+from methods.promptfl import PromptFL
+
+
+@register_method("resadapt")
+class ResAdapt(PromptFL):
+    """PromptFL under another name."""
+
+    tunable = {"lr": Choice((0.002, 0.004))}
+'''
+
+
+@pytest.fixture
+def resadapt(tmp_path, monkeypatch, isolated_registry):
+    registry.available_methods()  # the built-ins first: a load inside the isolation would forget them
+    isolated_registry(registry.METHODS).loaded = True
+    monkeypatch.setattr(registry, "_FILES", {})
+    path = tmp_path / "resadapt.py"
+    path.write_text(RESADAPT)
+    return path
+
+
+def table_record(folder) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_tuning_a_plugin_method_chooses_it_and_leaves_the_tables_record_alone(
+    resadapt, tmp_path, fake_data_root, fedbench, monkeypatch
+):
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"))
+    monkeypatch.chdir(tmp_path)  # the defaults: runs/mini/tuning and results/mini
+    record = tmp_path / "results" / "mini"
+    record.mkdir(parents=True)
+    (record / "tuned.yaml").write_text("table: mini\nvalues:\n  promptfl: {lr: 0.002}\n")
+    (record / "tuning.csv").write_text("method,trial\npromptfl,0\n")
+    before = table_record(record)
+
+    done = fedbench("tune", preset, "--methods", resadapt, *SMALL_SEARCH)
+    assert done.returncode == 0, done.stderr
+    assert "every trial of" not in done.stderr
+    assert table_record(record) == before  # the table's record is untouched
+    subset = tmp_path / "runs" / "mini" / "tuning" / "subset-tuning"
+    assert f"its studies and choices go to {subset.relative_to(tmp_path)}, not results/mini" in done.stdout
+    chosen = yaml.safe_load((subset / "tuned.yaml").read_text())
+    assert list(chosen["values"]) == ["resadapt"] and chosen["values"]["resadapt"]["lr"] in (0.002, 0.004)
+    assert sorted(set(trials(subset)["method"])) == ["resadapt"]
+
+
+def test_studies_under_other_settings_are_named_once(resadapt, tmp_path, fake_data_root, fedbench, monkeypatch):
+    from benchmark.method import Choice
+    from methods.promptfl import PromptFL
+
+    monkeypatch.setattr(PromptFL, "tunable", {"lr": Choice((0.002,))})  # one point: a search of one trial
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"))
+    common = ("--out", tmp_path / "runs", "--results", tmp_path / "results", *SMALL_SEARCH)
+    first = fedbench("tune", preset, "--methods", "promptfl", "--set", "local_epochs=2", *common)
+    assert first.returncode == 0, first.stderr
+    # promptfl's study differs from what the table's schedule runs: left out of the outputs, said once
+    done = fedbench("tune", preset, "--methods", resadapt, *common)
+    assert done.returncode == 0, done.stderr
+    left_out = [line for line in done.stdout.splitlines() if "ran under other settings" in line]
+    assert len(left_out) == 1 and "(promptfl)" in left_out[0]
+
+
+def test_a_tuning_record_of_another_table_is_not_written_over(tmp_path, fake_data_root, fedbench):
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tuned.yaml").write_text("table: toy\nvalues: {}\n")
+    done = fedbench("tune", preset, "--out", tmp_path / "runs", "--results", results, *SMALL_SEARCH)
+    assert done.returncode == 2
+    assert "holds the tuning of table 'toy', not 'mini': pass another --results folder" in done.stderr
+    assert sorted(p.name for p in results.iterdir()) == ["tuned.yaml"]
