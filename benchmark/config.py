@@ -321,4 +321,18 @@ def _coerce(name: str, kind: type, value: Any) -> Any:
         raise ConfigError(f"{name} = {value!r} is invalid: expected {expected}") from None
 
 
+def typed_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Run options as a run reads them (`--set rounds=2` gives the text "2"; a run, 2): a run
+    option as its field's type, any other (a protocol's) as YAML reads its text."""
+    kinds = {f.name: field_type(f) for f in config_fields()}
+    typed = {}
+    for key, value in options.items():
+        key = str(key).replace("-", "_")
+        if key in kinds:
+            typed[key] = _coerce(key, kinds[key], value)
+        else:
+            typed[key] = yaml.safe_load(value) if isinstance(value, str) else value
+    return typed
+
+
 IDENTITY_KEY = "identity"  # written into a run's config.yaml for the record; ignored when read back

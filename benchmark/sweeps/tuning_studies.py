@@ -29,7 +29,7 @@ from typing import Any, Callable
 import pandas as pd
 import yaml
 
-from benchmark.config import ConfigError
+from benchmark.config import ConfigError, typed_options
 from benchmark.files import atomic_write, file_lock
 from benchmark.registry import get_method
 from benchmark.runs.results import code_version, is_complete, read_summary
@@ -300,7 +300,7 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
             "choice": search.CHOICE_RULE,
             "seeds": list(plan.seeds),
             "objective": "mean over the seeds of the mean over the (dataset x grid) cells",
-            "run_options": {k: v for k, v in plan.overrides.items() if k not in ("out", "data_root", "device")},
+            "run_options": recorded_run_options(plan.overrides),
         },
         "values": values,
         "validation": validation,
@@ -313,6 +313,47 @@ def write_outputs(plan: TuningPlan, report: Callable[[str], None] = print) -> di
     atomic_write(plan.results_dir / TUNED_YAML, header + yaml.safe_dump(tuned, sort_keys=False))
     write_report(plan, searches, plan.results_dir / TUNING_MD, plan.results_dir / TUNING_PNG)
     return tuned
+
+
+# Options that say where a run reads and writes, not what it computes: no part of the schedule
+# the values were chosen under.
+NOT_SCHEDULE = ("out", "data_root", "device", "wandb", "wandb_project", "wandb_entity", "wandb_group", "wandb_tags")
+
+
+def recorded_run_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The run options a search changed from its table's (its `--set`), typed as a run reads them."""
+    return typed_options({k: v for k, v in overrides.items() if k not in NOT_SCHEDULE})
+
+
+def check_run_options(path: Path, table: dict[str, Any], overrides: dict[str, Any], accept: bool) -> str | None:
+    """Whether the values in tuned.yaml `path` were chosen under the run options this table runs
+    with (`overrides`, over the table's `table` run options): a ConfigError when not, unless
+    `accept`, then the warning to print. A record written before options were typed holds text
+    ('1'): read as a run reads it."""
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    chosen_under = recorded_run_options((data.get("selection") or {}).get("run_options") or {})
+    now = recorded_run_options(overrides)
+    base = typed_options({k: v for k, v in table.items() if not isinstance(v, dict)})
+
+    def value(options: dict[str, Any], key: str) -> Any:
+        return options.get(key, base.get(key))
+
+    differing = [k for k in sorted(set(chosen_under) | set(now)) if value(chosen_under, k) != value(now, k)]
+    if not differing:
+        return None
+    tuned = ", ".join(f"{k}={value(chosen_under, k)}" for k in differing)
+    here = ", ".join(f"{k}={value(now, k)}" for k in differing)
+    what = (
+        f"the values in {path} were chosen under {tuned}; this table runs with {here}, and values chosen under "
+        "one schedule need not be the best of another"
+    )
+    if accept:
+        return f"WARNING: {what}. Applying them anyway (--accept-tuned-options): the table's tuned rows are not tuned for this schedule"
+    raise ConfigError(
+        f"{what}. Tune under this schedule (`fedbench tune` with the same --set), reproduce under the tuning's "
+        f"(--set {' '.join(f'{k}={value(chosen_under, k)}' for k in differing)}), or pass --accept-tuned-options "
+        "to apply them anyway"
+    )
 
 
 def load_tuned_notes(path: Path) -> tuple[dict[str, str], str]:

@@ -61,7 +61,9 @@ def test_tuning_a_plugin_method_chooses_it_and_leaves_the_tables_record_alone(
     assert sorted(set(trials(subset)["method"])) == ["resadapt"]
 
 
-def test_studies_under_other_settings_are_named_once(resadapt, tmp_path, fake_data_root, fedbench, monkeypatch):
+def test_tuned_values_carry_their_schedule_and_studies_under_another_are_named_once(
+    resadapt, tmp_path, fake_data_root, fedbench, monkeypatch
+):
     from benchmark.method import Choice
     from methods.promptfl import PromptFL
 
@@ -70,6 +72,22 @@ def test_studies_under_other_settings_are_named_once(resadapt, tmp_path, fake_da
     common = ("--out", tmp_path / "runs", "--results", tmp_path / "results", *SMALL_SEARCH)
     first = fedbench("tune", preset, "--methods", "promptfl", "--set", "local_epochs=2", *common)
     assert first.returncode == 0, first.stderr
+    # the schedule the values were chosen under is recorded typed, and --tuned holds a table to it
+    results = tmp_path / "results"
+    chosen = yaml.safe_load((results / "tuned.yaml").read_text())
+    assert chosen["selection"]["run_options"] == {"local_epochs": 2}
+    reproduce = ("reproduce", preset, "--out", tmp_path / "runs", "--results", results, "--tuned", "--dry-run")
+    refused = fedbench(*reproduce)
+    assert refused.returncode == 2
+    assert (
+        f"the values in {results / 'tuned.yaml'} were chosen under local_epochs=2; this table runs with local_epochs=1"
+        in refused.stderr
+    )
+    assert "--set local_epochs=2" in refused.stderr and "--accept-tuned-options" in refused.stderr
+    assert fedbench(*reproduce, "--set", "local_epochs=2").returncode == 0
+    accepted = fedbench(*reproduce, "--accept-tuned-options")
+    assert accepted.returncode == 0 and "WARNING: the values in" in accepted.stderr
+
     # promptfl's study differs from what the table's schedule runs: left out of the outputs, said once
     done = fedbench("tune", preset, "--methods", resadapt, *common)
     assert done.returncode == 0, done.stderr
@@ -86,3 +104,29 @@ def test_a_tuning_record_of_another_table_is_not_written_over(tmp_path, fake_dat
     assert done.returncode == 2
     assert "holds the tuning of table 'toy', not 'mini': pass another --results folder" in done.stderr
     assert sorted(p.name for p in results.iterdir()) == ["tuned.yaml"]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "flags", "refused"),
+    [
+        ("{rounds: '1'}", (), False),  # a record from before options were typed: text, read as a run reads it
+        ("{rounds: '1'}", ("--set", "rounds=1"), False),
+        ("{}", ("--set", "rounds=1"), False),  # the table's own rounds, said again
+        ("{rounds: '1'}", ("--set", "rounds=2"), True),
+        ("{}", ("--set", "rounds=2"), True),
+    ],
+)
+def test_tuned_values_apply_only_under_the_schedule_they_were_chosen_under(
+    tmp_path, fake_data_root, fedbench, recorded, flags, refused
+):
+    preset = write_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"), rounds=1)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "tuned.yaml").write_text(
+        f"table: mini\nselection:\n  run_options: {recorded}\nvalues:\n  promptfl: {{lr: 0.004}}\n"
+    )
+    done = fedbench(
+        "reproduce", preset, "--out", tmp_path / "runs", "--results", results, "--tuned", "--dry-run", *flags
+    )
+    assert done.returncode == (2 if refused else 0), done.stderr
+    assert ("were chosen under rounds=1; this table runs with rounds=2" in done.stderr) == refused

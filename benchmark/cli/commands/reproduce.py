@@ -64,6 +64,12 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="apply the hyperparameters `fedbench tune TABLE` chose (RESULTS/tuned.yaml); the table marks those rows 'tuned'",
     )
+    p.add_argument(
+        "--accept-tuned-options",
+        action="store_true",
+        help="with --tuned: apply values chosen under other run options than this table's (a --set of the tune "
+        "that this call does not repeat, or the reverse), with a warning; without it that is an error",
+    )
     scale = p.add_argument_group(
         "where the cells run",
         "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
@@ -196,13 +202,19 @@ def run(args) -> int:
 def select_cells(args) -> Selection:
     """The preset (tuned with --tuned), its cells the flags select and where their table goes."""
     from benchmark.sweeps.presets import load_preset
-    from benchmark.sweeps.tuning_studies import TUNED_YAML, load_tuned, load_tuned_notes
+    from benchmark.sweeps.tuning_studies import TUNED_YAML, check_run_options, load_tuned, load_tuned_notes
 
     preset = load_preset(args.table)
     full_table = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
         tuned_file = full_table / TUNED_YAML
-        preset = preset.with_tuned(load_tuned(tuned_file), f"see {tuned_file}", *load_tuned_notes(tuned_file))
+        values = load_tuned(tuned_file)
+        warning = check_run_options(
+            tuned_file, preset.run, parse_set(args.set), getattr(args, "accept_tuned_options", False)
+        )
+        if warning:
+            print(f"fedbench reproduce: {warning}", file=sys.stderr)
+        preset = preset.with_tuned(values, f"see {tuned_file}", *load_tuned_notes(tuned_file))
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
     for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
