@@ -11,6 +11,7 @@ docs/writing-a-dataset.md is the author's guide.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +144,7 @@ def register_dataset(
             num_classes,
             tuple(domains),
             test_only,
-            data_files,
+            _data_files(name, data_files),
             prepare,
             inspect,
             source,
@@ -153,3 +154,27 @@ def register_dataset(
         return loader
 
     return decorate
+
+
+def _data_files(name: str, data_files) -> DataFiles | None:
+    """`data_files` as `DatasetInfo` holds it: a callable (folder -> paths) as given; a tuple
+    or list of paths relative to the dataset folder (`("labels.csv",)`) as one that joins them
+    to the folder; anything else a ValueError at registration, not a TypeError in a run."""
+    if data_files is None or callable(data_files):
+        return data_files
+    if isinstance(data_files, (tuple, list)) and all(isinstance(p, (str, Path)) for p in data_files):
+        bad = [str(p) for p in data_files if Path(p).is_absolute() or ".." in Path(p).parts or not str(p).strip()]
+        if not bad:
+            return functools.partial(_files_in, tuple(Path(p) for p in data_files))
+        raise ValueError(
+            f"@register_dataset({name!r}): data_files must name files inside the dataset folder, relative to it; "
+            f"got {', '.join(map(repr, bad))}"
+        )
+    raise ValueError(
+        f"@register_dataset({name!r}): data_files must be a tuple of file names relative to the dataset folder "
+        f'(data_files=("labels.csv",)) or a function of the folder giving their paths; got {data_files!r}'
+    )
+
+
+def _files_in(names: tuple[Path, ...], folder: Path) -> tuple[Path, ...]:
+    return tuple(folder / name for name in names)

@@ -102,3 +102,64 @@ def test_a_broken_dataset_plugin_is_reported_and_the_others_load(tmp_path, monke
         catalog.dataset_info("nope")
     listed = fedbench("datasets", "--data-root", tmp_path)
     assert "dataset plugins that failed to load:" in listed.stdout and "already registered" in listed.stdout
+
+
+@pytest.fixture
+def tiles_with_labels(tmp_path, monkeypatch, isolated_registry):
+    """The example with `data_files=("labels.csv",)`, as a new author writes it, and that file
+    written beside its images; returns the data root."""
+    catalog.all_datasets()
+    plugin = tmp_path / "tiles_labels.py"
+    source = EXAMPLE.read_text().replace(
+        "num_classes=len(COLOURS),", 'num_classes=len(COLOURS),\n    data_files=("labels.csv",),'
+    )
+    assert 'data_files=("labels.csv",)' in source
+    plugin.write_text(source)
+    monkeypatch.setenv("FEDBENCH_DATASETS", str(plugin))
+    isolated_registry(DATASETS)
+    catalog.all_datasets()
+    assert not DATASETS.errors
+    root = tmp_path / "data"
+    folder = catalog.dataset_info("tiles").path(root)
+    folder.mkdir(parents=True)
+    (folder / "labels.csv").write_text("red,green,blue,yellow\n")
+    return root
+
+
+def test_data_files_may_be_names_in_the_dataset_folder(tiles_with_labels, fedbench, tmp_path):
+    loader = catalog.dataset_info("tiles").loader
+    module = sys.modules[loader.__module__]  # the plugin file as FEDBENCH_DATASETS loaded it
+    module.make_images(tiles_with_labels)
+    out = tmp_path / "runs"
+    done = fedbench(
+        "run", "--dataset", "tiles", "--protocol", "dirichlet", "--clients", 2, "--shots", 2, "--rounds", 1,
+        "--batch-size", 4, "--backbone", TINY, "--pretrained", "none", "--data-root", tiles_with_labels,
+        "--out", out, "--wandb", "disabled",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    identity = yaml.safe_load((next(out.glob("promptfl_tiles_*")) / "config.yaml").read_text())["identity"]
+    assert list(identity["data"][0]["files"]) == ["labels.csv"]  # hashed into the cell's identity
+
+
+@pytest.mark.parametrize(
+    ("data_files", "message"),
+    [
+        ("labels.csv", "data_files must be a tuple of file names relative to the dataset folder"),
+        (
+            ("/etc/labels.csv",),
+            "data_files must name files inside the dataset folder, relative to it; got '/etc/labels.csv'",
+        ),
+        (
+            ("../labels.csv",),
+            "data_files must name files inside the dataset folder, relative to it; got '../labels.csv'",
+        ),
+        ((3,), "data_files must be a tuple of file names"),
+    ],
+)
+def test_bad_data_files_are_refused_at_registration(data_files, message, isolated_registry):
+    from data.registry import register_dataset
+
+    catalog.all_datasets()
+    isolated_registry(DATASETS)
+    with pytest.raises(ValueError, match=re.escape(f"@register_dataset('bad'): {message}")):
+        register_dataset("bad", folder="bad", layout="x", how_to_get="y", data_files=data_files)(lambda f, t: None)
