@@ -21,6 +21,7 @@ Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 from dataclasses import dataclass, field
@@ -220,6 +221,10 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
+# Every key a preset may hold at its top level; any other (a typo: `titel:`, `tunned:`) is an error.
+PRESET_KEYS = ("title", "paper_table", "run", "datasets", "methods", "seeds", "grid", "targets", "tuned")
+
+
 def load_preset(name_or_path: str) -> Preset:
     """A preset by name (`benchmark/presets/NAME.yaml`) or a path to a YAML file."""
     path = Path(name_or_path)
@@ -233,6 +238,14 @@ def load_preset(name_or_path: str) -> Preset:
     data = parse_yaml(path.read_text(), f"preset {path}") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"preset {path} must hold a mapping (title, run, datasets, methods, seeds)")
+    unknown = [k for k in data if k not in PRESET_KEYS]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), PRESET_KEYS, n=1, cutoff=0.6)
+        raise ConfigError(
+            f"preset {path}: unknown key {key!r}{f' (did you mean {close[0]!r}?)' if close else ''}; a preset holds "
+            f"{', '.join(PRESET_KEYS)} (run options go under run:)"
+        )
     missing = [k for k in ("run", "datasets", "methods", "seeds") if k not in data]
     if missing:
         raise ConfigError(f"preset {path} lacks {', '.join(missing)}; see benchmark/presets/base2novel.yaml")

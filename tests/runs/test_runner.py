@@ -282,6 +282,26 @@ def test_malformed_presets_are_a_clean_error(tmp_path, text, capsys):
     assert err.startswith("fedbench reproduce: error:") and "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("key", "meant"),
+    [
+        ("titel: Mine\n", "'title'"),
+        ("tunned: {values: {}}\n", "'tuned'"),
+        ("seed: [1]\n", "'seeds'"),
+        ("notes: x\n", None),
+    ],
+)
+def test_an_unknown_preset_key_is_an_error_with_the_closest_key(tmp_path, key, meant, capsys):
+    # A typo at the top level left the intended title or tuned values silently unused.
+    preset = tmp_path / "typo.yaml"
+    preset.write_text(key + "run: {}\ndatasets: [dtd]\nmethods: [zeroshot]\nseeds: [1]\n")
+    assert main(["reproduce", str(preset), "--dry-run", "--out", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"fedbench reproduce: error: preset {preset}: unknown key {key.split(':')[0]!r}")
+    assert (f"(did you mean {meant}?)" in err) if meant else "did you mean" not in err
+    assert "a preset holds title, paper_table, run, datasets, methods, seeds, grid, targets, tuned" in err
+
+
 def test_every_client_count_deals_balanced_or_is_refused_with_the_range():
     from data.partition import deal_classes, valid_client_counts
 
