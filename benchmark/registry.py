@@ -265,6 +265,15 @@ def build_method(name: str, backbone, method_args: dict[str, Any] | None = None)
             "not override configure_optimizers: return an optimizer over them "
             "(benchmark.optim.sgd_with_cosine), or freeze them with requires_grad=False"
         )
+    if method.upload_keys:  # patterns that match nothing would run a purely local method as a federated one
+        keys = list(method.state_dict())
+        if not any(method.is_uploaded(k) for k in keys):
+            raise MethodError(
+                f"method {name!r} from {method_origin(name)}: upload_keys {tuple(method.upload_keys)!r} match none of "
+                f"its state keys ({_short(keys) or 'it has none'}), so no client would upload anything and the run "
+                "would be purely local. Fix the patterns (fnmatch over state_dict() keys), or set upload_keys = () "
+                "for a method that keeps everything on the client"
+            )
     return method
 
 

@@ -126,3 +126,30 @@ def test_new_method_outside_the_repo_writes_a_package_with_an_entry_point(fedben
     taken = fedbench("new-method", "promptfl")
     assert taken.returncode == 2 and "method name 'promptfl' is taken (registered by fedbench)" in taken.stderr
     assert not (tmp_path / "fedbench-promptfl").exists()
+
+
+MISSPELLED_UPLOAD = '''\
+from methods.promptfl import PromptFL
+
+
+class SharedTypo(PromptFL):
+    """PromptFL whose upload pattern names no state key: nothing would be federated."""
+
+    upload_keys = ("shraed.*",)
+'''
+
+
+def test_upload_keys_that_match_no_state_key_stop_the_run_before_training(
+    plugin_file, fedbench, fake_data_root, tmp_path
+):
+    path = tmp_path / "shared_typo.py"
+    path.write_text(MISSPELLED_UPLOAD)
+    done = fedbench(
+        "run", "--method", f"{path}:SharedTypo", "--dataset", "dtd", "--backbone", TINY, "--pretrained", "none",
+        "--data-root", fake_data_root, "--out", tmp_path / "runs", "--shots", "2", "--rounds", "1",
+        "--clients", "2", "--batch-size", "8", "--wandb", "disabled",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "upload_keys ('shraed.*',) match none of its state keys (ctx)" in done.stderr
+    assert "Traceback" not in done.stderr and "round 1" not in done.stdout
+    assert not list((tmp_path / "runs").glob("*/summary.json"))  # nothing ran
