@@ -164,17 +164,17 @@ def write_run(
 RUN_FOLDER_BYTES = 64 * 2**20
 
 
-def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
-    """Fail before any compute when `out` cannot receive a run folder: it is a file, it
-    cannot be created or written, or its file system lacks `needed_bytes` (default
-    RUN_FOLDER_BYTES). (Found after
+def check_output_location(out: Path, needed_bytes: int | None = None, flag: str = "--out") -> None:
+    """Fail before any compute when `out` (the folder `flag` names) cannot receive a run
+    folder: it is a file, it cannot be created or written, or its file system lacks
+    `needed_bytes` (default RUN_FOLDER_BYTES). (Found after
     training, the same problem would lose the whole run.)"""
 
     out = Path(out).absolute()
     existing = next(p for p in (out, *out.parents) if p.exists())  # created later, when the run ends
     if not existing.is_dir():
         what = "is a file" if existing == out else f"lies under the file {existing}"
-        raise ConfigError(f"output folder {out} {what}, not a folder: choose another --out")
+        raise ConfigError(f"output folder {out} {what}, not a folder: choose another {flag}")
     try:
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".fedbench-write-test."):
             pass
@@ -182,7 +182,7 @@ def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
         where = "" if existing == out else f" (the closest folder of {out} that exists)"
         raise ConfigError(
             f"output folder {out} cannot be {'written' if existing == out else 'created'}: nothing can be written in "
-            f"{existing}{where}: {_why_unwritable(existing, exc)}. Choose a writable --out, e.g. a folder under "
+            f"{existing}{where}: {_why_unwritable(existing, exc)}. Choose a writable {flag}, e.g. a folder under "
             "your home or the project"
         ) from None
     needed_bytes = RUN_FOLDER_BYTES if needed_bytes is None else needed_bytes
@@ -190,7 +190,7 @@ def check_output_location(out: Path, needed_bytes: int | None = None) -> None:
     if free < needed_bytes:
         raise ConfigError(
             f"output folder {out} has {free / 2**20:.1f} MiB free; a run needs about {needed_bytes / 2**20:.0f} MiB: "
-            "free some space or choose another --out"
+            f"free some space or choose another {flag}"
         )
 
 

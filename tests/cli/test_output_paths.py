@@ -58,3 +58,35 @@ def test_the_other_output_flags_are_checked(fedbench, tmp_path):
     done = fedbench("wandb-dashboard", "toy", "--spec", blocker / "spec.json")
     assert done.returncode == 2 and f"--spec {blocker / 'spec.json'}: {blocker} is a file" in done.stderr
     assert blocker.read_text() == "in the way\n"
+
+
+@pytest.mark.parametrize("command", ["reproduce", "tune"])
+@pytest.mark.parametrize("where", ["proc", "file"])
+def test_an_unwritable_results_folder_is_exit_2_before_any_cell_runs(
+    fedbench, fake_data_root, tmp_path, command, where
+):
+    # It was found once every cell had run (62 s on the toy table), as an OSError traceback.
+    from pathlib import Path
+
+    from conftest import write_mini_preset
+
+    if where == "proc" and not Path("/proc/self/mounts").is_file():
+        pytest.skip("needs Linux's /proc")
+    (tmp_path / "afile").write_text("in the way\n")
+    results = Path("/proc/fedbench-results") if where == "proc" else tmp_path / "afile" / "results"
+    preset = write_mini_preset(tmp_path, fake_data_root, methods=("zeroshot", "promptfl"))
+    extra = (
+        ("--seeds", 101, 102, "--points-per-decade", 1, "--refinements", 0, "--extensions", 0)
+        if command == "tune"
+        else ()
+    )
+    done = fedbench(command, preset, "--out", tmp_path / "runs", "--results", results, *extra)
+    assert done.returncode == 2, done.stderr
+    why = (
+        "cannot be created: nothing can be written in /proc"
+        if where == "proc"
+        else f"lies under the file {tmp_path / 'afile'}"
+    )
+    assert f"output folder {results} {why}" in done.stderr
+    assert "--results" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()  # no cell ran

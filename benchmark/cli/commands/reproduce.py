@@ -168,6 +168,7 @@ class Selection:
 
 
 def run(args) -> int:
+    from benchmark.runs.results import check_output_location
     from benchmark.sweeps.sweep import run_sweep
 
     if args.check:
@@ -185,6 +186,9 @@ def run(args) -> int:
         )
     if args.dry_run:
         return dry_run(plan, args)
+    # The table is written after every cell ran: an unwritable --results found then loses nothing
+    # but the user's time, and reads as a traceback.
+    check_output_location(selection.results, needed_bytes=0, flag="--results")
     plan = prepare_cells(plan, selection, args)
     check_pinned_device(plan, executor)
     cells = selection.cells

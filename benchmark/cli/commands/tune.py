@@ -87,6 +87,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from benchmark.cli.args import parse_set
+    from benchmark.runs.results import check_output_location
     from benchmark.sweeps.presets import load_preset
     from benchmark.sweeps.tuning import run_tuning
     from benchmark.sweeps.tuning_plan import plan_tuning, tuning_seeds
@@ -134,6 +135,7 @@ def run(args) -> int:
         print(f"nothing to tune: no method of {preset.name} declares tunable hyperparameters")
         return 0
     check_before_tuning(plan)  # nothing is written (no tuning.db, no lock) for trials that cannot run
+    check_output_location(results, needed_bytes=0, flag="--results")  # its studies are written from the first trial on
     if subset and not args.results:
         print(
             f"a part of {preset.name}'s tuning ({', '.join(subset)}): its studies and choices go to {results}, not "
