@@ -21,6 +21,24 @@ def save_clients(path: Path, states: dict[int, State]) -> None:
     torch.save({int(cid): {k: v.detach().cpu() for k, v in s.items()} for cid, s in states.items()}, path)
 
 
+def check_clients_file(path: Path) -> None:
+    """A ConfigError when `path` is not a whole file `save_clients` wrote (torch writes a zip
+    archive; one cut short, by a full disk or a copy interrupted, has no central directory):
+    said before a model is built or a folder written."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(unreadable_clients(path, "it is not a whole zip archive, as torch.save writes"))
+
+
+def unreadable_clients(path: Path, why: str) -> str:
+    return (
+        f"{path} cannot be read ({why}): it is truncated or damaged, so the clients it saved are lost. Run the cell "
+        "again (its `fedbench run` or `fedbench reproduce` command with --force) to write it anew, or delete that "
+        "run folder"
+    )
+
+
 def load_clients(run_dir: Path, partition: Partition, method: FederatedMethod) -> dict[int, State]:
     """The saved state of every client of `partition` (by id) from the run folder `run_dir`;
     a method that trains nothing scores its initial state (nothing was saved)."""
@@ -33,7 +51,12 @@ def load_clients(run_dir: Path, partition: Partition, method: FederatedMethod) -
             f"{run_dir} holds no {CLIENTS_FILE}: pass a run folder written by `fedbench run` of this version "
             "(a run on Flower keeps its clients' states on its clients)"
         )
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError, ValueError) as exc:  # torch's reader: truncated, damaged, not its format
+        raise ConfigError(
+            unreadable_clients(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        ) from None
     missing = [c.client_id for c in partition.clients if c.client_id not in saved]
     if missing:
         raise ConfigError(

@@ -74,3 +74,27 @@ def test_evaluate_refuses_a_folder_that_is_no_finished_run(fedbench, tmp_path):
     done = fedbench("evaluate", tmp_path)
     assert done.returncode == 2
     assert f"{tmp_path} is not a finished run folder" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_evaluate_names_a_truncated_or_damaged_clients_file(fedbench, toy_test_checkpoint, tmp_path):
+    # It was torch's own traceback ("PytorchStreamReader failed reading zip archive"), exit 1.
+    import shutil
+    import zipfile
+
+    out = tmp_path / "runs"
+    assert fedbench(*TOY_RUN, "--rounds", "1", "--out", out).returncode == 0
+    (source,) = finished(out).values()
+    clients = source / "clients.pt"
+    damaged = tmp_path / "damaged" / source.name
+    shutil.copytree(source, damaged)
+    clients.write_bytes(clients.read_bytes()[: clients.stat().st_size // 2])  # cut short, as by a full disk
+    with zipfile.ZipFile(damaged / "clients.pt", "w") as archive:  # a whole zip, but not what torch.save wrote
+        archive.writestr("clients/data.pkl", b"not a pickle")
+    for folder, why in ((source, "it is not a whole zip archive"), (damaged, "")):
+        done = fedbench("evaluate", folder)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith(f"fedbench evaluate: error: {folder / 'clients.pt'} cannot be read ({why}")
+        assert "it is truncated or damaged" in done.stderr and "with --force" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    for folder in (source, damaged):  # refused before a run folder was written
+        assert not list((folder.parent / "evaluated").glob("*/summary.json"))

@@ -40,7 +40,7 @@ def run(args) -> int:
     from benchmark.cli.args import protocol_options_given
     from benchmark.cli.single_run import run_config
     from benchmark.config import ConfigError, build_config, load_yaml
-    from benchmark.runs.clients_file import CLIENTS_FILE
+    from benchmark.runs.clients_file import CLIENTS_FILE, check_clients_file
 
     source = Path(args.run_dir)
     if not (source / "summary.json").is_file() or not (source / "config.yaml").is_file():
@@ -56,6 +56,8 @@ def run(args) -> int:
             "to evaluate: pass a run folder that `fedbench run` wrote and still holds it (a run on Flower keeps "
             "its clients' states on its clients), or run the cell again with `fedbench run`"
         )
+    if (source / CLIENTS_FILE).is_file():
+        check_clients_file(source / CLIENTS_FILE)  # a truncated one: a clear error, not torch's traceback
     settings = load_yaml(source / "config.yaml")
     changes = {
         "dataset": args.dataset,
