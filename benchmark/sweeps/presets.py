@@ -187,10 +187,14 @@ class Preset:
         from dataclasses import replace
 
         unknown = sorted(set(values) - {m.label for m in self.methods})
+        if unknown:  # a method of your own, tuned with --methods, joins the table as select_methods adds it
+            from benchmark.registry import available_methods  # lazy: loads torch
+
+            unknown = [label for label in unknown if label not in available_methods()]
         if unknown:
             raise ConfigError(
                 f"tuned values for {', '.join(unknown)}, which preset {self.name!r} does not list "
-                f"(its methods: {', '.join(m.label for m in self.methods)})"
+                f"(its methods: {', '.join(m.label for m in self.methods)}) and is no registered method"
             )
         return replace(
             self,

@@ -59,6 +59,17 @@ def test_tuning_a_plugin_method_chooses_it_and_leaves_the_tables_record_alone(
     chosen = yaml.safe_load((subset / "tuned.yaml").read_text())
     assert list(chosen["values"]) == ["resadapt"] and chosen["values"]["resadapt"]["lr"] in (0.002, 0.004)
     assert sorted(set(trials(subset)["method"])) == ["resadapt"]
+    # and the table takes its choice: `reproduce --methods resadapt --tuned` with that record
+    planned = fedbench(
+        "reproduce", preset, "--methods", resadapt, "--tuned", "--results", subset, "--dry-run", "--cells"
+    )
+    assert planned.returncode == 0, planned.stderr
+    assert "resadapt | dtd | - | - | seed 1 | to run" in planned.stdout
+    from benchmark.sweeps.presets import load_preset
+    from benchmark.sweeps.tuning_studies import load_tuned
+
+    (cell,) = load_preset(str(preset)).with_tuned(load_tuned(subset / "tuned.yaml")).cells(methods=["resadapt"])
+    assert cell.hyperparameters == "tuned" and cell.config.method_args["lr"] == chosen["values"]["resadapt"]["lr"]
 
 
 def test_tuned_values_carry_their_schedule_and_studies_under_another_are_named_once(
