@@ -35,9 +35,11 @@ from benchmark.sweeps.tables import (
     failed_cells,
     numerics_note,
     paper_comparison,
+    rankings,
     render,
     render_spread,
     run_dir,
+    seeds_note,
     summarize,
 )
 from data.base import DatasetError
@@ -423,7 +425,11 @@ def render_cells(
     headline = get_protocol(cells[0].config.protocol).headline
     diffs = differences(long, reference, headline)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
-    files = render(stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else [])])
+    seeds = seeds_note(long)
+    ranks = rankings(long, headlines)
+    files = render(
+        stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else []), *seeds], ranks=ranks
+    )
     spread = client_spread_table(cells)
     if not spread.empty:
         files.update(render_spread(spread, out, title))
