@@ -283,7 +283,7 @@ def compare(pairs: Sequence[tuple[str, str, np.ndarray]], alpha: float = ALPHA, 
     for (upper, lower, _), d, mark, *p in zip(pairs, diffs, shown, *ps):
         mean = float(d.mean()) if len(d) else float("nan")
         sd = float(d.std(ddof=1)) if len(d) > 1 else float("nan")
-        needed = 0 if mark != OPEN else seeds_needed(mean, sd, margin)
+        needed = 0 if mark != OPEN else seeds_needed(mean, sd, margin, alpha)
         interval = t_interval(d)
         gaps.append(Gap(upper, lower, len(d), mean, *interval, *p, signflip_p(d), *beats_probability(d), mark, needed))
     return gaps
@@ -329,8 +329,8 @@ def method_note(ranking: Ranking, pairing: str = "seeds") -> str:
         f"Marks between adjacent rows (paired by {pairing}; n = {shown} per row): ≻ separated (two-sided paired "
         f"t-test, Holm-corrected over the {len(ranking.gaps)} gaps, alpha {ranking.alpha:g}); ≈ equivalent "
         f"within {ranking.margin:g} point (TOST, Holm-corrected likewise; a gap both separated and within the "
-        f"margin is ≈); ? open, with the seeds that would resolve it at {POWER:.0%} power (two-sided paired "
-        "t-test at 5 %, or TOST when the gap is within the margin). Interval: 95 % t interval of the paired mean "
+        f"margin is ≈); ? open, with the seeds that would resolve it at {POWER * 100:g} % power (two-sided "
+        f"paired t-test at {ranking.alpha:g}, or TOST when the gap is within the margin). Interval: 95 % t interval of the paired mean "
         "difference. rank: the 95 % interval of the row's rank over 2000 bootstrap resamples of the seeds. "
         "P(beats next): the share of paired seeds on which the row beats the next, with its 95 % Clopper-Pearson "
         "interval (docs/reading-a-row.md)."

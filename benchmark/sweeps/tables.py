@@ -412,7 +412,7 @@ DIFFERENCE_COLUMNS = [
 ]
 
 
-def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
+def differences(long: pd.DataFrame, reference: str, metric: str, alpha: float = statements.ALPHA) -> pd.DataFrame:
     """`reference` minus every other row label on `metric`, paired run by run (same dataset,
     grid, seed). Per dataset and over all pairs (seeds x datasets): the number of pairs, the
     mean difference, its 95 % t interval, the two-sided paired t-test's p, its Holm-adjusted p
@@ -441,7 +441,9 @@ def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame
     rows = []
     for (grid, dataset), family in families.items():
         # both directions: a baseline above the reference is marked ≺, never hidden as open
-        gaps = statements.compare([(reference, b, d) if d.mean() >= 0 else (b, reference, -d) for b, d in family])
+        gaps = statements.compare(
+            [(reference, b, d) if d.mean() >= 0 else (b, reference, -d) for b, d in family], alpha
+        )
         for (baseline, diffs), gap in zip(family, gaps):
             above = gap.upper == reference
             rows.append(
@@ -466,10 +468,13 @@ def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame
     frame["_order"] = frame["baseline"].map(order)
     frame = frame.sort_values(["_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
     frame["seeds_needed"] = frame["seeds_needed"].astype("Int64")
+    frame.attrs["alpha"] = alpha
     return frame
 
 
-def rankings(long: pd.DataFrame, headline: Mapping[str, str]) -> dict[tuple[str, str], statements.Ranking]:
+def rankings(
+    long: pd.DataFrame, headline: Mapping[str, str], alpha: float = statements.ALPHA
+) -> dict[tuple[str, str], statements.Ranking]:
     """(dataset block, grid) -> the ranking of its rows on the block's headline metric
     (`statements.rank_statements`): per dataset paired by seed, the Average block by the
     per-seed mean over datasets (seeds that ran every dataset). A row whose value is the same
@@ -497,7 +502,7 @@ def rankings(long: pd.DataFrame, headline: Mapping[str, str]) -> dict[tuple[str,
                 for label, g in by_grid.groupby("label", sort=False)
             }
             constant = [r for r, v in values.items() if len(v) > 1 and np.ptp(list(v.values())) == 0]
-            out[(dataset, grid)] = statements.rank_statements(values, constant=constant)
+            out[(dataset, grid)] = statements.rank_statements(values, alpha, constant=constant)
     return out
 
 
@@ -712,8 +717,8 @@ def render(
             "",
             "Paired run by run (same dataset, grid and seed); interval: 95 % t interval of the mean difference; "
             f"p_t: two-sided paired t-test, p_holm: Holm-adjusted over the baselines; mark: ≻ {reference} above, "
-            f"≺ below, ≈ equivalent within {statements.MARGIN:g} point (TOST), ? open with the seeds it needs at "
-            f"{statements.POWER:.0%} power; p_signflip: exact sign-flip test, empty below "
+            f"≺ below (at alpha {diffs.attrs.get('alpha', statements.ALPHA):g}), ≈ equivalent within {statements.MARGIN:g} point (TOST), ? open with the seeds it needs at "
+            f"{statements.POWER * 100:g} % power; p_signflip: exact sign-flip test, empty below "
             f"{statements.SIGNFLIP_MIN_PAIRS} pairs (its smallest p, 2/2^n, cannot reach 0.05 there). One pair "
             "gives no interval and no test.",
             "",
