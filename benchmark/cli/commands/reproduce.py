@@ -50,7 +50,7 @@ def add_parser(subparsers) -> None:
     resolved = p.add_argument_group(
         "seeds where they decide (--until-resolved)",
         "Look 1 runs the preset's seeds; each open gap of the ranking (the Average block, headline metric) then "
-        "gets the seeds that give it 80 %% power, the cheapest gap first, within the budget; look 2 marks the "
+        "gets the seeds that give it 80 % power, the cheapest gap first, within the budget; look 2 marks the "
         "table. Both looks at alpha 0.025 (0.05 split over the two). Resumable: a rerun plans the same seeds from "
         "the same look-1 results (benchmark/sweeps/resolve.py states the rule).",
     )
