@@ -10,8 +10,9 @@ paired difference (same seeds) gets a Student t interval and one mark:
   (default 1 point, above the 0.65 points CPU kernels move a row), Holm-corrected likewise;
   a gap both separated and inside the margin is printed `≈`: its sign is clear, its size
   is below what another CPU can move;
-- `?` open, with the seeds the pair would need (`seeds_needed`: 80 % power of a two-sided
-  paired t-test at 5 %, or of TOST when the observed gap is inside the margin; the smaller).
+- `?` open, with the seeds the pair would need (`seeds_needed`: 80 % power, at the observed
+  gap and paired sd, of a two-sided paired t-test at alpha / gaps, or of TOST when the gap
+  is inside the margin; the smaller; never fewer than its pairs + 1).
 
 Why the t interval and test at every n (and no bootstrap for a mean): the percentile
 bootstrap of a mean of 3 values is the range of the 3 values, whose coverage is about 76 %;
@@ -283,7 +284,10 @@ def compare(pairs: Sequence[tuple[str, str, np.ndarray]], alpha: float = ALPHA, 
     for (upper, lower, _), d, mark, *p in zip(pairs, diffs, shown, *ps):
         mean = float(d.mean()) if len(d) else float("nan")
         sd = float(d.std(ddof=1)) if len(d) > 1 else float("nan")
-        needed = 0 if mark != OPEN else seeds_needed(mean, sd, margin, alpha)
+        # planned at alpha / gaps (Bonferroni: the level Holm's first step tests at), and
+        # always more than the pairs it has: an open gap is open at its n
+        level = alpha / max(1, len(pairs))
+        needed = 0 if mark != OPEN else max(len(d) + 1, seeds_needed(mean, sd, margin, level))
         interval = t_interval(d)
         gaps.append(Gap(upper, lower, len(d), mean, *interval, *p, signflip_p(d), *beats_probability(d), mark, needed))
     return gaps
@@ -330,7 +334,7 @@ def method_note(ranking: Ranking, pairing: str = "seeds") -> str:
         f"t-test, Holm-corrected over the {len(ranking.gaps)} gaps, alpha {ranking.alpha:g}); ≈ equivalent "
         f"within {ranking.margin:g} point (TOST, Holm-corrected likewise; a gap both separated and within the "
         f"margin is ≈); ? open, with the seeds that would resolve it at {POWER * 100:g} % power (two-sided "
-        f"paired t-test at {ranking.alpha:g}, or TOST when the gap is within the margin). Interval: 95 % t interval of the paired mean "
+        f"paired t-test at alpha / {len(ranking.gaps)}, at the observed gap and paired sd, or TOST when the gap is within the margin). Interval: 95 % t interval of the paired mean "
         "difference. rank: the 95 % interval of the row's rank over 2000 bootstrap resamples of the seeds. "
         "P(beats next): the share of paired seeds on which the row beats the next, with its 95 % Clopper-Pearson "
         "interval (docs/reading-a-row.md)."

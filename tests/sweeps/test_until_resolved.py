@@ -49,16 +49,16 @@ def test_the_stopping_rule_continues_on_an_open_table_within_its_budget():
     }
     ranking = _ranking(values)
     open_gap = ranking.gaps[1]
-    assert open_gap.mark == statements.OPEN and 3 < open_gap.needed <= 30
+    assert open_gap.mark == statements.OPEN and 3 < open_gap.needed <= 50
     ran = {r: [1, 2, 3] for r in values}
-    plan = resolve.plan_seeds(ranking, ran, cells=12, budget=100, max_seeds=30, constant=["z"])
+    plan = resolve.plan_seeds(ranking, ran, cells=12, budget=100, max_seeds=50, constant=["z"])
     extra = plan.extra(ran)
     assert set(extra) == {"b", "c"}
     assert extra["b"] == list(range(4, open_gap.needed + 1))  # the seeds after the preset's, in order
     # the same table with too small a budget: nothing fits, the gap stays open and is named
-    poor = resolve.plan_seeds(ranking, ran, cells=12, budget=13, max_seeds=30, constant=["z"])
+    poor = resolve.plan_seeds(ranking, ran, cells=12, budget=13, max_seeds=50, constant=["z"])
     assert poor.extra(ran) == {} and poor.beyond_budget == [open_gap]
-    assert "exceed the budget" in resolve.stop_note(poor, ranking, 13, 12, 30)
+    assert "exceed the budget" in resolve.stop_note(poor, ranking, 13, 12, 50)
     capped = resolve.plan_seeds(ranking, ran, cells=12, budget=100, max_seeds=4, constant=["z"])
     assert capped.beyond_max_seeds == [open_gap]
 
