@@ -82,6 +82,7 @@ def _reproduce(tmp: Path, preset: Path, *extra: str) -> int:
     )
 
 
+@pytest.mark.slow  # three reproductions of the mini table: 80 s on the 2-core machine under load 6
 def test_until_resolved_killed_and_rerun_gives_the_seeds_and_table_of_an_uninterrupted_run(
     tmp_path, fake_data_root, monkeypatch
 ):
