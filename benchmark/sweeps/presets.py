@@ -98,6 +98,9 @@ class Preset:
     tuned_command: str = ""  # the `fedbench tune` command that chose them
     tuned_flags: dict[str, str] = field(default_factory=dict)  # label -> why the search flagged its choice
     tuned_budget: str = ""  # the search every tuned method got, in words (the table's notes say it)
+    # The stated wall seconds of one cell (`reproduce --until-resolved --budget 15m` turns a
+    # time into this many cells, the same on every machine); None: budgets in cells only.
+    cell_seconds: float | None = None
 
     def cells(
         self,
@@ -265,6 +268,11 @@ def load_preset(name_or_path: str) -> Preset:
                 f"preset {path}: {key} must be a {'mapping' if key in ('run', 'grid') else 'list'}, "
                 f"got {data.get(key)!r}"
             )
+    cell_seconds = data.get("cell_seconds")
+    if cell_seconds is not None and (
+        isinstance(cell_seconds, bool) or not isinstance(cell_seconds, (int, float)) or cell_seconds <= 0
+    ):
+        raise ConfigError(f"preset {path}: cell_seconds must be a positive number of seconds, got {cell_seconds!r}")
     if any(not isinstance(s, int) or isinstance(s, bool) for s in data["seeds"]):
         raise ConfigError(f"preset {path}: seeds must be integers, got {data['seeds']!r}")
     if any(not isinstance(d, (str, dict)) or isinstance(d, dict) and "name" not in d for d in data["datasets"]):
@@ -300,6 +308,7 @@ def load_preset(name_or_path: str) -> Preset:
         grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
         paper_table=data.get("paper_table"),
         targets=data.get("targets"),
+        cell_seconds=None if cell_seconds is None else float(cell_seconds),
     )
     if not tuned:
         return preset

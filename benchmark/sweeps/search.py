@@ -15,10 +15,14 @@ to try, which one to choose, and what a reader must be told about the choice.
    declared range gets it tried (the 2026-12-05 retune left 8 of 13 toy methods at the top of
    their ranges). The same rule for every method; a method whose choice is inside its range
    runs none.
-4. The choice: the point whose *smoothed* score is highest among the points that score within
-   the noise of the best single point. Smoothing averages each point with its neighbours
-   (a Gaussian kernel of SMOOTHING grid steps), so one lucky draw next to a collapse does not
-   win; a failed trial (diverged) counts as 0 there.
+4. The choice, with the statistics of the table (`benchmark.sweeps.statements`): a point is
+   "best" only against the points it is separated from. The candidates are the best single
+   point and every finished point it is not separated from (paired by tuning seed: the
+   paired t-test, Holm-corrected over the comparisons, does not give ≻; or TOST shows the two
+   within the 1-point margin). Among them the tie is broken by the smoother neighbourhood: the
+   highest *smoothed* score. Smoothing averages each point with its neighbours (a Gaussian
+   kernel of SMOOTHING grid steps), so one lucky draw next to a collapse does not win; a failed
+   trial (diverged) counts as 0 there.
 5. The noise: the spread of one point's score over its tuning seeds, measured on every trial
    (the median standard deviation over seeds), as the standard error of a trial's mean; two
    points differ beyond noise when their gap exceeds twice the standard error of a difference.
@@ -37,7 +41,10 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from benchmark.method import Choice, LogUniform, SearchSpace
+from benchmark.sweeps import statements
 
 POINTS_PER_DECADE = 2  # log ranges: grid steps of at most half a decade
 LINEAR_STEPS = 4  # linear ranges: grid steps of at most a quarter of the range
@@ -50,9 +57,10 @@ CLIFF_RATIO = 4.0  # a jump: a step this many times steeper than the curve's med
 
 Params = dict[str, Any]
 CHOICE_RULE = (
-    f"the best point of the smoothed curve (Gaussian kernel of {SMOOTHING:g} grid steps, a failed trial counting 0) "
-    f"among the points within the noise of the best point; noise = the median std over seeds / sqrt(seeds), "
-    f"a gap within noise = below {NOISE_MULTIPLE:g} x sqrt(2) x noise"
+    "the best single point is best only against the points it is separated from (paired by tuning seed: a "
+    "Holm-corrected paired t-test at 0.05 gives ≻; the table's statistics, docs/reading-a-row.md); among it and "
+    f"the points it is not separated from, the tie goes to the smoother neighbourhood: the best point of the "
+    f"smoothed curve (Gaussian kernel of {SMOOTHING:g} grid steps, a failed trial counting 0)"
 )
 
 
@@ -168,24 +176,38 @@ class Selection:
     index: int  # into the trials
     smoothed: list[float]
     noise: float  # the standard error of one point's score
-    within_noise: bool  # its score is within the noise of the best single point's
+    within_noise: bool  # not separated from the best single point (`choose`)
     flags: list[str] = field(default_factory=list)
 
 
-def choose(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Selection | None:
-    """The best point of the smoothed curve among the points within the noise of the best
-    single point (all finished points when the noise cannot be measured); ties: the earlier
-    trial. None when no trial finished."""
+def unseparated(trials: Sequence[Trial]) -> list[int]:
+    """The best single point and the finished points it is not separated from: paired by
+    tuning seed, `statements.marks` (Holm over the comparisons) gives them ≈ or ?, not ≻.
+    Every finished point when the seeds cannot pair (fewer than 2, or unequal counts)."""
     finished = [i for i, t in enumerate(trials) if t.per_seed is not None]
     if not finished:
+        return []
+    top = max(finished, key=lambda i: (trials[i].value, -i))
+    others = [i for i in finished if i != top]
+    lengths = {len(trials[i].per_seed) for i in finished}
+    if len(lengths) > 1 or min(lengths) < 2 or not others:
+        return finished
+    best = np.asarray(trials[top].per_seed, dtype=float)
+    marks = statements.marks([best - np.asarray(trials[i].per_seed, dtype=float) for i in others])[0]
+    return sorted([top, *(i for i, mark in zip(others, marks) if mark != statements.SEPARATED)])
+
+
+def choose(space: Mapping[str, SearchSpace], trials: Sequence[Trial]) -> Selection | None:
+    """The best point of the smoothed curve among the best single point and the points it is
+    not separated from (`unseparated`; CHOICE_RULE); ties: the earlier trial. None when no
+    trial finished."""
+    candidates = unseparated(trials)
+    if not candidates:
         return None
     curve = smoothed(space, trials)
     se = noise(trials)
-    top = max(trials[i].value for i in finished)
-    limit = jump_limit(se) if math.isfinite(se) else 0.0
-    candidates = [i for i in finished if trials[i].value >= top - limit]
     best = max(candidates, key=lambda i: (curve[i], -i))
-    chosen = Selection(best, curve, se, trials[best].value >= top - limit)
+    chosen = Selection(best, curve, se, True)
     chosen.flags = flags(space, trials, best, se)
     return chosen
 

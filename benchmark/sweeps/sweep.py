@@ -7,7 +7,7 @@ The cells run here, one after another, or on Ray or Slurm (benchmark.sweeps.exec
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,6 +21,7 @@ from benchmark.runs.prechecks import validate_run
 from benchmark.runs.readiness import DataCheck, check_attributes, check_dataset
 from benchmark.runs.results import is_complete
 from benchmark.runs.tracking import Tracker
+from benchmark.sweeps import statements
 from benchmark.sweeps.cost import data_counts, preset_cost
 from benchmark.sweeps.executors.cells import CellJob
 from benchmark.sweeps.executors.local import LocalExecutor
@@ -35,9 +36,11 @@ from benchmark.sweeps.tables import (
     failed_cells,
     numerics_note,
     paper_comparison,
+    rankings,
     render,
     render_spread,
     run_dir,
+    seeds_note,
     summarize,
 )
 from data.base import DatasetError
@@ -65,6 +68,8 @@ class SweepPlan:
     blocked: dict[tuple, str] = field(default_factory=dict)  # needs_key(cell) -> why it cannot start
     checks: dict[tuple, DataCheck] = field(default_factory=dict)  # (dataset, data root) -> what a run finds
     overrides: dict[str, Any] = field(default_factory=dict)  # `reproduce --set`: the table says so
+    alpha: float = statements.ALPHA  # the level the table's marks are at (`--until-resolved`: per look)
+    design: list[str] = field(default_factory=list)  # how `--until-resolved` chose the seeds
 
     def describe(self, every_cell: bool = False) -> str:
         failed_before = len(failed_cells(self.todo))
@@ -370,15 +375,18 @@ def render_tables(
     preset_methods = [m.method for m in plan.preset.methods if m.label == m.method]
     finished = [c for c in plan.shown if is_complete(run_dir(c))]
     scope = table_scope(plan.preset, plan.shown, finished, plan.overrides, plan.partial)
+    if plan.design:  # `--until-resolved` chose its seeds beyond the preset's: the design, stated in its note
+        scope = replace(scope, extra_seeds=[])
     rendered = render_cells(
         plan.shown,
         Path(results_dir),
         plan.preset.title,
         plan.preset.paper_table,
         preset_methods,
-        notes,
+        [*notes, *plan.design],
         scope=scope,
         tuning_flags=plan.preset.tuned_flags,
+        alpha=plan.alpha,
     )
     if rendered is None:
         return {}
@@ -398,6 +406,7 @@ def render_cells(
     reference: str = HEADLINE_METHOD,
     scope: TableScope | None = None,
     tuning_flags: Mapping[str, str] | None = None,
+    alpha: float = statements.ALPHA,
 ):
     """The table (md/csv/tex), the paper comparison, `reference` minus each other row
     (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
@@ -421,9 +430,13 @@ def render_cells(
         comparison = scope.comparison(comparison, stats)
         title, notes = scope.title(title), [*scope.notes(), *notes]
     headline = get_protocol(cells[0].config.protocol).headline
-    diffs = differences(long, reference, headline)
+    diffs = differences(long, reference, headline, alpha)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
-    files = render(stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else [])])
+    seeds = seeds_note(long)
+    ranks = rankings(long, headlines, alpha)
+    files = render(
+        stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else []), *seeds], ranks=ranks
+    )
     spread = client_spread_table(cells)
     if not spread.empty:
         files.update(render_spread(spread, out, title))
@@ -446,7 +459,6 @@ def _empty():
 
 def _log_tables(plan: SweepPlan, stats, comparison, files: dict[str, Path], wandb_mode: str, tags=()) -> None:
     """The rendered table and plots, logged once per reproduction in a run of their own."""
-    from dataclasses import replace
 
     config = replace(plan.cells[0].config, wandb=wandb_mode)  # project, group and output folder
     images = {k: v for k, v in files.items() if v.suffix == ".png"}

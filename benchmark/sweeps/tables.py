@@ -4,8 +4,9 @@
 gives mean and std over seeds per dataset plus the 'Average' over datasets (each run's
 HM is averaged, never the HM of averages: docs/protocols.md); `differences` pairs the headline
 method with each other row run by run (same dataset, grid and seed) and gives the mean
-difference with a bootstrap interval and a signed-rank test; `render` writes Markdown, CSV
-and LaTeX. Every row says whether its hyperparameters are the paper's or `fedbench tune`'s.
+difference with its t interval, its mark and a sign-flip test (`benchmark.sweeps.statements`);
+`rankings` ranks each block's rows on the headline metric and marks every adjacent gap
+(≻ / ≈ / ?); `render` writes Markdown, CSV and LaTeX. Every row says whether its hyperparameters are the paper's or `fedbench tune`'s.
 A cell with no finished run is simply absent: `fedbench reproduce` fills it. A cell whose
 last run failed (diverged, crashed) is shown as "failed" -- never as a number, and never as
 the mean of the seeds that happened to work -- until a rerun succeeds.
@@ -25,12 +26,11 @@ from benchmark.files import atomic_write
 from benchmark.protocol_registry import get_protocol
 from benchmark.runs.identity import run_name
 from benchmark.runs.results import is_complete, read_failure, read_summary, run_health
+from benchmark.sweeps import statements
 from benchmark.sweeps.presets import Cell
 
 AVERAGE = "Average"
 KEYS = ["label", "hyperparameters", "method", "dataset", "grid"]
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
 
 
 def run_dir(cell: Cell) -> Path:
@@ -257,9 +257,8 @@ ASSESSMENT = [
 
 def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] | None = None) -> pd.DataFrame:
     """`stats` with the columns of ASSESSMENT: per (dataset block, grid, metric) `best` (the
-    highest mean; exact ties all best) and `tied` (not distinguishable from the best: the 95 %
-    bootstrap interval of the paired difference best minus this row contains 0; `pairs` its
-    number of pairs, `diff_*` its mean and interval); `unstable` (the number of the row's runs
+    highest mean; exact ties all best) and `tied` (not separated from the best: `_mark_best`;
+    `pairs` its number of pairs, `diff_*` its mean and t interval); `unstable` (the number of the row's runs
     flagged by `unstable_runs`) with `unstable_reasons`; `spread` (the std over seeds of the
     row's `headline` metric -- dataset -> name, the Average block flagged when its datasets
     share one -- when it exceeds SPREAD_LIMIT, else 0, on every metric of the row); `on_test`
@@ -340,8 +339,10 @@ def unstable_runs(long: pd.DataFrame) -> pd.DataFrame:
 def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
     """`best`, `tied`, `pairs` and `diff_*` of `assess`, in place. Pairs: per dataset block
     the seeds both rows ran; in the Average block every (dataset, seed) both ran (the pairing
-    of `differences`' 'all (seeds x datasets)'). `_interval_and_test` gives the interval, as
-    it does for differences.csv; fewer than 2 pairs give none, and only the best is marked."""
+    of `differences`' 'all (seeds x datasets)'). `diff_*`: the mean of best minus the row and
+    its 95 % t interval; `tied`: not separated from the best (`statements.marks`: paired
+    t-test, Holm over the block's rows); fewer than 2 pairs give none, and only the best is
+    marked."""
     ok = (stats["failed"] == 0) & stats["mean"].notna() & ~stats["on_test"].astype(bool)
     for (dataset, grid, metric), block in stats[ok].groupby(["dataset", "grid", "metric"], sort=False):
         top = block["mean"].max()
@@ -353,18 +354,22 @@ def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
         on = ["dataset", "seed"]
         reference = best.iloc[0]
         ours = values[(values[ROW] == reference[ROW]).all(axis=1)][[*on, "value"]]
+        others, diffs = [], []
         for index, row in block.drop(best.index).iterrows():
             theirs = values[(values[ROW] == row[ROW]).all(axis=1)][[*on, "value"]]
             paired = ours.merge(theirs, on=on, suffixes=("_best", "_row"))
-            diffs = (paired["value_best"] - paired["value_row"]).to_numpy()
-            low, high, _ = _interval_and_test(diffs)
+            others.append(index)
+            diffs.append((paired["value_best"] - paired["value_row"]).to_numpy())
+        shown = statements.marks(diffs)[0] if diffs else []
+        for index, d, mark in zip(others, diffs, shown):
+            low, high = statements.t_interval(d)
             stats.loc[index, ["pairs", "diff_mean", "diff_low", "diff_high"]] = [
-                len(diffs),
-                float(diffs.mean()) if len(diffs) else float("nan"),
+                len(d),
+                float(d.mean()) if len(d) else float("nan"),
                 low,
                 high,
             ]
-            stats.loc[index, "tied"] = bool(len(diffs) >= 2 and low <= 0 <= high)
+            stats.loc[index, "tied"] = bool(len(d) >= 2 and mark != statements.SEPARATED)
 
 
 def paper_comparison(
@@ -390,19 +395,37 @@ def paper_comparison(
     return merged[columns]
 
 
-def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame:
+DIFFERENCE_COLUMNS = [
+    "reference",
+    "baseline",
+    "grid",
+    "dataset",
+    "pairs",
+    "mean_diff",
+    "ci_low",
+    "ci_high",
+    "p_t",
+    "p_holm",
+    "mark",
+    "seeds_needed",
+    "p_signflip",
+]
+
+
+def differences(long: pd.DataFrame, reference: str, metric: str, alpha: float = statements.ALPHA) -> pd.DataFrame:
     """`reference` minus every other row label on `metric`, paired run by run (same dataset,
     grid, seed). Per dataset and over all pairs (seeds x datasets): the number of pairs, the
-    mean difference, a 95 % percentile bootstrap interval of that mean (resampling pairs;
-    fixed seed) and the two-sided Wilcoxon signed-rank p-value. With one pair there is no
-    interval and no test (NaN), never a made-up one."""
-    columns = ["reference", "baseline", "grid", "dataset", "pairs", "mean_diff", "ci_low", "ci_high", "p_wilcoxon"]
+    mean difference, its 95 % t interval, the two-sided paired t-test's p, its Holm-adjusted p
+    over the baselines of that (grid, dataset), the mark of `benchmark.sweeps.statements`
+    (≻ the reference above, ≺ below, ≈ equivalent, ? open) with the seeds an open one needs, and
+    the exact sign-flip p (NaN below 6 pairs, where none can reach 0.05). With one pair there
+    is no interval and no test (NaN), never a made-up one."""
     part = long[long["metric"] == metric]
     if part.empty or reference not in set(part["label"]):
-        return pd.DataFrame(columns=columns)
+        return pd.DataFrame(columns=DIFFERENCE_COLUMNS)
     keys = ["dataset", "grid", "seed"]
     ours = part[part["label"] == reference][[*keys, "value"]]
-    rows = []
+    families: dict[tuple[str, str], list[tuple[str, np.ndarray]]] = {}
     for baseline in dict.fromkeys(part["label"]):
         if baseline == reference:
             continue
@@ -414,42 +437,118 @@ def differences(long: pd.DataFrame, reference: str, metric: str) -> pd.DataFrame
             if len(groups) > 1:
                 groups.append(("all (seeds x datasets)", by_grid["diff"].to_numpy()))
             for dataset, diffs in groups:
-                low, high, p = _interval_and_test(diffs)
-                rows.append(
-                    {
-                        "reference": reference,
-                        "baseline": baseline,
-                        "grid": grid,
-                        "dataset": dataset,
-                        "pairs": len(diffs),
-                        "mean_diff": float(diffs.mean()),
-                        "ci_low": low,
-                        "ci_high": high,
-                        "p_wilcoxon": p,
-                    }
-                )
-    return pd.DataFrame(rows, columns=columns)
+                families.setdefault((grid, dataset), []).append((baseline, diffs))
+    rows = []
+    for (grid, dataset), family in families.items():
+        # both directions: a baseline above the reference is marked ≺, never hidden as open
+        gaps = statements.compare(
+            [(reference, b, d) if d.mean() >= 0 else (b, reference, -d) for b, d in family], alpha
+        )
+        for (baseline, diffs), gap in zip(family, gaps):
+            above = gap.upper == reference
+            rows.append(
+                {
+                    "reference": reference,
+                    "baseline": baseline,
+                    "grid": grid,
+                    "dataset": dataset,
+                    "pairs": len(diffs),
+                    "mean_diff": float(diffs.mean()),
+                    "ci_low": gap.low if above else -gap.high,
+                    "ci_high": gap.high if above else -gap.low,
+                    "p_t": gap.p,
+                    "p_holm": gap.p_holm,
+                    "mark": gap.mark if above or gap.mark != statements.SEPARATED else "≺",
+                    "seeds_needed": gap.needed if gap.mark == statements.OPEN and len(diffs) >= 2 else None,
+                    "p_signflip": gap.p_signflip,
+                }
+            )
+    order = {b: k for k, b in enumerate(dict.fromkeys(part["label"]))}
+    frame = pd.DataFrame(rows, columns=DIFFERENCE_COLUMNS)
+    frame["_order"] = frame["baseline"].map(order)
+    frame = frame.sort_values(["_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    frame["seeds_needed"] = frame["seeds_needed"].astype("Int64")
+    frame.attrs["alpha"] = alpha
+    return frame
 
 
-def _interval_and_test(diffs) -> tuple[float, float, float]:
-    if len(diffs) < 2:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    means = diffs[rng.integers(0, len(diffs), size=(BOOTSTRAP_RESAMPLES, len(diffs)))].mean(axis=1)
-    low, high = np.percentile(means, [2.5, 97.5])
-    if np.all(diffs == 0):
-        p = 1.0
-    else:
-        from scipy.stats import wilcoxon
+def rankings(
+    long: pd.DataFrame, headline: Mapping[str, str], alpha: float = statements.ALPHA
+) -> dict[tuple[str, str], statements.Ranking]:
+    """(dataset block, grid) -> the ranking of its rows on the block's headline metric
+    (`statements.rank_statements`): per dataset paired by seed, the Average block by the
+    per-seed mean over datasets (seeds that ran every dataset). A row whose value is the same
+    on every seed it ran (2 or more: zero-shot on a fixed test set) is deterministic and pairs
+    with every seed of its neighbour. Rows selected on test are left out, as from the marks."""
+    if long.empty:
+        return {}
+    if "selected" in long.columns:
+        long = long[long["selected"].fillna("final") == "final"]
+    datasets = list(dict.fromkeys(long["dataset"]))
+    metrics = {headline.get(d) for d in datasets}
+    blocks: list[tuple[str, pd.DataFrame]] = []
+    for dataset in datasets:
+        blocks.append((dataset, long[(long["dataset"] == dataset) & (long["metric"] == headline.get(dataset))]))
+    if len(metrics) == 1 and None not in metrics:
+        common = long[long["metric"] == headline.get(datasets[0])]
+        complete = common.groupby(["label", "grid", "seed"])["dataset"].transform("nunique") == len(datasets)
+        average = common[complete].groupby(["label", "grid", "seed"], as_index=False, sort=False)["value"].mean()
+        blocks.insert(0, (AVERAGE, average))
+    out = {}
+    for dataset, block in blocks:
+        for grid, by_grid in block.groupby("grid", sort=False):
+            values = {
+                label: dict(zip(g["seed"], g["value"].astype(float)))
+                for label, g in by_grid.groupby("label", sort=False)
+            }
+            constant = [r for r, v in values.items() if len(v) > 1 and np.ptp(list(v.values())) == 0]
+            out[(dataset, grid)] = statements.rank_statements(values, alpha, constant=constant)
+    return out
 
-        p = float(wilcoxon(diffs).pvalue)
-    return float(low), float(high), p
+
+def seeds_note(long: pd.DataFrame) -> list[str]:
+    """The seeds behind the table's rows, as one note: 'Seeds: 1–3 (every row).' or, when rows
+    ran different seeds (`fedbench reproduce --until-resolved`), each set with its rows."""
+    if long.empty:
+        return []
+    by_row = long.groupby("label", sort=False)["seed"].agg(lambda seeds: tuple(sorted(set(seeds))))
+    groups: dict[tuple, list[str]] = {}
+    for label, seeds in by_row.items():
+        groups.setdefault(seeds, []).append(label)
+
+    def text(seeds: tuple) -> str:
+        contiguous = len(seeds) > 2 and seeds[-1] - seeds[0] == len(seeds) - 1
+        return f"{seeds[0]}–{seeds[-1]}" if contiguous else ", ".join(map(str, seeds))
+
+    if len(groups) == 1:
+        return [f"Seeds: {text(next(iter(groups)))} (every row)."]
+    return ["Seeds: " + "; ".join(f"{text(seeds)}: {', '.join(labels)}" for seeds, labels in groups.items()) + "."]
+
+
+def ranking_table(ranking: statements.Ranking) -> pd.DataFrame:
+    """The rows of a ranking as the table prints them: rank by mean, the 95 % rank interval,
+    n, the mean with its 95 % t interval, and the mark to the next row with P(beats next)."""
+    rows = []
+    for k, row in enumerate(ranking.rows):
+        gap = ranking.gaps[k] if k < len(ranking.gaps) else None
+        interval = "" if np.isnan(ranking.low[k]) else f" [{ranking.low[k]:.2f}, {ranking.high[k]:.2f}]"
+        rows.append(
+            {
+                "rank": k + 1,
+                "label": row,
+                "rank interval": f"{ranking.rank_low[k]}–{ranking.rank_high[k]}",
+                "n": ranking.n[k],
+                "mean [95 % t]": f"{ranking.means[k]:.2f}{interval}",
+                "vs next": gap.text() if gap else "",
+                "P(beats next)": f"{gap.beats:.2f} [{gap.beats_low:.2f}, {gap.beats_high:.2f}]" if gap else "",
+            }
+        )
+    return pd.DataFrame(rows).set_index("rank")
 
 
 def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame:
     """Rows = method label (+ grid), columns = metrics, cells 'mean ± std'. With `marks` (and
-    the columns of `assess`): the best cell of a column in bold, a cell not distinguishable
-    from it with †, a column `n` (seeds behind the row's means) first, and a column
+    the columns of `assess`): the best cell of a column in bold, a column `n` (seeds behind the row's means) first, and a column
     `unstable` when a row of the block is flagged: ‡ and the number of its unstable runs, §
     and the std of a wide spread, ¶ when its tuned value was flagged by `fedbench tune` (the
     `tuning` column), and a column `round` when a row reports the round it selected on test."""
@@ -457,7 +556,7 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
     marked = marks and "best" in part.columns
     part["cell"] = [_fmt(m, s, n, f) for m, s, n, f in zip(part["mean"], part["std"], part["n"], part["failed"])]
     if marked:
-        part["cell"] = [_mark_md(c, b, t) for c, b, t in zip(part["cell"], part["best"], part["tied"])]
+        part["cell"] = [f"**{c}**" if b else c for c, b in zip(part["cell"], part["best"])]
     index = ["label", "hyperparameters", "grid"] if (part["grid"] != "").any() else ["label", "hyperparameters"]
     table = part.pivot_table(index=index, columns="metric", values="cell", aggfunc="first", sort=False)
     table = table[[m for m in dict.fromkeys(part["metric"]) if m in table.columns]]
@@ -486,10 +585,6 @@ def wide(stats: pd.DataFrame, dataset: str, marks: bool = False) -> pd.DataFrame
     return table
 
 
-def _mark_md(cell: str, best: bool, tied: bool) -> str:
-    return f"**{cell}**" if best else (f"{cell} †" if tied else cell)
-
-
 def _n_text(low: int, high: int) -> str:
     """The number of seeds behind a row ('–' for a row with no finished seed)."""
     low, high = int(low), int(high)
@@ -514,14 +609,9 @@ def block_notes(part: pd.DataFrame, dataset: str) -> list[str]:
             )
         else:
             notes.append(
-                f"Bold: the best mean of its column; † (tied): not distinguishable from the best, i.e. the 95 % "
-                f"bootstrap interval of the paired difference (best minus the row, paired by {pairing}, as in "
-                f"differences.csv) contains 0; n = {shown} pairs"
-                + (
-                    " (a comparison with fewer than 2 pairs has no interval and is never marked)."
-                    if pairs[0] < 2
-                    else "."
-                )
+                f"Bold: the best mean of its column; n = {shown} pairs ({pairing}) with it. Which rows it is "
+                "separated from: the ranking below (headline metric) and table.csv's `tied` (not separated from the "
+                "best by the paired t-test, Holm-corrected over the block's rows; every metric)."
             )
     elif part["best"].any():
         notes.append("Bold: the best mean of its column.")
@@ -574,18 +664,19 @@ def render(
     title: str,
     diffs: pd.DataFrame | None = None,
     notes: Sequence[str] = (),
+    ranks: Mapping[tuple[str, str], statements.Ranking] | None = None,
 ) -> dict[str, Path]:
     """Write table.md, table.csv (long stats, with the columns of `assess`), table.tex,
     paper_comparison.csv and differences.csv (`differences`); `notes` are lines printed under
-    the title; each block's marks are explained under it (`block_notes`)."""
+    the title; each block's marks are explained under it (`block_notes`); `ranks` (`rankings`)
+    give the statements above the tables and each block's ranking under its table."""
     out_dir.mkdir(parents=True, exist_ok=True)
     datasets = list(dict.fromkeys(stats["dataset"]))
     order = ([AVERAGE] if AVERAGE in datasets else []) + [d for d in datasets if d != AVERAGE]
     md = [
         f"# {title}",
         "",
-        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); bold = best, † = not "
-        "distinguishable from the best, ‡ = unstable, § = a wide spread over seeds (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
+        "Mean ± std over seeds (n = number of seeds; one seed shows no ±); bold = best, ‡ = unstable, § = a wide spread over seeds (each block's notes say how, with the n behind them); Average = per-seed mean over datasets "
         "(HM averaged per run); failed = a run of the cell failed (`fedbench reproduce` retries it). "
         "hyperparameters: paper = the method's defaults (and the preset's run settings), "
         "tuned = chosen by `fedbench tune` on validation data, name=value = set by the preset.",
@@ -593,20 +684,43 @@ def render(
         *notes,
         *([""] if notes else []),
     ]
+    ranks = ranks or {}
+    if ranks:
+        md += [
+            "What the seeds support (headline metric; ≻ separated, ≈ equivalent, ? open: docs/reading-a-row.md):",
+            "",
+        ]
+        md += [f"- {dataset}{f' ({grid})' if grid else ''}: {r.headline()}" for (dataset, grid), r in ranks.items()]
+        md += [""]
     tex = []
     for dataset in order:
         part = stats[stats["dataset"] == dataset]
         table = wide(stats, dataset, marks=True)
         notes_here = block_notes(part, dataset)
         md += [f"## {dataset}", "", markdown_table(table), "", *notes_here, *([""] if notes_here else [])]
+        for (block, grid), ranking in ranks.items():
+            if block == dataset:
+                pairing = "seeds (each seed's mean over datasets)" if dataset == AVERAGE else "seeds"
+                md += [
+                    f"### Ranking of {dataset}{f' ({grid})' if grid else ''}",
+                    "",
+                    markdown_table(ranking_table(ranking)),
+                    "",
+                    statements.method_note(ranking, pairing),
+                    "",
+                ]
         tex.append(latex_table(part, f"{title}: {dataset}", marks=True))
     if diffs is not None and not diffs.empty:
         reference = diffs["reference"].iloc[0]
         md += [
             f"## {reference} minus each baseline",
             "",
-            "Paired run by run (same dataset, grid and seed); interval: 95 % bootstrap of the mean difference over "
-            "the pairs (seeds x datasets); p: Wilcoxon signed-rank. One pair gives no interval and no test.",
+            "Paired run by run (same dataset, grid and seed); interval: 95 % t interval of the mean difference; "
+            f"p_t: two-sided paired t-test, p_holm: Holm-adjusted over the baselines; mark: ≻ {reference} above, "
+            f"≺ below (at alpha {diffs.attrs.get('alpha', statements.ALPHA):g}), ≈ equivalent within {statements.MARGIN:g} point (TOST), ? open with the seeds it needs at "
+            f"{statements.POWER * 100:g} % power; p_signflip: exact sign-flip test, empty below "
+            f"{statements.SIGNFLIP_MIN_PAIRS} pairs (its smallest p, 2/2^n, cannot reach 0.05 there). One pair "
+            "gives no interval and no test.",
             "",
             markdown_table(diffs.drop(columns=["reference"]).round(2).set_index(["baseline", "grid", "dataset"])),
             "",
@@ -631,8 +745,7 @@ def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
     """A booktabs table ready to paste: one header row, right-aligned numbers, the best mean
     of each column in bold (ties all bold), a failed cell as `failed` (never a number), a
     column saying paper/tuned/the preset's values when any row is not the paper's, the caption escaped for LaTeX. With
-    `marks` (and the columns of `assess`): bold is `assess`'s best, $^\\dagger$ marks a cell
-    not distinguishable from it, $^\\ddagger$ an unstable row's label, a column $n$ (seeds)
+    `marks` (and the columns of `assess`): bold is `assess`'s best, $^\\ddagger$ an unstable row's label, a column $n$ (seeds)
     follows the method, and the notes of `block_notes` follow the tabular."""
     marked = marks and "best" in part.columns
     metrics = list(dict.fromkeys(part["metric"]))
@@ -678,17 +791,14 @@ def latex_table(part: pd.DataFrame, caption: str, marks: bool = False) -> str:
                 cells.append(latex_escape(_fmt(mean, std, n, failed)))
                 continue
             text = f"{mean:.2f}" + (f" $\\pm$ {std:.2f}" if n > 1 else "")
-            if marked:
-                is_best, tied = bool(row["best"].iloc[0]), bool(row["tied"].iloc[0])
-            else:
-                is_best, tied = round(mean, 2) == round(best[metric], 2), False
-            cells.append(f"\\textbf{{{text}}}" if is_best else (f"{text}$^\\dagger$" if tied else text))
+            is_best = bool(row["best"].iloc[0]) if marked else round(mean, 2) == round(best[metric], 2)
+            cells.append(f"\\textbf{{{text}}}" if is_best else text)
         lines.append(" & ".join(cells) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     if marked:
         notes = block_notes(part, str(part["dataset"].iloc[0])) if not part.empty else []
         for note in notes:
-            text = latex_escape(note).replace("†", "$^\\dagger$").replace("‡", "$^\\ddagger$").replace("§", "\\S{}")
+            text = latex_escape(note).replace("‡", "$^\\ddagger$").replace("§", "\\S{}")
             lines.append(f"\\par\\smallskip{{\\footnotesize {text}}}")
     lines += ["\\end{table}", ""]
     return "\n".join(lines)

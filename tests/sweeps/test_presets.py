@@ -34,6 +34,11 @@ def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
     # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine
     assert (args.executor, args.workers, args.cpus_per_cell) == ("local", 3, 1)
     assert reproduce.make_executor(args).workers == 3  # reads every executor option
+    # seeds where they decide, within the demo's 15 minutes as cells: the same number on every machine
+    from benchmark.sweeps.resolve import budget_cells
+
+    assert (args.until_resolved, args.budget) == (True, "15m")
+    assert budget_cells(args.budget, load_preset("toy").cell_seconds, "toy") == 85
 
 
 @pytest.mark.parametrize("preset", ["pfedmma_authors", "pfedmma_authors_real"])

@@ -1,5 +1,5 @@
 """What a table tells a reader at a glance: the best row of each column, the rows not
-distinguishable from it (paired bootstrap, as differences.csv), n per row, and unstable runs
+separated from it (paired t-test, Holm-corrected), the ranking's statements, n per row, and unstable runs
 (train loss rose, or an accuracy below half of zero-shot's) marked, never hidden."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from benchmark.sweeps.tables import (
     block_notes,
     differences,
     latex_table,
+    rankings,
     render,
     summarize,
     unstable_runs,
@@ -86,18 +87,23 @@ def test_the_average_interval_is_the_one_of_differences_csv():
 
 
 def test_md_tex_and_csv_show_the_marks_the_n_and_a_legend(tmp_path):
-    stats = summarize(three_methods())
-    paths = render(stats, pd.DataFrame(), tmp_path, "Marks")
+    long = three_methods()
+    stats = summarize(long)
+    ranks = rankings(long, {"dtd": "HM", "pets": "HM"})
+    paths = render(stats, pd.DataFrame(), tmp_path, "Marks", ranks=ranks)
     md = paths["md"].read_text()
+    # the statements above the tables: best and close are not separated, the rest are
+    (average,) = [line for line in md.splitlines() if line.startswith("- Average: ")]
+    assert average.startswith("- Average: {best ? close} (open: ≈ ") and average.endswith("≻ worse ≻ zeroshot")
+    assert "### Ranking of Average" in md and "Holm-corrected over the 3 gaps" in md
+    assert "†" not in md and "bootstrap interval of the paired difference" not in md
     block = md.split("## Average")[1].split("## dtd")[0]
     row = {line.split(" | ")[0].lstrip("| "): line for line in block.splitlines() if line.startswith("| ")}
     assert row["label"].startswith("| label | hyperparameters | n |")
-    assert "**" in row["best"] and "†" not in row["best"]
-    assert "† |" in row["close"] and "**" not in row["close"]
-    assert "**" not in row["worse"] and "†" not in row["worse"]
+    assert "**" in row["best"] and "**" not in row["close"] and "**" not in row["worse"]
     assert all(f"| {n} |" in row[label] for label, n in (("best", 3), ("close", 3)))  # n seeds per row
-    assert "paired by seeds x datasets" in block and "n = 6 pairs" in block
-    assert "paired by seeds," in md.split("## dtd")[1] and "n = 3 pairs" in md.split("## dtd")[1]
+    assert "n = 6 pairs (seeds x datasets)" in block
+    assert "n = 3 pairs (seeds)" in md.split("## dtd")[1]
     csv = pd.read_csv(paths["csv"])
     assert {"best", "tied", "pairs", "diff_low", "diff_high", "unstable", "unstable_reasons"} <= set(csv.columns)
     marked = csv[(csv.dataset == AVERAGE) & (csv.metric == "HM")].set_index("label")
@@ -106,8 +112,8 @@ def test_md_tex_and_csv_show_the_marks_the_n_and_a_legend(tmp_path):
     assert "Method & $n$ & Base & HM" in tex
     (best_line,) = [line for line in tex.splitlines() if line.startswith("best &")]
     (close_line,) = [line for line in tex.splitlines() if line.startswith("close &")]
-    assert best_line.count("\\textbf{") == 2 and close_line.count("$^\\dagger$") == 2
-    assert "not distinguishable from the best" in tex and "n = 6 pairs" in tex
+    assert best_line.count("\\textbf{") == 2 and "dagger" not in tex and "\\textbf{" not in close_line
+    assert "not separated from the best" in tex and "n = 6 pairs" in tex
 
 
 def test_one_pair_marks_only_the_best_and_says_why(tmp_path):
@@ -118,7 +124,7 @@ def test_one_pair_marks_only_the_best_and_says_why(tmp_path):
         part = stats[stats.dataset == dataset]
         assert set(part[part.best].label) == {"best"} and not part.tied.any()
     md = render(stats, pd.DataFrame(), tmp_path, "One pair")["md"].read_text()
-    assert "With n = 1 pair" in md and "no interval exists" in md and "†" not in md.replace("† =", "")
+    assert "With n = 1 pair" in md and "no interval exists" in md and "†" not in md
 
 
 def test_a_failed_row_is_never_best_or_tied():

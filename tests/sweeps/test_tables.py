@@ -68,21 +68,30 @@ def test_paired_differences_per_dataset_and_over_all_pairs():
             assert row["mean_diff"].item() == pytest.approx(paired.loc[dataset].mean())
         overall = diffs[(diffs.baseline == baseline) & (diffs.dataset.str.startswith("all"))]
         assert overall["pairs"].item() == 6 and overall["mean_diff"].item() == pytest.approx(paired.mean())
-        assert overall["ci_low"].item() <= paired.mean() <= overall["ci_high"].item()
-        assert paired.min() <= overall["ci_low"].item() and overall["ci_high"].item() <= paired.max()
-        from scipy.stats import wilcoxon
+        from scipy import stats
 
-        assert overall["p_wilcoxon"].item() == pytest.approx(wilcoxon(paired.to_numpy()).pvalue)
+        low, high = stats.t.interval(0.95, 5, loc=paired.mean(), scale=stats.sem(paired.to_numpy()))
+        assert (overall["ci_low"].item(), overall["ci_high"].item()) == pytest.approx((low, high))
+        assert overall["p_t"].item() == pytest.approx(stats.ttest_1samp(paired.to_numpy(), 0).pvalue)
+        assert overall["p_holm"].item() >= overall["p_t"].item()  # Holm over the two baselines
+        assert overall["mark"].item() in {"≻", "≺", "≈", "?"}
+        # 6 pairs: the exact sign-flip p exists (2^6 sign patterns)
+        assert overall["p_signflip"].item() == pytest.approx(
+            stats.permutation_test((paired.to_numpy(),), np.mean, permutation_type="samples").pvalue
+        )
+        per_dataset = diffs[(diffs.baseline == baseline) & (diffs.dataset == "dtd")]
+        assert per_dataset["p_signflip"].isna().all()  # 3 pairs: none can reach 0.05
     assert set(diffs["baseline"]) == {"promptfl", "zeroshot"}  # the reference is never compared with itself
     again = differences(long, "pfedmma", "HM")
-    pd.testing.assert_frame_equal(diffs, again)  # the bootstrap is seeded
+    pd.testing.assert_frame_equal(diffs, again)
 
 
 def test_one_pair_gives_no_interval_and_no_test():
     long = make_long(seed_count=1, datasets=("toy",))
     diffs = differences(long, "pfedmma", "HM")
     assert list(diffs["pairs"]) == [1, 1]
-    assert diffs[["ci_low", "ci_high", "p_wilcoxon"]].isna().all().all()
+    assert diffs[["ci_low", "ci_high", "p_t", "p_holm", "p_signflip"]].isna().all().all()
+    assert diffs["seeds_needed"].isna().all()
 
 
 def test_unpaired_runs_are_left_out_not_guessed():

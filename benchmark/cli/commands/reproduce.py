@@ -47,6 +47,25 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--cells", action="store_true", help="with --dry-run / --check: one line per cell and its status")
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
+    resolved = p.add_argument_group(
+        "seeds where they decide (--until-resolved)",
+        "Look 1 runs the preset's seeds; each open gap of the ranking (the Average block, headline metric) then "
+        "gets the seeds that give it 80 % power, the cheapest gap first, within the budget; look 2 marks the "
+        "table. Both looks at alpha 0.025 (0.05 split over the two). Resumable: a rerun plans the same seeds from "
+        "the same look-1 results (benchmark/sweeps/resolve.py states the rule).",
+    )
+    resolved.add_argument(
+        "--until-resolved", action="store_true", help="spend further seeds on the open gaps of the ranking"
+    )
+    resolved.add_argument(
+        "--budget",
+        metavar="CELLS|TIME",
+        help="most cells the table may hold, look 1 included: a number (85) or a time (15m, 900s) turned into "
+        "cells with the preset's stated cell_seconds, never a clock read during the run (default: no limit)",
+    )
+    resolved.add_argument(
+        "--max-seeds", type=positive_int, default=30, metavar="N", help="most seeds a row may run (default: 30)"
+    )
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument(
         "--results",
@@ -165,6 +184,7 @@ class Selection:
     subset: list[str]  # the flags that make this call a part of the table (`subset_flags`)
     results: Path  # where this call renders its table
     full_table: Path  # where the preset's full table goes
+    overrides: dict  # the run options every cell gets (--out, --set, ...)
 
 
 def run(args) -> int:
@@ -192,6 +212,8 @@ def run(args) -> int:
     plan = prepare_cells(plan, selection, args)
     check_pinned_device(plan, executor)
     cells = selection.cells
+    if args.until_resolved:
+        return until_resolved(plan, selection, args, executor)
     report = run_sweep(
         plan,
         selection.results,
@@ -229,7 +251,7 @@ def select_cells(args) -> Selection:
     shown = preset.cells(overrides) if filtered else None
     subset = subset_flags(args, cells, shown)
     results = full_table if args.results or not subset else Path(overrides["out"]) / SUBSET_TABLE
-    return Selection(preset, cells, shown, subset, results, full_table)
+    return Selection(preset, cells, shown, subset, results, full_table, overrides)
 
 
 def plan_cells(selection: Selection, args):
@@ -294,6 +316,79 @@ def check_pinned_device(plan, executor) -> None:
             f"device {pinned[0]} pins every cell to one GPU; with --executor {executor.name} each cell "
             "gets a GPU of its own: use --device auto (or cuda)"
         )
+
+
+def until_resolved(plan, selection: Selection, args, executor) -> int:
+    """`--until-resolved` (benchmark/sweeps/resolve.py): look 1 on the preset's seeds, the
+    seeds each open gap needs planned from its results, look 2, the table marked per look."""
+    from benchmark.config import ConfigError
+    from benchmark.sweeps import resolve
+    from benchmark.sweeps.sweep import plan_sweep, render_tables, run_sweep
+
+    preset = selection.preset
+    if preset.grid:
+        raise ConfigError(f"--until-resolved ranks one block of rows; preset {preset.name} has a grid: run it without")
+    try:
+        budget = resolve.budget_cells(args.budget, preset.cell_seconds, preset.name) if args.budget else 10**9
+    except resolve.BudgetError as exc:
+        raise ConfigError(str(exc)) from None
+    options = dict(
+        wandb_mode=selection.cells[0].config.wandb if selection.cells else None,
+        tags=run_tags(preset.name, args),
+        executor=executor,
+        threads=cell_threads(args),
+    )
+    plan.alpha = resolve.LOOK_ALPHA
+    report = run_sweep(plan, selection.results, **options)  # look 1
+    if report.submitted or report.failed or report.skipped or report.busy:
+        return report_outcome(report, plan, selection.cells)
+    ranking, ran, constant = look(selection.cells)
+    per_seed = max(1, len(selection.cells) // max(1, sum(len(s) for s in ran.values())))
+    seeds = resolve.plan_seeds(ranking, ran, len(selection.cells), budget, args.max_seeds, constant, per_seed)
+    added = [
+        cell
+        for label, extra in seeds.extra(ran).items()
+        for cell in preset.cells(selection.overrides, extra, args.datasets, [label])
+    ]
+    cells = selection.cells + added
+    final = plan_sweep(preset, cells, force=args.force, shown=(selection.shown or selection.cells) + added)
+    final.overrides, final.alpha = plan.overrides, resolve.LOOK_ALPHA
+    if added:
+        print(
+            f"until-resolved: look 1 leaves {len(seeds.extra(ran))} rows with open gaps; {len(final.todo)} more cells"
+        )
+        report = run_sweep(final, selection.results, **options)  # look 2
+        if report.submitted or report.failed or report.skipped or report.busy:
+            return report_outcome(report, final, cells)
+        ranking, _, _ = look(cells)
+    final.design = [resolve.stop_note(seeds, ranking, budget, len(cells), args.max_seeds)]
+    report.files = render_tables(final, selection.results, options["wandb_mode"], options["tags"])
+    print(final.design[0])
+    return report_outcome(report, final, cells)
+
+
+def look(cells: list):
+    """The ranking `--until-resolved` reads (the Average block, or the only one) at its alpha,
+    each row's finished seeds, and the deterministic rows."""
+    from benchmark.protocol_registry import get_protocol
+    from benchmark.sweeps import resolve
+    from benchmark.sweeps.tables import AVERAGE, collect, rankings
+
+    long = collect(cells)
+    headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
+    ranks = rankings(long, headlines, resolve.LOOK_ALPHA)
+    ranking = ranks.get((AVERAGE, "")) or next(iter(ranks.values()))
+    ran = {}
+    for row in ranking.rows:
+        here = long[(long["label"] == row) & (long["metric"] == headlines[cells[0].dataset])]
+        ran[row] = sorted(set(int(s) for s in here["seed"]))
+    constant = [r for r in ranking.rows if len(ran[r]) > 1 and _constant(long, r)]
+    return ranking, ran, constant
+
+
+def _constant(long, row: str) -> bool:
+    values = long[long["label"] == row].groupby("metric")["value"]
+    return bool((values.max() == values.min()).all())
 
 
 def report_outcome(report, plan, cells: list) -> int:
