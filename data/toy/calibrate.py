@@ -325,27 +325,36 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--test", action="store_true", help="the test suite's small model")
-    parser.add_argument("--steps", type=int, default=300, help="CoOp training steps")
     parser.add_argument(
-        "--datasets", nargs="+", default=None, help="toy datasets (default: the base2novel and domains ones)"
+        "--datasets",
+        nargs="+",
+        default=None,
+        help="toy datasets (default: the demo preset's; with --styles: the base2novel and domains ones)",
     )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="run seeds of the family calibration (default: the preset's)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
+    )
+    parser.add_argument("--steps", type=int, default=300, help="with --styles: CoOp training steps")
     parser.add_argument(
         "--styles",
         nargs="+",
         default=None,
-        help="render each base2novel dataset in each of these styles instead: a style's name or effects "
-        f"joined by '+' (glow+fade+scatter), with its pixel noise after '@' if not {world.DOWNSTREAM_NOISE} "
-        "(glow+fade+scatter@0.02)",
+        help="a style search instead: render each base2novel dataset in each of these styles, frozen-feature CoOp "
+        "and a linear probe; a style's name or effects joined by '+' (glow+fade+scatter), with its pixel noise "
+        f"after '@' if not {world.DOWNSTREAM_NOISE} (glow+fade+scatter@0.02)",
     )
     parser.add_argument(
-        "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"
+        "--random-size", action="store_true", help="with --styles: objects of both sizes, also in close-up datasets"
     )
     parser.add_argument(
         "--synonyms",
         nargs="+",
         default=None,
         metavar="ATTRIBUTE",
-        help="name each base2novel dataset's classes by these attributes' rarer words (colour: crimson, ...)",
+        help="with --styles: name each base2novel dataset's classes by these attributes' rarer words (colour: ...)",
     )
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
@@ -354,13 +363,35 @@ def main(argv: list[str] | None = None) -> str:
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
-    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
     command = "python -m data.toy.calibrate " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
-    text = to_markdown(rows, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.steps)
-    if args.styles:
+    sha = file_sha256(checkpoint)
+    if args.styles or args.random_size or args.synonyms:
+        rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
+        text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps)
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
+    else:
+        from benchmark.sweeps.presets import load_preset
+        from data.toy import family_calibration as fc
+
+        settings = fc.Settings(
+            rounds=1 if args.quick else None,
+            headroom_steps=5 if args.quick else fc.HEADROOM_STEPS,
+            pretrained=pretrained,
+        )
+        seeds = args.seeds or load_preset(fc.PRESET).seeds
+        rows = fc.calibrate_families(backbone, args.datasets or fc.demo_datasets(), seeds, settings)
+        head = (
+            f"Made by `{command.strip()}`; checkpoint "
+            f"`{Path(checkpoint).name}` (sha256 `{sha}`), world version {world.WORLD_VERSION}. Every family "
+            f"trained as the `{fc.PRESET}` preset's central row (its run settings"
+            + (", 1 round (--quick)" if args.quick else "")
+            + f", its tuned lr under the central rule), seeds {', '.join(map(str, seeds))}; style headroom: "
+            f"{settings.headroom_steps} Adam steps (lr {fc.HEADROOM_LR:g}, batch {fc.HEADROOM_BATCH}) of the image "
+            "tower alone. Accuracies in %, test split."
+        )
+        text = fc.families_markdown(rows, head)
     print(text)
     print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
     if args.out is not None:

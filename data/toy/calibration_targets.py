@@ -57,11 +57,12 @@ class Target:
     source: str  # the published numbers it stands for (or why it holds)
 
     def rule(self) -> str:
+        form = "g" if self.quantity == "zs_base" else "+g"  # an accuracy, else a difference
         if self.low is None:
-            return f"<= {self.high:+g}"
+            return f"<= {self.high:{form}}"
         if self.high is None:
-            return f">= {self.low:+g}"
-        return f"in [{self.low:+g}, {self.high:+g}]"
+            return f">= {self.low:{form}}"
+        return f"in [{self.low:{form}}, {self.high:{form}}]"
 
 
 _BASE_GAIN_SOURCE = (
