@@ -1,9 +1,17 @@
 """Calibration of the toy world against real CLIP's anchors (measured, never hard-coded).
 
-    python -m data.toy.calibrate [--out results/toy/calibration.md] [--test] [--steps N]
-    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] --out results/toy/style_search.md
+    python -m data.toy.calibrate [--datasets toy ...] [--seeds 1 2 3] [--quick] [--test] [--out results/toy/calibration.md]
+    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] [--steps N] --out results/toy/style_search.md
 
-Per base-to-novel toy dataset, on its test split:
+Default: the calibration per method family (`data.toy.family_calibration`): on each toy
+dataset the demo preset uses (or `--datasets`), zero-shot and the central row of CoOp,
+LoRA, an MMA-style adapter and CLIP-Adapter, trained by the suite's own runs over the
+preset's seeds, each checked against the targets of `data.toy.calibration_targets`
+(published centralized results of real CLIP ViT-B/16, fixed before anything was measured),
+and the label-free style-headroom probe. `--quick` trains one round (the tests').
+
+`--styles` (`--random-size`, `--synonyms`): the style search the world versions were
+chosen with, on frozen image features, per base-to-novel toy dataset on its test split:
   zero-shot Base / Novel   prompt "a photo of a {class name}.", Base over the base classes,
                            Novel over the novel ones (the base2novel protocol);
   linear probe Base        the ceiling of the frozen image features: a multinomial logistic
@@ -15,20 +23,14 @@ Per base-to-novel toy dataset, on its test split:
                            `--steps` steps of 128 images drawn at random), then the same
                            context on the base and on the novel class names; three
                            initialization seeds, mean +- std.
-Each base-to-novel row is checked against the targets below (`TARGETS`), which put a
-dataset in real CLIP's regime; the table says which targets it meets. `--styles` renders
-each dataset in other styles (the same objects and nuisances) to search for a world.
-For `toy_domains` (leave-one-style-out): zero-shot accuracy per held-out style, and the
-accuracy of a linear probe / CoOp prompt trained on the other styles' train images.
+Each row is checked against the style search's CoOp-only targets (`TARGETS`); `--styles`
+renders each dataset in other styles (the same objects and nuisances). For `toy_domains`
+(leave-one-style-out): zero-shot accuracy per held-out style, and the accuracy of a linear
+probe / CoOp prompt trained on the other styles' train images.
 
-Real CLIP ViT-B/16 (CoOp, CoCoOp papers, average of 11 datasets): zero-shot Base 69 /
-Novel 74, CoOp Base 82 / Novel 63 -- prompt learning gains ~13 points on seen classes and
-loses ~11 on unseen ones, on every one of the 11 datasets. The toy world is calibrated to
-reproduce that regime, on these properties of CLIP alone (never on how a compared method
-ranks).
-
-Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts` and
-`data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives the same table.
+Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts`, the
+suite's runs and `data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives
+the same table.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ COOP_SEEDS = (0, 1, 2)
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """One property of real CLIP a base-to-novel toy dataset must show (numbers in points)."""
+    """One property of real CLIP a style-search row must show (numbers in points); the
+    per-family targets are `data.toy.calibration_targets.TARGETS`."""
 
     name: str
     rule: str  # how it reads in the table's notes
