@@ -1,17 +1,14 @@
-"""Calibration of the toy world against real CLIP's anchors (measured, never hard-coded).
+"""The style search of the toy world: frozen-feature CoOp and a linear probe per dataset and style.
 
-    python -m data.toy.calibrate [--datasets toy ...] [--seeds 1 2 3] [--quick] [--test] [--out results/toy/calibration.md]
-    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] [--steps N] --out results/toy/style_search.md
+    python -m data.toy.calibrate [--datasets toy ...] [--steps N] [--test] [--out FILE]
+    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] --out results/toy/style_search.md
 
-Default: the calibration per method family (`data.toy.family_calibration`): on each toy
-dataset the demo preset uses (or `--datasets`), zero-shot and the central row of CoOp,
-LoRA, an MMA-style adapter and CLIP-Adapter, trained by the suite's own runs over the
-preset's seeds, each checked against the targets of `data.toy.calibration_targets`
-(published centralized results of real CLIP ViT-B/16, fixed before anything was measured),
-and the label-free style-headroom probe. `--quick` trains one round (the tests').
-
-`--styles` (`--random-size`, `--synonyms`): the style search the world versions were
-chosen with, on frozen image features, per base-to-novel toy dataset on its test split:
+The world's calibration against real CLIP per method family (CoOp, LoRA, MMA-style,
+CLIP-Adapter, the style headroom; results/toy/calibration.md) is
+`python -m benchmark.sweeps.toy_calibration`: it trains the suite's methods by the suite's
+runs, which this module (a `data` module: it imports only the top level of `benchmark`)
+cannot. This one measures, per base-to-novel toy dataset on its test split, on frozen
+image features:
   zero-shot Base / Novel   prompt "a photo of a {class name}.", Base over the base classes,
                            Novel over the novel ones (the base2novel protocol);
   linear probe Base        the ceiling of the frozen image features: a multinomial logistic
@@ -23,14 +20,14 @@ chosen with, on frozen image features, per base-to-novel toy dataset on its test
                            `--steps` steps of 128 images drawn at random), then the same
                            context on the base and on the novel class names; three
                            initialization seeds, mean +- std.
-Each row is checked against the style search's CoOp-only targets (`TARGETS`); `--styles`
-renders each dataset in other styles (the same objects and nuisances). For `toy_domains`
-(leave-one-style-out): zero-shot accuracy per held-out style, and the accuracy of a linear
-probe / CoOp prompt trained on the other styles' train images.
+Each row is checked against the style search's CoOp-only targets (`TARGETS`, how world
+versions 4 to 6 were chosen); `--styles` renders each dataset in other styles (the same
+objects and nuisances). For `toy_domains` (leave-one-style-out): zero-shot accuracy per
+held-out style, and the accuracy of a linear probe / CoOp prompt trained on the other
+styles' train images.
 
-Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts`, the
-suite's runs and `data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives
-the same table.
+Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts` and
+`data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives the same table.
 """
 
 from __future__ import annotations
@@ -332,32 +329,25 @@ def main(argv: list[str] | None = None) -> str:
         "--datasets",
         nargs="+",
         default=None,
-        help="toy datasets (default: the demo preset's; with --styles: the base2novel and domains ones)",
+        help="toy datasets (default: the base2novel and domains ones)",
     )
-    parser.add_argument(
-        "--seeds", nargs="+", type=int, default=None, help="run seeds of the family calibration (default: the preset's)"
-    )
-    parser.add_argument(
-        "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
-    )
-    parser.add_argument("--steps", type=int, default=300, help="with --styles: CoOp training steps")
+    parser.add_argument("--steps", type=int, default=300, help="CoOp training steps")
     parser.add_argument(
         "--styles",
         nargs="+",
         default=None,
-        help="a style search instead: render each base2novel dataset in each of these styles, frozen-feature CoOp "
-        "and a linear probe; a style's name or effects joined by '+' (glow+fade+scatter), with its pixel noise "
+        help="render each base2novel dataset in each of these styles instead: a style's name or effects joined by '+' (glow+fade+scatter), with its pixel noise "
         f"after '@' if not {world.DOWNSTREAM_NOISE} (glow+fade+scatter@0.02)",
     )
     parser.add_argument(
-        "--random-size", action="store_true", help="with --styles: objects of both sizes, also in close-up datasets"
+        "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"
     )
     parser.add_argument(
         "--synonyms",
         nargs="+",
         default=None,
         metavar="ATTRIBUTE",
-        help="with --styles: name each base2novel dataset's classes by these attributes' rarer words (colour: ...)",
+        help="name each base2novel dataset's classes by these attributes' rarer words (colour: crimson, ...)",
     )
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
@@ -370,31 +360,10 @@ def main(argv: list[str] | None = None) -> str:
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
     sha = file_sha256(checkpoint)
-    if args.styles or args.random_size or args.synonyms:
-        rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
-        text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps)
+    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
+    text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps)
+    if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
-    else:
-        from benchmark.sweeps.presets import load_preset
-        from data.toy import family_calibration as fc
-
-        settings = fc.Settings(
-            rounds=1 if args.quick else None,
-            headroom_steps=5 if args.quick else fc.HEADROOM_STEPS,
-            pretrained=pretrained,
-        )
-        seeds = args.seeds or load_preset(fc.PRESET).seeds
-        rows = fc.calibrate_families(backbone, args.datasets or fc.demo_datasets(), seeds, settings)
-        head = (
-            f"Made by `{command.strip()}`; checkpoint "
-            f"`{Path(checkpoint).name}` (sha256 `{sha}`), world version {world.WORLD_VERSION}. Every family "
-            f"trained as the `{fc.PRESET}` preset's central row (its run settings"
-            + (", 1 round (--quick)" if args.quick else "")
-            + f", its tuned lr under the central rule), seeds {', '.join(map(str, seeds))}; style headroom: "
-            f"{settings.headroom_steps} Adam steps (lr {fc.HEADROOM_LR:g}, batch {fc.HEADROOM_BATCH}) of the image "
-            "tower alone. Accuracies in %, test split."
-        )
-        text = fc.families_markdown(rows, head)
     print(text)
     print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
     if args.out is not None:

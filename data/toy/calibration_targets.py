@@ -7,7 +7,8 @@ their sources; `TARGETS` the ranges a toy dataset's seed mean must fall in, each
 published rows it stands for. A range is widened at check time by the measured noise of the
 toy number (its standard deviation over seeds, `met`), never moved to fit an outcome.
 
-Read by `data.toy.calibrate`, which measures the toy numbers and prints which targets hold.
+Read by `python -m benchmark.sweeps.toy_calibration`, which measures the toy numbers and prints
+which targets hold.
 """
 
 from __future__ import annotations

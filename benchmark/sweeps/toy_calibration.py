@@ -1,4 +1,7 @@
-"""The toy world against real CLIP, per method family: `python -m data.toy.calibrate`.
+"""The toy world against real CLIP, per method family: `python -m benchmark.sweeps.toy_calibration`.
+
+    python -m benchmark.sweeps.toy_calibration [--datasets toy ...] [--seeds 1 2 3] [--quick] [--test]
+        [--out results/toy/calibration.md]
 
 For each toy base-to-novel dataset and seed, the suite's own runs (`run_experiment`, no
 training loop of this module's) of the demo preset's central row: one client holding every
@@ -26,14 +29,22 @@ real CLIP's base-to-novel has no such headroom.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import dataclasses
+import shlex
 import statistics
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
+from benchmark.runs.runner import run_experiment
+from benchmark.sweeps.presets import load_preset
 from data.toy import world
 from data.toy.calibration_targets import (
     PUBLISHED,
@@ -44,6 +55,8 @@ from data.toy.calibration_targets import (
     Target,
     met,
 )
+from data.toy.datasets import generate_spec_split
+from data.toy.pretrain import file_sha256, normalize_images, single_thread
 
 PRESET = "toy"  # the demo's preset: its datasets, run settings and tuned learning rates
 FAMILIES = {"coop": "promptfl", "lora": "lora", "mma": "pfedmma", "adapter": "clip_adapter"}
@@ -68,16 +81,12 @@ class Settings:
 
 
 def demo_datasets() -> list[str]:
-    from benchmark.sweeps.presets import load_preset
-
     return [d["name"] for d in load_preset(PRESET).datasets]
 
 
 def central_configs(dataset: str, seeds: list[int], settings: Settings) -> dict[str, dict[int, Any]]:
     """{family or 'zero-shot': {seed: RunConfig}}: the preset's central row of each family's
     method on `dataset` (any toy dataset: the preset's run settings, its dataset swapped)."""
-    from benchmark.sweeps.presets import load_preset
-
     preset = load_preset(PRESET)
     methods = {"zero-shot": "zeroshot", **FAMILIES}
     overrides: dict[str, Any] = {"federation": "central", "wandb": "disabled", "checkpoint_every": 0}
@@ -95,8 +104,6 @@ def central_configs(dataset: str, seeds: list[int], settings: Settings) -> dict[
 
 def run_scores(config) -> tuple[float, float]:
     """(Base, Novel) of one run, in %, on its test split."""
-    from benchmark.runs.runner import run_experiment
-
     metrics = run_experiment(config, write=False, progress=False).summary["metrics"]
     return metrics["Base"], metrics["Novel"]
 
@@ -147,8 +154,6 @@ def check_row(row: dict) -> dict[str, bool]:
 
 # -- the label-free style headroom -------------------------------------------------------
 def _normalized(images: torch.Tensor, backbone) -> torch.Tensor:
-    from data.toy.pretrain import normalize_images
-
     return normalize_images(images, backbone.image_mean, backbone.image_std)
 
 
@@ -173,8 +178,6 @@ def _zero_shot_novel(backbone, images: torch.Tensor, labels: torch.Tensor, names
 
 def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> float:
     """Zero-shot Novel gain (points, test split) of the label-free style correction (module doc)."""
-    from data.toy.datasets import generate_spec_split
-
     nb = spec.novel_from
     _, labels, _, attrs = generate_spec_split(spec, "train")
     base = torch.tensor(labels) < nb
@@ -205,8 +208,6 @@ def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> floa
 
 
 def calibrate_families(backbone, datasets: list[str], seeds: list[int], settings: Settings) -> list[dict]:
-    from data.toy.pretrain import single_thread
-
     specs = world.toy_specs()
     wrong = [d for d in datasets if d not in specs or specs[d].protocol != "base2novel"]
     if wrong:
@@ -276,3 +277,49 @@ def families_markdown(rows: list[dict], head: str) -> str:
         "central row in the calibration): " + _real("prompt") + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown report here")
+    parser.add_argument("--test", action="store_true", help="the test suite's small toy CLIP")
+    parser.add_argument(
+        "--datasets", nargs="+", default=None, help=f"base-to-novel toy datasets (default: the {PRESET} preset's)"
+    )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help=f"run seeds (default: the {PRESET} preset's)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
+    )
+    args = parser.parse_args(argv)
+    pretrained = "fedbench-toy-test" if args.test else "fedbench-toy"
+    checkpoint = PRETRAINED_PROVIDERS[pretrained]()
+    backbone = load_backbone("fedbench-toy-vit", pretrained)
+    t0 = time.time()
+    settings = Settings(
+        rounds=1 if args.quick else None, headroom_steps=5 if args.quick else HEADROOM_STEPS, pretrained=pretrained
+    )
+    seeds = args.seeds or load_preset(PRESET).seeds
+    rows = calibrate_families(backbone, args.datasets or demo_datasets(), seeds, settings)
+    command = "python -m benchmark.sweeps.toy_calibration " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    head = (
+        f"Made by `{command.strip()}`; checkpoint `{Path(checkpoint).name}` (sha256 `{file_sha256(checkpoint)}`), "
+        f"world version {world.WORLD_VERSION}. Every family trained as the `{PRESET}` preset's central row (its run "
+        "settings" + (", 1 round (--quick)" if args.quick else "") + ", its tuned lr under the central rule), seeds "
+        f"{', '.join(map(str, seeds))}; style headroom: {settings.headroom_steps} Adam steps (lr {HEADROOM_LR:g}, "
+        f"batch {HEADROOM_BATCH}) of the image tower alone. Accuracies in %, test split."
+    )
+    text = families_markdown(rows, head)
+    print(text)
+    print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return text
+
+
+if __name__ == "__main__":
+    main()
