@@ -53,7 +53,7 @@ class RunConfig:
     clients: int = 8  # number of clients (the paper: 10; the default toy dataset's 16 base classes allow 8)
     participation: float = 1.0  # fraction of clients sampled each round
     client_sampling: str = "authors"  # authors (round 1 trains all clients, then int(participation*clients)) | uniform (round(participation*clients) every round)
-    federation: str = "fedavg"  # fedavg (the method's federation) | local (every client trains alone on its own data, nothing uploaded) | central (one client holding the union of the clients' training data, as many steps as the federation; scored on every client's test data)
+    federation: str = "fedavg"  # fedavg (the method's federation) | local (every client trains alone on its own data, nothing uploaded) | central (one client holding the union of the clients' training data, as many steps as the federation at the lr times a client-round's steps over its round's; scored on every client's test data)
     finetune_epochs: int = 0  # after the last round each client trains the state it is scored with for K local epochs on its own data, then is scored (+FT); 0 = none
     aggregation: str = "samples"  # server weights: samples (FedAvg by n_i) | uniform (plain mean, the FedTPG/FedMVP harness)
     optimizer_state: str = "per_client"  # per_client (a fresh optimizer and schedule every client-round) | shared (one optimizer whose momentum and schedule carry across clients and rounds, as the official pFedMMA code: the authors' rule, docs/methods.md)

@@ -1,9 +1,14 @@
-"""Calibration of the toy world against real CLIP's anchors (measured, never hard-coded).
+"""The style search of the toy world: frozen-feature CoOp and a linear probe per dataset and style.
 
-    python -m data.toy.calibrate [--out results/toy/calibration.md] [--test] [--steps N]
+    python -m data.toy.calibrate [--datasets toy ...] [--steps N] [--test] [--out FILE]
     python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] --out results/toy/style_search.md
 
-Per base-to-novel toy dataset, on its test split:
+The world's calibration against real CLIP per method family (CoOp, LoRA, MMA-style,
+CLIP-Adapter, the style headroom; results/toy/calibration.md) is
+`python -m benchmark.sweeps.toy_calibration`: it trains the suite's methods by the suite's
+runs, which this module (a `data` module: it imports only the top level of `benchmark`)
+cannot. This one measures, per base-to-novel toy dataset on its test split, on frozen
+image features:
   zero-shot Base / Novel   prompt "a photo of a {class name}.", Base over the base classes,
                            Novel over the novel ones (the base2novel protocol);
   linear probe Base        the ceiling of the frozen image features: a multinomial logistic
@@ -15,17 +20,11 @@ Per base-to-novel toy dataset, on its test split:
                            `--steps` steps of 128 images drawn at random), then the same
                            context on the base and on the novel class names; three
                            initialization seeds, mean +- std.
-Each base-to-novel row is checked against the targets below (`TARGETS`), which put a
-dataset in real CLIP's regime; the table says which targets it meets. `--styles` renders
-each dataset in other styles (the same objects and nuisances) to search for a world.
-For `toy_domains` (leave-one-style-out): zero-shot accuracy per held-out style, and the
-accuracy of a linear probe / CoOp prompt trained on the other styles' train images.
-
-Real CLIP ViT-B/16 (CoOp, CoCoOp papers, average of 11 datasets): zero-shot Base 69 /
-Novel 74, CoOp Base 82 / Novel 63 -- prompt learning gains ~13 points on seen classes and
-loses ~11 on unseen ones, on every one of the 11 datasets. The toy world is calibrated to
-reproduce that regime, on these properties of CLIP alone (never on how a compared method
-ranks).
+Each row is checked against the style search's CoOp-only targets (`TARGETS`, how world
+versions 4 to 6 were chosen); `--styles` renders each dataset in other styles (the same
+objects and nuisances). For `toy_domains` (leave-one-style-out): zero-shot accuracy per
+held-out style, and the accuracy of a linear probe / CoOp prompt trained on the other
+styles' train images.
 
 Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts` and
 `data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives the same table.
@@ -60,7 +59,8 @@ COOP_SEEDS = (0, 1, 2)
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """One property of real CLIP a base-to-novel toy dataset must show (numbers in points)."""
+    """One property of real CLIP a style-search row must show (numbers in points); the
+    per-family targets are `data.toy.calibration_targets.TARGETS`."""
 
     name: str
     rule: str  # how it reads in the table's notes
@@ -325,17 +325,19 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--test", action="store_true", help="the test suite's small model")
-    parser.add_argument("--steps", type=int, default=300, help="CoOp training steps")
     parser.add_argument(
-        "--datasets", nargs="+", default=None, help="toy datasets (default: the base2novel and domains ones)"
+        "--datasets",
+        nargs="+",
+        default=None,
+        help="toy datasets (default: the base2novel and domains ones)",
     )
+    parser.add_argument("--steps", type=int, default=300, help="CoOp training steps")
     parser.add_argument(
         "--styles",
         nargs="+",
         default=None,
-        help="render each base2novel dataset in each of these styles instead: a style's name or effects "
-        f"joined by '+' (glow+fade+scatter), with its pixel noise after '@' if not {world.DOWNSTREAM_NOISE} "
-        "(glow+fade+scatter@0.02)",
+        help="render each base2novel dataset in each of these styles instead: a style's name or effects joined by '+' (glow+fade+scatter), with its pixel noise "
+        f"after '@' if not {world.DOWNSTREAM_NOISE} (glow+fade+scatter@0.02)",
     )
     parser.add_argument(
         "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"
@@ -354,11 +356,12 @@ def main(argv: list[str] | None = None) -> str:
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
-    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
     command = "python -m data.toy.calibrate " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
-    text = to_markdown(rows, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.steps)
+    sha = file_sha256(checkpoint)
+    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
+    text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps)
     if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
     print(text)

@@ -1,5 +1,5 @@
-"""The calibration command (`python -m data.toy.calibrate`) on the small test checkpoint with
-a few CoOp steps: the table has its structure, every number is an accuracy, the run is
+"""The style search (`python -m data.toy.calibrate`) on the small test checkpoint with a few
+CoOp steps: the table has its structure, every number is an accuracy, the run is
 deterministic and names the checkpoint it measured. No expected metric is asserted."""
 
 from __future__ import annotations
