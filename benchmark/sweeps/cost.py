@@ -28,6 +28,7 @@ import torch
 from benchmark.backbone import load_backbone
 from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.flops import count_flops
+from benchmark.progress import duration
 from benchmark.protocol_registry import get_protocol
 from benchmark.sweeps import gpu_rate
 from benchmark.sweeps.cpu_rate import TOY_TIMINGS, measured_cpu_rate
@@ -131,8 +132,6 @@ class PresetCost:
         rate = measured_cpu_rate(TOY_TIMINGS if timings is None else timings)
         if rate is None:
             return ""
-        from benchmark.progress import duration
-
         core_hours = rate.hours(self.flops)
         return (
             f"; on CPU about {_hours(core_hours)} core-hours ({duration(core_hours * 3600 / rate.cores)} on "

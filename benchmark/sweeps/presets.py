@@ -217,11 +217,11 @@ class Preset:
 def _resolve_method_file(config: RunConfig) -> RunConfig:
     """`registry.resolve_method_file`, imported only for a method given as a file: the
     registry loads torch (seconds), which `fedbench presets` and `--dry-run` need not."""
-    from benchmark.hyperparameters import is_method_file
+    from benchmark.hyperparameters import is_method_file  # lazy: presets.py loads nothing it does not use
 
     if not is_method_file(config.method):
         return config
-    from benchmark.registry import resolve_method_file
+    from benchmark.registry import resolve_method_file  # lazy: the registry imports torch
 
     return resolve_method_file(config)
 
