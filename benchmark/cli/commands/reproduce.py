@@ -202,7 +202,7 @@ def select_cells(args) -> Selection:
     full_table = Path(args.results or Path("results") / preset.name)
     if getattr(args, "tuned", False):
         tuned_file = full_table / TUNED_YAML
-        preset = preset.with_tuned(load_tuned(tuned_file), f"see {tuned_file}", *load_tuned_notes(tuned_file))
+        preset = preset.with_tuned(load_tuned(tuned_file), tuned_command(tuned_file), *load_tuned_notes(tuned_file))
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
     for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
@@ -330,3 +330,14 @@ def skipped_reasons(report, plan) -> list[str]:
     ]
     reasons += list(dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked))
     return reasons
+
+
+def tuned_command(path: Path) -> str:
+    """The `fedbench tune` command a tuned.yaml records (what the table's note names; it read
+    "chosen by `see results/mytoy/tuned.yaml`"), or `fedbench tune` when it records none."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    recorded = data.get("command") if isinstance(data, dict) else None
+    return " ".join(str(recorded).split()) if recorded else "fedbench tune"
+
