@@ -357,3 +357,25 @@ def test_a_plain_progress_line_says_how_long_is_left(monkeypatch):
 
 def test_a_duration_reads_at_the_precision_that_matters():
     assert [progress.duration(s) for s in (44.6, 185, 3600 * 2 + 4 * 60 + 59)] == ["45s", "3m05s", "2h04m"]
+
+
+def test_a_library_warning_is_one_fedbench_line(fedbench, monkeypatch):
+    """Issue 60, item 11: a UserWarning printed Python's two lines, the second the source line
+    that raised it. Every warning of a command is one `fedbench: warning: ...` line."""
+    import warnings
+
+    from benchmark.cli.commands import presets
+
+    def warn_then_list(args):
+        warnings.warn("something odd\n  over two lines", UserWarning)
+        return 0
+
+    monkeypatch.setattr(presets, "run", warn_then_list)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        done = fedbench("presets")
+    assert done.returncode == 0
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        "fedbench: warning: something odd over two lines (UserWarning at tests/system/test_frictions.py:"
+    )
