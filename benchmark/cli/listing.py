@@ -28,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import benchmark
-from benchmark.files import atomic_write
+from benchmark.files import atomic_write, cache_root
 
 MEMO_PREFIX = "listing-"
 
 
 def cache_folder() -> Path:
-    # The cache folder of the toy world and the features (data/toy/pretrain.py reads the same variable).
-    return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
+    return cache_root()  # the toy world's and the features' (benchmark/files.py)
 
 
 PLUGIN_VARIABLES = ("FEDBENCH_PLUGINS", "FEDBENCH_DATASETS")
