@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 
+def cache_root() -> Path:
+    """The cache folder: $FEDBENCH_CACHE, default ~/.cache/fedbench (the toy world, features,
+    listings, code trees)."""
+    return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
+
+
 def atomic_write(path: Path | str, data: str | bytes | Callable[[Path], None]) -> None:
     """Write `path` whole or not at all: `data` (text, written as UTF-8; bytes; or a function
     writing the file it is given) goes into a hidden file beside it named by this process

@@ -17,6 +17,7 @@ the others still load. No torch here: `fedbench --help` and the listings read re
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -140,8 +141,9 @@ class Registry(Generic[T]):
         """The message for a name nobody registered: the registered ones, how to add one, and
         the plugins that failed to load."""
         broken = "".join(f"\n  plugin {label}: {why}" for label, why in self.errors.items())
+        close = difflib.get_close_matches(name, list(self.members), n=1)
         return (
-            f"unknown {self.kind} {name!r}. Registered {self.kind}s: {', '.join(sorted(self.members)) or 'none'}. "
+            f"unknown {self.kind} {name!r}{f' (did you mean {close[0]!r}?)' if close else ''}. Registered {self.kind}s: {', '.join(sorted(self.members)) or 'none'}. "
             f"{how_to_add}" + (f"\nPlugins that failed to load:{broken}" if broken else "")
         )
 

@@ -75,7 +75,7 @@ def progress_bar(
 
 
 class PlainProgress:
-    """A progress bar as plain lines ('features train: 3/10 batches (30%), 12s'): one at the
+    """A progress bar as plain lines ('training: 3/10 rounds (30%), 12s, about 28s left'): one at the
     start, one per tenth of the total, one at the end and one every LINE_SECONDS between
     (printed by a thread while a step is slower than that); nested, only the timed ones, and
     the last once a timed one was printed."""
@@ -92,7 +92,7 @@ class PlainProgress:
         silent: bool = False,
     ) -> None:
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
-        self.n = initial
+        self.n = self._initial = initial
         self.stream, self.nested, self.silent = stream, nested, silent
         self.postfix = ""
         self.started = self.last_line = time.monotonic()
@@ -168,8 +168,26 @@ class PlainProgress:
             share = f" ({100 * self.n // self.total}%)" if self.total else ""
             label = f"{self.desc}: " if self.desc else ""
             postfix = f" [{self.postfix}]" if self.postfix else ""
-            line = f"{label}{count} {self.unit}{share}, {now - self.started:.0f}s{postfix}"
+            line = f"{label}{count} {self.unit}{share}, {now - self.started:.0f}s{self._eta(now)}{postfix}"
             print(line, file=self.stream, flush=True)
+
+    def _eta(self, now: float) -> str:
+        """', about 3m05s left', at the pace of the steps this bar has seen (a resumed run's
+        earlier rounds are not counted); '' before the first step and at the end."""
+        done = self.n - self._initial
+        if not self.total or done <= 0 or self.n >= self.total or now <= self.started:
+            return ""
+        return f", about {duration((self.total - self.n) * (now - self.started) / done)} left"
+
+
+def duration(seconds: float) -> str:
+    """'45s', '3m05s', '2h04m': a time to wait, to the precision that matters."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _heartbeat(bar: "weakref.ref[PlainProgress]", stopped: threading.Event) -> None:

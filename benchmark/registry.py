@@ -175,8 +175,10 @@ def get_method(name: str) -> type[FederatedMethod]:
         raise MethodError(
             METHODS.unknown(
                 name,
-                "`fedbench methods` describes them; a new method is a module in methods/ decorated with "
-                "@register_method, or a package with an entry point in the group 'fedbench.methods'.",
+                "`fedbench methods` describes them. A method of your own: name its file in FEDBENCH_PLUGINS "
+                "(FEDBENCH_PLUGINS=path/to/my_method.py fedbench ...), or give the file itself as the method "
+                "(--method path/to/my_method.py[:Class]); or put a module decorated with @register_method in "
+                "methods/, or install a package with an entry point in the group 'fedbench.methods'.",
             )
         )
     return methods[name]

@@ -98,17 +98,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line_setup_warnings(show):
-    """A SetupWarning (benchmark.errors) as `fedbench: warning: ...`, without Python's file and
-    line: it is about the user's command, not the code; other warnings as `show` prints them."""
+    """Every warning as one line `fedbench: warning: ...`, never Python's two (the second
+    quoted the source line that called `warnings.warn`, e.g. compare.py's): a SetupWarning
+    (benchmark.errors) is about the user's command, so its message alone; any other says its
+    kind and where it was raised, for a bug report. `show` is kept for the caller to restore."""
     from benchmark.errors import SetupWarning
 
     def one_line(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, SetupWarning):
-            print(f"fedbench: warning: {message}", file=file or sys.stderr)
-        else:
-            show(message, category, filename, lineno, file, line)
+        text = " ".join(str(message).split())
+        if not issubclass(category, SetupWarning):
+            text += f" ({category.__name__} at {_short_path(filename)}:{lineno})"
+        print(f"fedbench: warning: {text}", file=file or sys.stderr)
 
     return one_line
+
+
+def _short_path(filename: str) -> str:
+    """A file of this project by its path in the checkout, another by its last two parts."""
+    from pathlib import Path
+
+    path = Path(filename)
+    root = Path(__file__).resolve().parents[2]
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    return "/".join(path.parts[-2:])
 
 
 def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:

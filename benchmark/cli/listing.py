@@ -1,15 +1,20 @@
-"""What `fedbench methods` and `fedbench datasets` list, read without importing torch.
+"""What `fedbench methods`, `fedbench datasets` and `fedbench presets` list, read without
+importing torch.
 
 The registries stay the one source of what exists: `benchmark.registry` (methods) and
 `data.catalog` (datasets) are filled by importing the modules that register, which loads
-torch and Lightning (seconds). What a listing needs of them (names, summaries, folders) is
-memoized in the cache folder under a fingerprint of the content of every file that can
-register or check something (benchmark/*.py, methods/, data/): the next listing reads the
-memo, and any edit to those files makes it read the registries again. Installed plugins
-(the `fedbench.methods` and `fedbench.datasets` entry points) and FEDBENCH_PLUGINS /
-FEDBENCH_DATASETS files live outside those folders, so with any of them that registry is
-always read, and a listing in which a plugin failed to load is never memoized. A process that has loaded a registry already (a
-test, a notebook, which may have registered more) reads it, not the memo.
+torch and Lightning (seconds); a preset's cell count reads the catalog too (a `targets:
+lodo` preset has one cell per domain). What a listing needs of them (names, summaries,
+folders, cell counts) is memoized in the cache folder under a fingerprint of the content of
+every file that can register, check or count something (benchmark/ with its presets,
+methods/, data/, and the .py files FEDBENCH_PLUGINS / FEDBENCH_DATASETS name): the next
+listing reads the memo, and any edit to those files makes it read the registries again.
+Installed plugins (the `fedbench.methods` and `fedbench.datasets` entry points) and plugin
+modules named by their dotted name live outside what is fingerprinted, so with any of them
+that registry is always read, and a listing in which a plugin failed to load is never
+memoized. A plugin file is fingerprinted by its own content: a module it imports is not
+followed. A process that has loaded a registry already (a test, a notebook, which may have
+registered more) reads it, not the memo.
 """
 
 from __future__ import annotations
@@ -23,26 +28,36 @@ from pathlib import Path
 from typing import Any
 
 import benchmark
-from benchmark.files import atomic_write
+from benchmark.files import atomic_write, cache_root
 
 MEMO_PREFIX = "listing-"
 
 
 def cache_folder() -> Path:
-    # The cache folder of the toy world and the features (data/toy/pretrain.py reads the same variable).
-    return Path(os.environ.get("FEDBENCH_CACHE", Path.home() / ".cache" / "fedbench"))
+    return cache_root()  # the toy world's and the features' (benchmark/files.py)
+
+
+PLUGIN_VARIABLES = ("FEDBENCH_PLUGINS", "FEDBENCH_DATASETS")
 
 
 def source_files() -> list[Path]:
-    """Every file whose content decides what the registries hold: the plugin contract
-    (benchmark/*.py), the built-in methods and the dataset side (found without importing them)."""
-    folders = [Path(benchmark.__file__).parent]
-    files = sorted(folders[0].glob("*.py"))
+    """Every file whose content decides what the registries hold and what a preset expands
+    into: benchmark/ (the plugin contract, the protocols, the presets), the built-in methods,
+    the dataset side (found without importing them) and the plugin files of PLUGIN_VARIABLES."""
+    root = Path(benchmark.__file__).parent
+    files = sorted(root.rglob("*.py")) + sorted((root / "presets").glob("*.yaml"))
     for package in ("methods", "data"):
         spec = importlib.util.find_spec(package)
         for location in (spec.submodule_search_locations or []) if spec else []:
             files += sorted(Path(location).rglob("*.py"))
-    return files
+    return files + [Path(spec).expanduser().resolve() for spec in plugin_specs() if spec.endswith(".py")]
+
+
+def plugin_specs(variable: str | None = None) -> list[str]:
+    """The specs (module names, .py files) that `variable` (default: every one of
+    PLUGIN_VARIABLES) names, as `benchmark.plugins.Registry` splits them."""
+    names = PLUGIN_VARIABLES if variable is None else (variable,)
+    return [s.strip() for name in names for s in os.environ.get(name, "").split(",") if s.strip()]
 
 
 def fingerprint(files: list[Path]) -> str:
@@ -84,15 +99,16 @@ def _write_memo(path: Path, section: str, value: Any) -> None:
 
 
 def plugins_installed(variable: str = "FEDBENCH_PLUGINS", group: str | None = None) -> bool:
-    """Whether members of a registry may come from outside the fingerprinted folders: files or
-    modules named by its environment variable, or entry points of its group (the methods'
-    by default)."""
+    """Whether members of a registry may come from outside the fingerprinted files: modules
+    named by its environment variable (its .py files are fingerprinted), or entry points of
+    its group (the methods' by default)."""
     from importlib.metadata import entry_points
 
     if group is None:
         from benchmark.config import ENTRY_POINT_GROUP as group
 
-    return bool(os.environ.get(variable, "").strip()) or bool(list(entry_points(group=group)))
+    modules = [spec for spec in plugin_specs(variable) if not spec.endswith(".py")]
+    return bool(modules) or bool(list(entry_points(group=group)))
 
 
 def methods() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
@@ -113,6 +129,25 @@ def methods() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     if path is not None and not errors:
         _write_memo(path, "methods", found)
     return found, errors
+
+
+def presets() -> list[tuple[str, int, str]]:
+    """(name, cells, title) of every built-in preset, in name order: the cells `reproduce`
+    expands it into (msst targets included), which needs the dataset catalog (torch)."""
+    registry = sys.modules.get("data.registry")
+    live = registry is not None and registry.DATASETS.loaded  # loaded already: it may hold more
+    path = None if live or plugins_installed(*DATASET_PLUGINS) or plugins_installed() else memo_path()
+    if path is not None and "presets" in (memo := _read_memo(path)):
+        return [tuple(row) for row in memo["presets"]]
+    from benchmark.sweeps.presets import available_presets, load_preset
+
+    found = []
+    for name in available_presets():
+        preset = load_preset(name)
+        found.append((name, len(preset.cells()), preset.title))
+    if path is not None:
+        _write_memo(path, "presets", [list(row) for row in found])
+    return found
 
 
 def summary(doc: str | None) -> str:

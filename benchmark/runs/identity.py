@@ -52,6 +52,7 @@ import data.toy  # noqa: F401  (registers the toy CLIP's weights and their ident
 from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
 from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.federation.servers import federation_label
+from benchmark.files import atomic_write, cache_root
 from benchmark.method import FederatedMethod
 from benchmark.protocol_registry import available_protocols, protocol_class
 from benchmark.registry import MethodError, fit_method_args_to, get_method, method_package
@@ -290,11 +291,22 @@ def _module_imports(name: str) -> tuple[str, ...]:
     """The project modules `name` imports, at its top or inside a function (that code runs
     too); imports under `if TYPE_CHECKING:` and discovery imports left out."""
     path, modules = _module_file(name), _project_modules()
-    try:
-        tree = ast.parse(_source(path)) if path is not None else ast.Module(body=[], type_ignores=[])
-    except SyntaxError:
+    if path is None:
         return ()
-    package = name if path is not None and path.name == "__init__.py" else name.rpartition(".")[0]
+    text = _source(path)
+    # What a text imports, among the same project modules, is always the same (see `_stored`).
+    key = "\0".join([name, path.name, text, *sorted(modules), *(f"{a}>{b}" for a, b in sorted(DISCOVERY_IMPORTS))])
+    found = _stored("module-imports", key, lambda: json.dumps(_imports_of(name, path, text, modules)))
+    return tuple(json.loads(found))
+
+
+def _imports_of(name: str, path: Path, text: str, modules) -> list[str]:
+    """`_module_imports`, computed from the module's text."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     skip = {id(n) for node in ast.walk(tree) if _is_type_checking(node) for n in ast.walk(node)}
     found = set()
     for node in ast.walk(tree):
@@ -314,7 +326,7 @@ def _module_imports(name: str) -> tuple[str, ...]:
                 target = target.rpartition(".")[0]
             if target and target != name and (name, target) not in DISCOVERY_IMPORTS:
                 found.add(target)
-    return tuple(sorted(found))
+    return sorted(found)
 
 
 def _is_type_checking(node: ast.AST) -> bool:
@@ -367,6 +379,31 @@ def _code(path: Path) -> str:
     text = _source(path)
     if path.suffix != ".py":
         return text
+    return _stored("code-trees", text, lambda: _code_tree(text))
+
+
+def _stored(kind: str, key: str, compute) -> str:
+    """`compute()`, kept in the cache folder under the hash of `key` and the Python version.
+    The tree of one text under one Python is always the same, so a run does not parse its
+    ~70 modules again before its first round (seconds on a busy CPU); a cache folder that
+    cannot be written costs the next run that speed only."""
+    folder = cache_root() / kind / f"py{sys.version_info[0]}.{sys.version_info[1]}"
+    stored = folder / f"{hashlib.sha256(key.encode()).hexdigest()}.txt"
+    try:
+        return stored.read_text()
+    except OSError:
+        pass
+    value = compute()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(stored, value)
+    except OSError:
+        pass
+    return value
+
+
+def _code_tree(text: str) -> str:
+    """`_code` of a Python file's `text`, computed."""
     try:
         tree = ast.parse(text)
     except SyntaxError:

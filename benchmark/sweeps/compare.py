@@ -82,14 +82,9 @@ def scan(root: Path) -> list[RunEntry]:
     found: dict[str, RunEntry] = {}
     for path in sorted(root.iterdir()):
         name = path.name
-        if path.is_dir() and not name.startswith(".") and (path / "summary.json").is_file():
-            summary = read_summary(path)
-            if summary is not None:
-                memory = (read_timing(path) or {}).get("memory") or {}
-                spread = summary.get("spread") or {}
-                found[name] = RunEntry(
-                    name, path, "finished", _config_of(path), dict(summary["metrics"]), "", spread, memory
-                )
+        if path.is_dir() and not name.startswith(".") and is_run_folder(path):
+            if (entry := finished_run(path)) is not None:
+                found[name] = entry
         elif name.startswith(".") and name.endswith(CHECKPOINT_SUFFIX):
             name = name[1 : -len(CHECKPOINT_SUFFIX)]
             sidecar = read_sidecar(root / name) or {}
@@ -106,6 +101,32 @@ def scan(root: Path) -> list[RunEntry]:
         if entry.state != "finished" and (root / entry.name / "summary.json").is_file():
             del found[entry.name]
     return sorted(found.values(), key=lambda e: e.name)
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` is a finished run's folder (it holds summary.json), not a folder of runs."""
+    return (Path(path) / "summary.json").is_file()
+
+
+def finished_run(folder: Path) -> RunEntry | None:
+    """The entry of the finished run in `folder`; None when its summary cannot be read."""
+    summary = read_summary(folder)
+    if summary is None:
+        return None
+    memory = (read_timing(folder) or {}).get("memory") or {}
+    spread = summary.get("spread") or {}
+    return RunEntry(folder.name, folder, "finished", _config_of(folder), dict(summary["metrics"]), "", spread, memory)
+
+
+def scan_all(paths: list[Path]) -> list[RunEntry]:
+    """The runs of every path, in the order given: a run folder is that run, any other folder
+    the runs under it (`scan`); a run named twice (its folder and the folder above) is listed once."""
+    entries: dict[Path, RunEntry] = {}
+    for path in map(Path, paths):
+        found = [finished_run(path)] if is_run_folder(path) else scan(path)
+        for entry in filter(None, found):
+            entries.setdefault(entry.folder.resolve(), entry)
+    return list(entries.values())
 
 
 def _config_of(folder: Path) -> dict[str, Any] | None:
@@ -141,7 +162,8 @@ def differing(entries: list[RunEntry]) -> list[str]:
 def where(entries: list[RunEntry], conditions: list[str]) -> list[RunEntry]:
     """The runs whose state, run name, run options or hyperparameters match every
     KEY=VALUE of `conditions` (`fedbench runs --where method=pfedmma lr=0.01 state=failed`;
-    numbers compare as numbers, `run=` matches a part of the name)."""
+    numbers compare as numbers, `run=` matches a part of the name). VALUE may list values
+    with commas, any of which matches (`method=promptfl,pfedmma`)."""
     for condition in conditions:
         key, sep, wanted = condition.partition("=")
         if not sep or not key:
@@ -156,7 +178,7 @@ def where(entries: list[RunEntry], conditions: list[str]) -> list[RunEntry]:
                 + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f". Settings of these runs: {', '.join(sorted(known))}"
             )
-        entries = [e for e in entries if _matches(e, key, wanted)]
+        entries = [e for e in entries if any(_matches(e, key, one) for one in wanted.split(","))]
     return entries
 
 

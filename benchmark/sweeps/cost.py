@@ -28,8 +28,10 @@ import torch
 from benchmark.backbone import load_backbone
 from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.flops import count_flops
+from benchmark.progress import duration
 from benchmark.protocol_registry import get_protocol
 from benchmark.sweeps import gpu_rate
+from benchmark.sweeps.cpu_rate import TOY_TIMINGS, measured_cpu_rate
 from benchmark.sweeps.gpu_rate import measured_rate
 from data.catalog import dataset_info
 
@@ -121,7 +123,19 @@ class PresetCost:
         )
         return (
             f"cost estimate for {self.cells} cells: {_flops(self.flops)} (counted image/text tower passes x the "
-            f"schedule, `benchmark/sweeps/cost.py`), {_hours(hours)} GPU-hours {at}" + rest
+            f"schedule, `benchmark/sweeps/cost.py`), {_hours(hours)} GPU-hours {at}" + self.cpu_text() + rest
+        )
+
+    def cpu_text(self, timings: Path | None = None) -> str:
+        """'; on CPU about N core-hours (7m21s on 2 cores) at the toy demo's measured rate (...)',
+        or '' when `timings` (default results/toy/timings.md) records no rate."""
+        rate = measured_cpu_rate(TOY_TIMINGS if timings is None else timings)
+        if rate is None:
+            return ""
+        core_hours = rate.hours(self.flops)
+        return (
+            f"; on CPU about {_hours(core_hours)} core-hours ({duration(core_hours * 3600 / rate.cores)} on "
+            f"{rate.cores} cores) at {rate.says()}"
         )
 
 

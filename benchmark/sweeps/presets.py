@@ -113,8 +113,6 @@ class Preset:
         """Expand into cells; the filters keep only the named seeds/datasets/methods
         (a method filter matches a variant's method name or its label). `tuned` (label ->
         hyperparameters; default: the preset's own) goes over each variant's method_args."""
-        from benchmark.registry import resolve_method_file  # lazy: no torch for --help
-
         tuned = self.tuned if tuned is None else tuned
         chosen_datasets = [d for d in self.datasets if datasets is None or d["name"] in datasets]
         _check_filter("dataset", datasets, [d["name"] for d in self.datasets], self.name)
@@ -133,7 +131,7 @@ class Preset:
                 for variant in chosen_methods:
                     for seed in seeds if seeds is not None else self.seeds:
                         for part in parts:
-                            config = resolve_method_file(
+                            config = _resolve_method_file(
                                 build_config(
                                     self.run,
                                     ds.get("run", {}),
@@ -222,6 +220,18 @@ class Preset:
                 cls = get_method(name)  # unknown everywhere: the registry's error says what exists
                 chosen.append(MethodVariant(cls.name, cls.name))  # a file spec joins under its registered name
         return chosen
+
+
+def _resolve_method_file(config: RunConfig) -> RunConfig:
+    """`registry.resolve_method_file`, imported only for a method given as a file: the
+    registry loads torch (seconds), which `fedbench presets` and `--dry-run` need not."""
+    from benchmark.hyperparameters import is_method_file  # lazy: presets.py loads nothing it does not use
+
+    if not is_method_file(config.method):
+        return config
+    from benchmark.registry import resolve_method_file  # lazy: the registry imports torch
+
+    return resolve_method_file(config)
 
 
 def available_presets() -> list[str]:

@@ -116,6 +116,19 @@ def test_runs_filters_and_shows_only_the_settings_that_differ_where_they_apply(f
     assert main(["runs", str(out), "--where", "state=failed"]) == 2
     assert "no run under" in capsys.readouterr().err
 
+    # Issue 60, item 9: run folders as arguments (one or several), and a,b as either value.
+    assert main(["runs", str(out), "--where", "method=promptfl,zeroshot"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "3 finished"
+    promptfl = sorted(out.glob("promptfl_*"))
+    (zeroshot,) = out.glob("zeroshot_*")
+    assert main(["runs", str(zeroshot)]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert rows[1].split()[0] == zeroshot.name and rows[-1] == "1 finished"
+    assert main(["runs", *map(str, promptfl), str(out)]) == 0  # a run named twice is listed once
+    rows = capsys.readouterr().out.splitlines()
+    assert [row.split()[0] for row in rows[1:-1]] == [p.name for p in promptfl] + [zeroshot.name]
+    assert rows[-1] == "3 finished"
+
 
 def test_runs_on_an_empty_folder_answers_without_torch(tmp_path):
     """It took 15 s (pandas, torch) to say there were no runs."""

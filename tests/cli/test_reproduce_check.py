@@ -34,3 +34,18 @@ def test_check_exits_3_when_the_weights_cannot_be_had(fedbench, fake_data_root, 
 def test_check_exits_0_for_weights_that_need_no_download(fedbench, tmp_path, offline_without_weights):
     done = fedbench("reproduce", "toy", "--check", "--out", tmp_path / "runs")  # the toy CLIP ships with the suite
     assert done.returncode == 0, done.stderr
+
+
+def test_cells_run_with_wandb_off_say_how_to_get_wandb_runs_of_them():
+    """Issue 60, item 11: cells finished with W&B off never got W&B runs, and nothing said how."""
+    from types import SimpleNamespace
+
+    from benchmark.cli.commands.reproduce import untracked_note
+
+    def cell(wandb):
+        return SimpleNamespace(config=SimpleNamespace(wandb=wandb))
+
+    note = untracked_note([cell("disabled"), cell("disabled")])
+    assert note.startswith("W&B was off (--wandb disabled): these runs have no W&B record to sync later")
+    assert "--force --wandb offline" in note and "`wandb sync`" in note
+    assert untracked_note([cell("disabled"), cell("offline")]) == "" and untracked_note([]) == ""

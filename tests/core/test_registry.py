@@ -472,3 +472,30 @@ def test_a_hyperparameter_named_like_a_run_option_is_rejected_at_registration(fr
     ):
         registry.register_method("shadowed_beta")(ShadowedBeta)
     assert "shadowed_beta" not in registry.available_methods()
+
+
+def test_new_method_next_hint_is_a_command_that_works(fedbench, tmp_path):
+    """Issue 60, item 8: the `next:` line of `new-method --out DIR` describes the new method
+    (it used to say `fedbench methods --describe NAME`, which answered `unknown method`)."""
+    import shlex
+
+    done = fedbench("new-method", "hinted_prompt", "--out", tmp_path / "mine")
+    assert done.returncode == 0, done.stderr
+    (hint,) = [line for line in done.stdout.splitlines() if line.startswith("next:")]
+    command = shlex.split(hint.split("`")[1])
+    assert command[0] == f"FEDBENCH_PLUGINS={tmp_path / 'mine' / 'hinted_prompt.py'}" and command[1] == "fedbench"
+    variable, value = command[0].split("=", 1)
+    env = {**os.environ, variable: value}
+    described = subprocess.run(
+        [sys.executable, "-m", "benchmark.cli", *command[2:]], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert described.returncode == 0, described.stderr
+    assert described.stdout.startswith("hinted_prompt: ")
+
+
+def test_an_unknown_method_names_the_plugin_forms_and_the_close_name():
+    with pytest.raises(registry.MethodError) as raised:
+        registry.get_method("pfedma")
+    message = str(raised.value)
+    assert "unknown method 'pfedma' (did you mean 'pfedmma'?)" in message
+    assert "FEDBENCH_PLUGINS=path/to/my_method.py" in message and "--method path/to/my_method.py" in message

@@ -181,6 +181,8 @@ def test_reproduce_tuned_applies_the_choice_and_marks_rows(tuned, fedbench):
     table = (tmp / "results" / "table.md").read_text()
     assert "| promptfl | tuned |" in table and "| zeroshot | paper |" in table
     assert "Tuned rows use the values chosen by" in table
+    recorded = yaml.safe_load((tmp / "results" / "tuned.yaml").read_text())["command"]
+    assert f"chosen by `{recorded}`" in table and "chosen by `see " not in table  # issue 60, item 11
     # the budget every method got is stated with the table (grid density, refinements, seeds)
     assert "Tuning budget, the same for every tuned method: a grid of 1 points per decade" in table
     assert "then 0 refinements" in table and "seeds 101, 102" in table

@@ -335,3 +335,47 @@ def test_a_signal_stops_the_whole_test_session_even_inside_main(tmp_path):
         assert process.returncode != 0, output
         assert "KeyboardInterrupt" in output and f"stopped by {signal.Signals(signum).name}" in output, output
         assert not marker.exists(), output
+
+
+def test_a_plain_progress_line_says_how_long_is_left(monkeypatch):
+    """Issue 60, item 10: progress lines had no ETA. After a step, a line says the time left
+    at the pace so far (rounds of a resumed run that were done before are not counted)."""
+    import time
+
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    stream = io.StringIO()
+    bar = progress.progress_bar(total=10, desc="training", unit="rounds", initial=4, stream=stream)
+    time.sleep(0.3)
+    bar.update()  # one round in about 0.3 s, five to go: about 2 s left (not 10 x 0.3 / 5)
+    bar.update(5)
+    bar.close()
+    start, step, *_, end = stream.getvalue().splitlines()
+    assert "left" not in start and "left" not in end  # nothing measured yet; nothing left
+    seconds = int(step.split("about ")[1].split("s left")[0])
+    assert step.startswith("training: 5/10 rounds (50%), 0s, about ") and 1 <= seconds <= 3
+
+
+def test_a_duration_reads_at_the_precision_that_matters():
+    assert [progress.duration(s) for s in (44.6, 185, 3600 * 2 + 4 * 60 + 59)] == ["45s", "3m05s", "2h04m"]
+
+
+def test_a_library_warning_is_one_fedbench_line(fedbench, monkeypatch):
+    """Issue 60, item 11: a UserWarning printed Python's two lines, the second the source line
+    that raised it. Every warning of a command is one `fedbench: warning: ...` line."""
+    import warnings
+
+    from benchmark.cli.commands import presets
+
+    def warn_then_list(args):
+        warnings.warn("something odd\n  over two lines", UserWarning)
+        return 0
+
+    monkeypatch.setattr(presets, "run", warn_then_list)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        done = fedbench("presets")
+    assert done.returncode == 0
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(
+        "fedbench: warning: something odd over two lines (UserWarning at tests/system/test_frictions.py:"
+    )

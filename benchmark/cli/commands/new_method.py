@@ -62,8 +62,18 @@ def run(args) -> int:
     check_output_folder(args.out or "methods", "--out")  # a file in the way: exit 2, not a traceback
     path = write_skeleton(name, Path(args.out or "methods"))
     print(f"wrote {path}")
-    print(f"next: edit it, then `fedbench methods --describe {name} --backbone fedbench-toy-vit`")
+    print(f"next: edit it, then `{describe_command(name, path)}`")
     return 0
+
+
+def describe_command(name: str, path: Path) -> str:
+    """The command that describes the method just written: a file in the methods/ package of
+    the fedbench that runs is a built-in; any other file is loaded through FEDBENCH_PLUGINS."""
+    import methods
+
+    builtin = path.resolve().parent in {Path(p).resolve() for p in methods.__path__}
+    command = f"fedbench methods --describe {name} --backbone fedbench-toy-vit"
+    return command if builtin else f"FEDBENCH_PLUGINS={path} {command}"
 
 
 PYPROJECT = """\

@@ -14,12 +14,11 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from benchmark.sweeps.presets import available_presets, load_preset
+    from benchmark.cli import listing
 
-    for name in available_presets():
-        preset = load_preset(name)
-        # The runs `reproduce` expands it into (msst targets included), not a product of the keys.
-        cells = len(preset.cells())
-        print(f"{name:<20} {cells:>5} cells  {preset.title}")
+    # The runs `reproduce` expands each into (msst targets included), not a product of the keys;
+    # read without torch when nothing changed since the last listing (benchmark/cli/listing.py).
+    for name, cells, title in listing.presets():
+        print(f"{name:<20} {cells:>5} cells  {title}")
     print("run one with `fedbench reproduce NAME` (--dry-run first: what is done, what data is missing)")
     return 0

@@ -240,7 +240,7 @@ def select_cells(args) -> Selection:
         )
         if warning:
             print(f"fedbench reproduce: {warning}", file=sys.stderr)
-        preset = preset.with_tuned(values, f"see {tuned_file}", *load_tuned_notes(tuned_file))
+        preset = preset.with_tuned(values, tuned_command(tuned_file), *load_tuned_notes(tuned_file))
     overrides = {"out": args.out or str(Path("runs") / preset.name)}
     for key in ("data_root", "device", "wandb", *WANDB_NAMING):
         if getattr(args, key):
@@ -404,6 +404,8 @@ def report_outcome(report, plan, cells: list) -> int:
         f"ran {len(report.ran)} runs, {len(plan.done)} were already done, "
         f"{len(report.skipped)} skipped for missing data, {len(report.failed)} failed"
     )
+    if note := untracked_note(cells):
+        print(note)
     if report.busy or report.done_elsewhere:
         print(
             f"another process on {cells[0].config.out}: {len(report.done_elsewhere)} cells finished by it meanwhile, "
@@ -430,6 +432,18 @@ def report_outcome(report, plan, cells: list) -> int:
     return 0
 
 
+def untracked_note(cells: list) -> str:
+    """What to do about cells that ran with W&B off: a run folder keeps no W&B record to sync
+    later, so the one way to W&B runs of them is to run them again with tracking on."""
+    if not cells or any(c.config.wandb != "disabled" for c in cells):
+        return ""
+    return (
+        "W&B was off (--wandb disabled): these runs have no W&B record to sync later; for W&B runs of them, run "
+        "the same command again with --force --wandb offline (kept under the --out folder; `wandb sync` uploads "
+        "them) or --wandb online"
+    )
+
+
 def skipped_reasons(report, plan) -> list[str]:
     """Why the skipped cells were skipped: their missing datasets, then what blocks the rest."""
     from benchmark.sweeps.sweep import needed_datasets, needs_key
@@ -441,3 +455,13 @@ def skipped_reasons(report, plan) -> list[str]:
     ]
     reasons += list(dict.fromkeys(plan.blocked[needs_key(c)] for c in report.skipped if needs_key(c) in plan.blocked))
     return reasons
+
+
+def tuned_command(path: Path) -> str:
+    """The `fedbench tune` command a tuned.yaml records (what the table's note names; it read
+    "chosen by `see results/mytoy/tuned.yaml`"), or `fedbench tune` when it records none."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    recorded = data.get("command") if isinstance(data, dict) else None
+    return " ".join(str(recorded).split()) if recorded else "fedbench tune"

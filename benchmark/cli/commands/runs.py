@@ -8,13 +8,17 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "runs",
         help="list and compare the runs under a folder (one row per run)",
-        description="One row per run under DIR (the --out folder of `fedbench run` or `reproduce`): its state "
+        description="One row per run under each DIR, or per run folder given (the --out folder of `fedbench run` or `reproduce`): its state "
         "(finished, resumable: a round checkpoint the same command resumes from, failed: with its error), the "
         "settings that differ between the runs, and the final metrics. --plot also renders the finished runs as "
         "`fedbench reproduce` renders a preset: table.md/csv/tex, the paired differences, radar.png and curves.png.",
     )
     p.add_argument(
-        "dir", metavar="DIR", nargs="?", default="runs", help="folder holding the run folders (default: runs)"
+        "dirs",
+        metavar="DIR",
+        nargs="*",
+        default=["runs"],
+        help="folders holding run folders, or run folders themselves (a folder with summary.json); default: runs",
     )
     p.add_argument(
         "--where",
@@ -22,7 +26,8 @@ def add_parser(subparsers) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="only the runs matching every KEY=VALUE: state, a run option or a hyperparameter "
-        "(method=pfedmma lr=0.01 state=failed); run=TEXT matches a part of the run's name",
+        "(method=pfedmma lr=0.01 state=failed); VALUE=a,b matches either (method=promptfl,pfedmma); "
+        "run=TEXT matches a part of the run's name",
     )
     p.add_argument(
         "--plot",
@@ -30,7 +35,8 @@ def add_parser(subparsers) -> None:
         const="",
         default=None,
         metavar="OUT",
-        help="render the table and figures of the finished runs into OUT (default: DIR/compare)",
+        help="render the table and figures of the finished runs into OUT (default: DIR/compare, for a run folder "
+        "the folder holding it)",
     )
     p.add_argument(
         "--spread",
@@ -51,35 +57,44 @@ def run(args) -> int:
     from benchmark.cli.outputs import check_output_folder
     from benchmark.config import ConfigError
 
-    root = Path(args.dir)
+    paths = [Path(d) for d in args.dirs]
+    where_text = " ".join(map(str, paths))
     nothing = (
-        f"no runs under {root}: a run folder holds summary.json (finished), a round checkpoint "
-        ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs"
+        f"no runs under {where_text}: a run folder holds summary.json (finished), a round checkpoint "
+        ".NAME.checkpoint.pt (resumable) or NAME.failed.json (failed); pass the --out folder of your runs "
+        "or run folders"
     )
-    if not root.is_dir():  # said before pandas and torch load (7 s on a busy machine)
-        raise ConfigError(f"{root} is not a folder; pass the --out folder of your runs (default: runs)")
-    if not any(_could_be_a_run(path) for path in root.iterdir()):
+    for path in paths:  # said before pandas and torch load (7 s on a busy machine)
+        if not path.is_dir():
+            raise ConfigError(f"{path} is not a folder; pass the --out folder of your runs (default: runs)")
+    if not any(_is_a_run(path) or any(_could_be_a_run(p) for p in path.iterdir()) for path in paths):
         raise ConfigError(nothing)  # said before pandas and torch load (seconds)
     if args.plot:  # where the figures go, checked before anything is read (benchmark/cli/outputs.py)
         check_output_folder(args.plot, "--plot")
-    from benchmark.sweeps.compare import render, scan, table, where
+    from benchmark.sweeps.compare import render, scan_all, table, where
 
-    entries = scan(root)
+    entries = scan_all(paths)
     if not entries:
         raise ConfigError(nothing)
     entries = where(entries, args.where)
     if not entries:
-        raise ConfigError(f"no run under {root} matches --where {' '.join(args.where)}")
+        raise ConfigError(f"no run under {where_text} matches --where {' '.join(args.where)}")
     listing = table(entries, args.spread, args.memory)
     with_pandas_options(lambda: print(listing.to_string(index=False)))
     counts = {s: sum(e.state == s for e in entries) for s in ("finished", "resumable", "failed")}
     print(", ".join(f"{n} {s}" for s, n in counts.items() if n))
     if args.plot is not None:
-        out = Path(args.plot) if args.plot else root / "compare"
-        files = render(entries, out, f"Runs under {root}", args.spread, args.memory)
+        first = paths[0].parent if _is_a_run(paths[0]) else paths[0]
+        out = Path(args.plot) if args.plot else first / "compare"
+        files = render(entries, out, f"Runs under {where_text}", args.spread, args.memory)
         for path in files.values():
             print(f"wrote {path}")
     return 0
+
+
+def _is_a_run(path) -> bool:
+    """A finished run's own folder (`benchmark.sweeps.compare.is_run_folder`, without importing it)."""
+    return (path / "summary.json").is_file()
 
 
 def _could_be_a_run(path) -> bool:
