@@ -71,3 +71,26 @@ def test_a_margin_that_is_not_above_zero_is_refused(capsys, command, value):
         build_parser().parse_args([*command, "--margin", value])
     assert exit_.value.code == 2
     assert "--margin" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # one reproduction of the mini table (6 cells): about 40 s on the 2-core machine under load 5
+def test_reproduce_until_resolved_looks_and_renders_at_the_margin_given(tmp_path, fake_data_root, monkeypatch):
+    from conftest import write_mini_preset
+
+    from benchmark.cli import main
+    from benchmark.sweeps import resolve
+
+    real_plan, looked = resolve.plan_seeds, []
+
+    def spy(ranking, *args, **kwargs):
+        looked.append(ranking.margin)
+        return real_plan(ranking, *args, **kwargs)
+
+    monkeypatch.setattr(resolve, "plan_seeds", spy)
+    preset = write_mini_preset(tmp_path, fake_data_root, ("zeroshot", "promptfl"), (1, 2, 3))
+    flags = ["--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results"), "--until-resolved"]
+    # a budget of the 6 cells of look 1: no look 2, the table is rendered from look 1
+    assert main(["reproduce", str(preset), *flags, "--budget", "6", "--margin", "2.5"]) == 0
+    assert looked == [2.5]  # the stopping rule read the ranking at the margin given
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "≈ equivalent within 2.5 points (TOST" in table and "within 1 point" not in table
