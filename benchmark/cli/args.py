@@ -22,6 +22,7 @@ from benchmark.config import (
 from benchmark.sweeps.executors import natural_int, positive_float, positive_int
 
 __all__ = [
+    "add_margin_argument",
     "add_quiet_argument",
     "add_run_arguments",
     "answer_without_running",
@@ -133,6 +134,24 @@ def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no progress bars or progress lines (results, notes and errors still print); without it, a bar "
         "redirected to a file or pipe prints plain lines instead of redrawing itself",
+    )
+
+
+# statements.MARGIN, written out: importing the statistics (scipy) would cost every command's
+# --help and its input errors seconds; tests/cli check that the two agree.
+DEFAULT_MARGIN = 1.0
+
+
+def add_margin_argument(parser: argparse.ArgumentParser) -> None:
+    """--margin of the commands that render a table from runs (`reproduce`, `runs --plot`)."""
+    parser.add_argument(
+        "--margin",
+        type=positive_float,
+        default=DEFAULT_MARGIN,
+        metavar="POINTS",
+        help="a gap between two rows is ≈ (equivalent, TOST) when the seeds show it within this many points "
+        "of the headline metric; the marks of the rankings, differences.csv, table.csv's `tied` and the stopping "
+        f"rule of `reproduce --until-resolved` use it, and the table's notes print it (default: {DEFAULT_MARGIN:g})",
     )
 
 

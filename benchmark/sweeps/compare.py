@@ -25,6 +25,7 @@ from benchmark.files import atomic_write
 from benchmark.runs.checkpoints import read_sidecar
 from benchmark.runs.reporting import config_label
 from benchmark.runs.results import read_failure_record, read_summary, read_timing
+from benchmark.sweeps import statements
 from benchmark.sweeps.plots import round_curves
 from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.sweep import HEADLINE_METHOD, render_cells
@@ -283,11 +284,16 @@ def _run_config(entry: RunEntry) -> RunConfig | None:
 
 
 def render(
-    entries: list[RunEntry], out: Path, title: str, spread: bool = False, memory: bool = False
+    entries: list[RunEntry],
+    out: Path,
+    title: str,
+    spread: bool = False,
+    memory: bool = False,
+    margin: float = statements.MARGIN,
 ) -> dict[str, Path]:
     """The table, differences and figures of the finished runs (as `fedbench reproduce`
-    renders a preset) plus runs.md / runs.csv (the listing, with `table`'s spread and
-    memory columns when asked), into `out`."""
+    renders a preset, ≈ within `margin` points) plus runs.md / runs.csv (the listing, with
+    `table`'s spread and memory columns when asked), into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     listing = table(entries, spread, memory)
     files = {"runs_md": out / "runs.md", "runs_csv": out / "runs.csv"}
@@ -302,7 +308,7 @@ def render(
         reference = next(
             (c.label for c in plain + chosen if c.config.method == HEADLINE_METHOD), (plain or chosen)[0].label
         )
-        rendered = render_cells(chosen, out, title, reference=reference)
+        rendered = render_cells(chosen, out, title, reference=reference, margin=margin)
         if rendered is not None:
             files.update(rendered[2])
     return files

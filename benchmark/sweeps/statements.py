@@ -325,6 +325,11 @@ def rank_statements(
     )
 
 
+def points(margin: float) -> str:
+    """The margin as the notes print it: '1 point', '2.5 points'."""
+    return f"{margin:g} point{'' if margin == 1 else 's'}"
+
+
 def method_note(ranking: Ranking, pairing: str = "seeds") -> str:
     """The table's statement of its method: test, interval, margin, alpha, correction, n."""
     n = sorted(set(ranking.n))
@@ -332,7 +337,7 @@ def method_note(ranking: Ranking, pairing: str = "seeds") -> str:
     return (
         f"Marks between adjacent rows (paired by {pairing}; n = {shown} per row): ≻ separated (two-sided paired "
         f"t-test, Holm-corrected over the {len(ranking.gaps)} gaps, alpha {ranking.alpha:g}); ≈ equivalent "
-        f"within {ranking.margin:g} point (TOST, Holm-corrected likewise; a gap both separated and within the "
+        f"within {points(ranking.margin)} (TOST, Holm-corrected likewise; a gap both separated and within the "
         f"margin is ≈); ? open, with the seeds that would resolve it at {POWER * 100:g} % power (two-sided "
         f"paired t-test at alpha / {len(ranking.gaps)}, at the observed gap and paired sd, or TOST when the gap is within the margin). Interval: 95 % t interval of the paired mean "
         "difference. rank: the 95 % interval of the row's rank over 2000 bootstrap resamples of the seeds. "

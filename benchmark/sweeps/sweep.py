@@ -69,6 +69,7 @@ class SweepPlan:
     checks: dict[tuple, DataCheck] = field(default_factory=dict)  # (dataset, data root) -> what a run finds
     overrides: dict[str, Any] = field(default_factory=dict)  # `reproduce --set`: the table says so
     alpha: float = statements.ALPHA  # the level the table's marks are at (`--until-resolved`: per look)
+    margin: float = statements.MARGIN  # HM points within which a gap is ≈ (`reproduce --margin`)
     design: list[str] = field(default_factory=list)  # how `--until-resolved` chose the seeds
 
     def describe(self, every_cell: bool = False) -> str:
@@ -387,6 +388,7 @@ def render_tables(
         scope=scope,
         tuning_flags=plan.preset.tuned_flags,
         alpha=plan.alpha,
+        margin=plan.margin,
     )
     if rendered is None:
         return {}
@@ -407,16 +409,17 @@ def render_cells(
     scope: TableScope | None = None,
     tuning_flags: Mapping[str, str] | None = None,
     alpha: float = statements.ALPHA,
+    margin: float = statements.MARGIN,
 ):
     """The table (md/csv/tex), the paper comparison, `reference` minus each other row
     (paired differences) and the figures (radar.png, curves.png) of the finished `cells`,
     into `out`: what `fedbench reproduce` renders for a preset and `fedbench runs --plot`
-    for a folder of runs. `tuning_flags` (variant label -> reason) marks the tuned rows whose
+    for a folder of runs; ≈ within `margin` points. `tuning_flags` (variant label -> reason) marks the tuned rows whose
     choice `fedbench tune` flagged. Returns (stats, comparison, files), or None when no cell
     finished."""
     long = collect(cells)
     headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
-    stats = summarize(long, failed_cells(cells), headlines)
+    stats = summarize(long, failed_cells(cells), headlines, margin)
     if stats.empty:
         return None
     if tuning_flags:
@@ -430,10 +433,10 @@ def render_cells(
         comparison = scope.comparison(comparison, stats)
         title, notes = scope.title(title), [*scope.notes(), *notes]
     headline = get_protocol(cells[0].config.protocol).headline
-    diffs = differences(long, reference, headline, alpha)
+    diffs = differences(long, reference, headline, alpha, margin)
     numerics = numerics_note(cells)  # threads, device, precision, CPU kernels: the table's or a mix
     seeds = seeds_note(long)
-    ranks = rankings(long, headlines, alpha)
+    ranks = rankings(long, headlines, alpha, margin)
     files = render(
         stats, comparison, out, title, diffs, [*notes, *([numerics] if numerics else []), *seeds], ranks=ranks
     )

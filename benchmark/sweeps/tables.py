@@ -163,7 +163,10 @@ def failed_cells(cells: Sequence[Cell]) -> list[Cell]:
 
 
 def summarize(
-    long: pd.DataFrame, failed: Sequence[Cell] = (), headline: Mapping[str, str] | None = None
+    long: pd.DataFrame,
+    failed: Sequence[Cell] = (),
+    headline: Mapping[str, str] | None = None,
+    margin: float = statements.MARGIN,
 ) -> pd.DataFrame:
     """Mean, std and count over seeds per (label, dataset, grid, metric), plus 'Average' rows:
     per seed the mean over datasets, then mean and std over seeds. `failed` cells turn their
@@ -173,7 +176,7 @@ def summarize(
     wide spread."""
     columns = [*KEYS, "metric", "mean", "std", "n", "failed"]
     if long.empty:
-        return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long, headline)
+        return assess(_mark_failed(pd.DataFrame(columns=columns), failed), long, headline, margin)
     per_dataset = _over_seeds(long)
     datasets = long["dataset"].unique()
     # 'Average' even for one dataset: the paper's numbers are averages and compare with it.
@@ -189,7 +192,7 @@ def summarize(
     by_seed["dataset"] = AVERAGE
     per_dataset = pd.concat([per_dataset, _over_seeds(by_seed)], ignore_index=True)
     per_dataset["failed"] = 0
-    return assess(_mark_failed(per_dataset[columns], failed), long, headline)
+    return assess(_mark_failed(per_dataset[columns], failed), long, headline, margin)
 
 
 def _mark_failed(stats: pd.DataFrame, failed: Sequence[Cell]) -> pd.DataFrame:
@@ -255,7 +258,12 @@ ASSESSMENT = [
 ]
 
 
-def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] | None = None) -> pd.DataFrame:
+def assess(
+    stats: pd.DataFrame,
+    long: pd.DataFrame,
+    headline: Mapping[str, str] | None = None,
+    margin: float = statements.MARGIN,
+) -> pd.DataFrame:
     """`stats` with the columns of ASSESSMENT: per (dataset block, grid, metric) `best` (the
     highest mean; exact ties all best) and `tied` (not separated from the best: `_mark_best`;
     `pairs` its number of pairs, `diff_*` its mean and t interval); `unstable` (the number of the row's runs
@@ -285,7 +293,7 @@ def assess(stats: pd.DataFrame, long: pd.DataFrame, headline: Mapping[str, str] 
         # the headline's std, on every metric of its row
         by_row = stats["std"].where(wide).groupby([stats[k] for k in keys], sort=False, dropna=False)
         stats["spread"] = by_row.transform("max").fillna(0.0)
-    _mark_best(stats, long)
+    _mark_best(stats, long, margin)
     flagged = unstable_runs(long)
     for key, runs in flagged.groupby([*ROW, "grid"], sort=False):
         here = (stats[[*ROW, "grid"]] == pd.Series(dict(zip([*ROW, "grid"], key)))).all(axis=1)
@@ -336,7 +344,7 @@ def unstable_runs(long: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(flagged, columns=columns)
 
 
-def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
+def _mark_best(stats: pd.DataFrame, long: pd.DataFrame, margin: float = statements.MARGIN) -> None:
     """`best`, `tied`, `pairs` and `diff_*` of `assess`, in place. Pairs: per dataset block
     the seeds both rows ran; in the Average block every (dataset, seed) both ran (the pairing
     of `differences`' 'all (seeds x datasets)'). `diff_*`: the mean of best minus the row and
@@ -360,7 +368,7 @@ def _mark_best(stats: pd.DataFrame, long: pd.DataFrame) -> None:
             paired = ours.merge(theirs, on=on, suffixes=("_best", "_row"))
             others.append(index)
             diffs.append((paired["value_best"] - paired["value_row"]).to_numpy())
-        shown = statements.marks(diffs)[0] if diffs else []
+        shown = statements.marks(diffs, margin=margin)[0] if diffs else []
         for index, d, mark in zip(others, diffs, shown):
             low, high = statements.t_interval(d)
             stats.loc[index, ["pairs", "diff_mean", "diff_low", "diff_high"]] = [
@@ -412,7 +420,9 @@ DIFFERENCE_COLUMNS = [
 ]
 
 
-def differences(long: pd.DataFrame, reference: str, metric: str, alpha: float = statements.ALPHA) -> pd.DataFrame:
+def differences(
+    long: pd.DataFrame, reference: str, metric: str, alpha: float = statements.ALPHA, margin: float = statements.MARGIN
+) -> pd.DataFrame:
     """`reference` minus every other row label on `metric`, paired run by run (same dataset,
     grid, seed). Per dataset and over all pairs (seeds x datasets): the number of pairs, the
     mean difference, its 95 % t interval, the two-sided paired t-test's p, its Holm-adjusted p
@@ -442,7 +452,7 @@ def differences(long: pd.DataFrame, reference: str, metric: str, alpha: float = 
     for (grid, dataset), family in families.items():
         # both directions: a baseline above the reference is marked ≺, never hidden as open
         gaps = statements.compare(
-            [(reference, b, d) if d.mean() >= 0 else (b, reference, -d) for b, d in family], alpha
+            [(reference, b, d) if d.mean() >= 0 else (b, reference, -d) for b, d in family], alpha, margin
         )
         for (baseline, diffs), gap in zip(family, gaps):
             above = gap.upper == reference
@@ -468,12 +478,12 @@ def differences(long: pd.DataFrame, reference: str, metric: str, alpha: float = 
     frame["_order"] = frame["baseline"].map(order)
     frame = frame.sort_values(["_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
     frame["seeds_needed"] = frame["seeds_needed"].astype("Int64")
-    frame.attrs["alpha"] = alpha
+    frame.attrs["alpha"], frame.attrs["margin"] = alpha, margin
     return frame
 
 
 def rankings(
-    long: pd.DataFrame, headline: Mapping[str, str], alpha: float = statements.ALPHA
+    long: pd.DataFrame, headline: Mapping[str, str], alpha: float = statements.ALPHA, margin: float = statements.MARGIN
 ) -> dict[tuple[str, str], statements.Ranking]:
     """(dataset block, grid) -> the ranking of its rows on the block's headline metric
     (`statements.rank_statements`): per dataset paired by seed, the Average block by the
@@ -502,7 +512,7 @@ def rankings(
                 for label, g in by_grid.groupby("label", sort=False)
             }
             constant = [r for r, v in values.items() if len(v) > 1 and np.ptp(list(v.values())) == 0]
-            out[(dataset, grid)] = statements.rank_statements(values, alpha, constant=constant)
+            out[(dataset, grid)] = statements.rank_statements(values, alpha, margin, constant=constant)
     return out
 
 
@@ -717,7 +727,7 @@ def render(
             "",
             "Paired run by run (same dataset, grid and seed); interval: 95 % t interval of the mean difference; "
             f"p_t: two-sided paired t-test, p_holm: Holm-adjusted over the baselines; mark: ≻ {reference} above, "
-            f"≺ below (at alpha {diffs.attrs.get('alpha', statements.ALPHA):g}), ≈ equivalent within {statements.MARGIN:g} point (TOST), ? open with the seeds it needs at "
+            f"≺ below (at alpha {diffs.attrs.get('alpha', statements.ALPHA):g}), ≈ equivalent within {statements.points(diffs.attrs.get('margin', statements.MARGIN))} (TOST), ? open with the seeds it needs at "
             f"{statements.POWER * 100:g} % power; p_signflip: exact sign-flip test, empty below "
             f"{statements.SIGNFLIP_MIN_PAIRS} pairs (its smallest p, 2/2^n, cannot reach 0.05 there). One pair "
             "gives no interval and no test.",

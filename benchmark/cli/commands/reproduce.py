@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmark.cli.args import add_quiet_argument, parse_set, positive_int
+from benchmark.cli.args import add_margin_argument, add_quiet_argument, parse_set, positive_int
 from benchmark.sweeps.executors import (
     DEFAULT,
     EXECUTORS,
@@ -66,6 +66,7 @@ def add_parser(subparsers) -> None:
     resolved.add_argument(
         "--max-seeds", type=positive_int, default=30, metavar="N", help="most seeds a row may run (default: 30)"
     )
+    add_margin_argument(p)
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument(
         "--results",
@@ -259,7 +260,7 @@ def plan_cells(selection: Selection, args):
     from benchmark.sweeps.sweep import plan_sweep
 
     plan = plan_sweep(selection.preset, selection.cells, force=args.force, shown=selection.shown)
-    plan.overrides = parse_set(args.set)
+    plan.overrides, plan.margin = parse_set(args.set), args.margin
     return plan
 
 
@@ -342,7 +343,7 @@ def until_resolved(plan, selection: Selection, args, executor) -> int:
     report = run_sweep(plan, selection.results, **options)  # look 1
     if report.submitted or report.failed or report.skipped or report.busy:
         return report_outcome(report, plan, selection.cells)
-    ranking, ran, constant = look(selection.cells)
+    ranking, ran, constant = look(selection.cells, args.margin)
     per_seed = max(1, len(selection.cells) // max(1, sum(len(s) for s in ran.values())))
     seeds = resolve.plan_seeds(ranking, ran, len(selection.cells), budget, args.max_seeds, constant, per_seed)
     added = [
@@ -352,7 +353,7 @@ def until_resolved(plan, selection: Selection, args, executor) -> int:
     ]
     cells = selection.cells + added
     final = plan_sweep(preset, cells, force=args.force, shown=(selection.shown or selection.cells) + added)
-    final.overrides, final.alpha = plan.overrides, resolve.LOOK_ALPHA
+    final.overrides, final.alpha, final.margin = plan.overrides, resolve.LOOK_ALPHA, args.margin
     if added:
         print(
             f"until-resolved: look 1 leaves {len(seeds.extra(ran))} rows with open gaps; {len(final.todo)} more cells"
@@ -360,15 +361,16 @@ def until_resolved(plan, selection: Selection, args, executor) -> int:
         report = run_sweep(final, selection.results, **options)  # look 2
         if report.submitted or report.failed or report.skipped or report.busy:
             return report_outcome(report, final, cells)
-        ranking, _, _ = look(cells)
+        ranking, _, _ = look(cells, args.margin)
     final.design = [resolve.stop_note(seeds, ranking, budget, len(cells), args.max_seeds)]
     report.files = render_tables(final, selection.results, options["wandb_mode"], options["tags"])
     print(final.design[0])
     return report_outcome(report, final, cells)
 
 
-def look(cells: list):
-    """The ranking `--until-resolved` reads (the Average block, or the only one) at its alpha,
+def look(cells: list, margin: float):
+    """The ranking `--until-resolved` reads (the Average block, or the only one) at its alpha
+    and the table's `margin`,
     each row's finished seeds, and the deterministic rows."""
     from benchmark.protocol_registry import get_protocol
     from benchmark.sweeps import resolve
@@ -376,7 +378,7 @@ def look(cells: list):
 
     long = collect(cells)
     headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
-    ranks = rankings(long, headlines, resolve.LOOK_ALPHA)
+    ranks = rankings(long, headlines, resolve.LOOK_ALPHA, margin)
     ranking = ranks.get((AVERAGE, "")) or next(iter(ranks.values()))
     ran = {}
     for row in ranking.rows:

@@ -3,6 +3,8 @@ differ between them, the final metrics; `--plot` renders them as `reproduce` ren
 
 from __future__ import annotations
 
+from benchmark.cli.args import add_margin_argument
+
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -48,6 +50,7 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="peak memory per phase (training, evaluation) in MiB: CPU RSS, and on CUDA allocated and reserved",
     )
+    add_margin_argument(p)
     p.set_defaults(func=run)
 
 
@@ -86,7 +89,7 @@ def run(args) -> int:
     if args.plot is not None:
         first = paths[0].parent if _is_a_run(paths[0]) else paths[0]
         out = Path(args.plot) if args.plot else first / "compare"
-        files = render(entries, out, f"Runs under {where_text}", args.spread, args.memory)
+        files = render(entries, out, f"Runs under {where_text}", args.spread, args.memory, args.margin)
         for path in files.values():
             print(f"wrote {path}")
     return 0
