@@ -236,13 +236,14 @@ def calibrate(
     random_size: bool = False,
     synonyms: list[str] | None = None,
 ) -> list[dict]:
-    """The calibration rows of `datasets` (default: every base2novel and domains toy dataset);
+    """The calibration rows of `datasets` (default: every base2novel and domains toy dataset of
+    world version 6);
     with `styles`, each base-to-novel dataset once per style instead of in its own; with
     `random_size`, objects of both sizes even where the dataset shows close-ups; with
     `synonyms`, base-to-novel classes named by those attributes' rarer words."""
-    specs = world.toy_specs()
+    specs = world.all_toy_specs()
     if datasets is None:
-        datasets = [n for n, s in specs.items() if s.protocol in ("base2novel", "domains")]
+        datasets = [n for n, s in world.toy_specs().items() if s.protocol in ("base2novel", "domains")]
     unknown = [n for n in datasets if n not in specs]
     if unknown:
         raise SystemExit(f"calibrate: unknown toy dataset(s) {unknown}; known: {sorted(specs)}")
@@ -275,12 +276,14 @@ def _cell(mean: float, std: float) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
-def to_markdown(rows: list[dict], command: str, checkpoint: str, sha256: str, steps: int) -> str:
+def to_markdown(
+    rows: list[dict], command: str, checkpoint: str, sha256: str, steps: int, version: int = world.WORLD_VERSION
+) -> str:
     lines = [
         "# Toy world calibration",
         "",
         f"Made by `{command}`; checkpoint `{checkpoint}` (sha256 `{sha256}`), world version "
-        f"{world.WORLD_VERSION}, CoOp {N_CTX} context vectors x {steps} Adam steps (lr {COOP_LR:g}, batch 128, "
+        f"{version}, CoOp {N_CTX} context vectors x {steps} Adam steps (lr {COOP_LR:g}, batch 128, "
         f"mean ± std over initialization seeds {', '.join(map(str, COOP_SEEDS))}), linear probe: best of L2 "
         f"{', '.join(f'{c:g}' for c in PROBE_L2)}. Accuracies in %, test split.",
         "",
@@ -350,7 +353,15 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
 
-    pretrained = "fedbench-toy-test" if args.test else "fedbench-toy"
+    specs = world.all_toy_specs()
+    versions = {specs[n].world for n in args.datasets or () if n in specs} or {world.WORLD_VERSION}
+    if len(versions) > 1:
+        raise SystemExit(f"calibrate: --datasets mixes world versions {sorted(versions)}; calibrate one at a time")
+    (version,) = versions
+    if args.test and version != world.WORLD_VERSION:
+        raise SystemExit(f"calibrate: --test has no small model of world version {version}; leave --test out")
+    # each world version's datasets are measured on its own CLIP
+    pretrained = "fedbench-toy-test" if args.test else world.WORLD_PRETRAINED[version]
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
@@ -358,7 +369,7 @@ def main(argv: list[str] | None = None) -> str:
     command = "python -m data.toy.calibrate " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
-    text = to_markdown(rows, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.steps)
+    text = to_markdown(rows, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.steps, version)
     if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
     print(text)
