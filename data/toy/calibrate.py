@@ -142,18 +142,23 @@ def coop(
     momentum: float = 0.0,
     weight_decay: float = 0.0,
     cosine: bool = False,
+    order_seed: int | None = None,
 ):
     """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`: Adam on
     random batches by default (the calibration's). `optimizer="sgd"` with `batch=None` is plain
     full-batch gradient descent, what a federated prompt computes when every client makes one
     step a round on its whole data; with `momentum=0.9, weight_decay=5e-4, cosine=True` and
-    `batch=32` it is the CoOp paper's recipe (the learning rate decayed by a cosine to 0)."""
+    `batch=32` it is the CoOp paper's recipe (the learning rate decayed by a cosine to 0).
+    `seed` draws the initial context and, unless `order_seed` is given, the batches too
+    (`data.toy.variance` varies the two apart)."""
     from benchmark.prompts import ContextPrompts
 
     prompts = ContextPrompts(backbone, N_CTX)
     g = torch.Generator().manual_seed(seed)
     width = backbone.text.width
     ctx = (torch.randn(N_CTX, width, generator=g) * 0.02).requires_grad_(True)  # CoOp's random init
+    if order_seed is not None:
+        g = torch.Generator().manual_seed(order_seed)
     if optimizer == "adam":
         opt = torch.optim.Adam([ctx], lr=lr, weight_decay=weight_decay)
     elif optimizer == "sgd":
