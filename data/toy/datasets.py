@@ -74,12 +74,18 @@ def generate_spec_split(spec: world.ToySpec, split: str, seed: int = TOY_SEED, i
     return images, labels, domains, attrs
 
 
-def load_toy(name: str, transforms: ImageTransforms, seed: int = TOY_SEED) -> DatasetSplits:
+def load_toy(
+    name: str, transforms: ImageTransforms, seed: int = TOY_SEED, test_seed: int | None = None
+) -> DatasetSplits:
+    """The splits of toy dataset `name`, all drawn from `seed`; with `test_seed`, the
+    validation and test splits from that seed instead (version 7: a run's seed draws fresh
+    held-out images, while the train pool stays and the few-shot draw picks from it)."""
     spec = world.all_toy_specs()[name]
     shift = len(spec.domains) > 1
     splits = {}
     for split in ("train", "val", "test"):
-        images, labels, domains, _ = generate_split(name, split, seed)
+        split_seed = seed if test_seed is None or split == "train" else test_seed
+        images, labels, domains, _ = generate_split(name, split, split_seed)
         transform = transforms.train if split == "train" else transforms.test
         splits[split] = TensorImages(
             f"{name}/{split}",
@@ -88,7 +94,7 @@ def load_toy(name: str, transforms: ImageTransforms, seed: int = TOY_SEED) -> Da
             spec.class_names,
             transform,
             domains=domains if shift else None,
-            cache_key=f"{name}-w{spec.world}-s{seed}/{split}/{transforms.key}",
+            cache_key=f"{name}-w{spec.world}-s{split_seed}/{split}/{transforms.key}",
         )
     return DatasetSplits(
         name,
@@ -130,9 +136,10 @@ def _register(name: str) -> None:
         protocol=spec.protocol,
         num_classes=len(spec.classes),
         domains=tuple(spec.domains) if len(spec.domains) > 1 else (),
+        draws_per_seed=spec.world >= 7,  # version 6's test set is the same at every seed, as it was
     )
-    def load(root: Path, transforms: ImageTransforms) -> DatasetSplits:
-        return load_toy(name, transforms)
+    def load(root: Path, transforms: ImageTransforms, seed: int | None = None) -> DatasetSplits:
+        return load_toy(name, transforms, test_seed=seed)
 
 
 for _name in toy_dataset_names():

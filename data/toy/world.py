@@ -566,19 +566,21 @@ HALVES_V7: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "pattern": ((0, 2, 4, 6), (1, 3, 5, 7)),  # plain dotted diagonal wavy | striped checkered gridded concentric
     "shape": ((0, 1, 2, 3), (4, 5, 6, 7)),  # circle square triangle diamond | cross star ring heart
 }
-# (first attribute, second attribute, style, object size or None) of each version 7 dataset
+# (first attribute, second attribute, style, object size or None) of each version 7 dataset;
+# its halves: `HALVES_V7` unless `V7_DATASET_HALVES` names its own (chosen by zero-shot balance)
 V7_DATASETS: dict[str, tuple[str, str, str, int | None]] = {
     "toy7": ("colour", "pattern", "crowded", 0),  # small objects among three patterned distractors
     "toy7_shapes": ("colour", "shape", "crowded", None),
     "toy7_patterns": ("pattern", "shape", "cluttered", 1),
 }
+V7_DATASET_HALVES: dict[str, dict[str, tuple[tuple[int, ...], tuple[int, ...]]]] = {}
 
 
 def toy7_specs() -> dict[str, ToySpec]:
     """The base-to-novel datasets of world version 7, by name (base classes then novel)."""
     out = {}
     for name, (first, second, domain, size) in V7_DATASETS.items():
-        base, novel = split_classes(first, second, HALVES_V7)
+        base, novel = split_classes(first, second, {**HALVES_V7, **V7_DATASET_HALVES.get(name, {})})
         what = f"{first} x {second} ({len(base)} base + {len(novel)} novel classes, named with disjoint words)"
         size_text = "" if size is None else f", {SIZES[size]} objects"
         out[name] = ToySpec(

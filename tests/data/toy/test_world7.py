@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+import torch
 
 from data.toy import world
 from data.toy.datasets import generate_split, toy_dataset_names
@@ -73,3 +74,17 @@ def test_version_7_renders_deterministically():
     assert _split_sha256(name, "train") == first
     images, labels, _, _ = generate_split(name, "test")
     assert images.shape[1:] == (32, 32, 3) and min(labels.count(k) for k in range(32)) == 30
+
+
+def test_a_run_seed_draws_version_7_test_images_and_leaves_version_6_alone(tmp_path):
+    from data.catalog import dataset_info, load_dataset
+    from data.transforms import clip_transforms
+
+    tf = clip_transforms(32, augment=False)
+    assert dataset_info("toy7").draws_per_seed and not dataset_info("toy").draws_per_seed
+    one, two = (load_dataset("toy7", tmp_path, tf, seed=s) for s in (1, 2))
+    assert torch.equal(one.train.images, two.train.images)  # the pool the few-shot draw picks from
+    assert not torch.equal(one.test.images, two.test.images)  # a fresh test draw per seed
+    assert one.test.labels == two.test.labels and one.class_names == two.class_names
+    assert one.test.cache_key != two.test.cache_key  # frozen features are cached per draw
+    assert torch.equal(load_dataset("toy", tmp_path, tf, seed=1).test.images, generate_split("toy", "test")[0])
