@@ -60,6 +60,13 @@ class Server:
         return FederationPlan(tuple(clients), schedule)
 
     @classmethod
+    def lr_factor(cls, clients: Sequence[ClientShard], schedule: list[list[int]], batch_size: int) -> float:
+        """The factor on the method's tuned learning rate under this federation: 1 where every
+        trained client takes the steps a client of the method's federation takes (fedavg,
+        local); the central run's is `servers.central.central_lr_factor`."""
+        return 1.0
+
+    @classmethod
     def scored_states(cls, states: dict[int, State], clients: Sequence[ClientShard]) -> dict[int, State]:
         """The trained clients' `states` as the partition's `clients` are scored: each its own."""
         return states

@@ -92,6 +92,14 @@ def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMetho
         return build_method(config.method, backbone, config.method_args)
 
 
+def scale_learning_rate(method: FederatedMethod, factor: float) -> None:
+    """The method's tuned learning rate (`lr`, what `fedbench tune` chooses) times `factor`,
+    the federation kind's rule (`Server.lr_factor`: central rows take the round's steps one
+    after another); its optimizers read it each client-round. A method without one is left."""
+    if factor != 1.0 and "lr" in method.hparams:
+        method.hparams["lr"] = method.hparams["lr"] * factor
+
+
 @dataclass
 class PreparedRun:
     """Everything a run builds from its config before the first round: the seeded method,
@@ -186,6 +194,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     schedule = client_sampling_schedule(
         len(partition.clients), config.participation, config.rounds, config.seed, config.client_sampling
     )
+    server = server_class(config.federation)
+    scale_learning_rate(method, server.lr_factor(partition.clients, schedule, config.batch_size))
     method.to(device)
 
     # Without augmentation the training inputs are deterministic, so frozen-feature
@@ -236,6 +246,6 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         cache_train,
         settings,
         attributes,
-        server_class(config.federation),
+        server,
         augment_backend,
     )

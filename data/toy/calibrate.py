@@ -1,9 +1,17 @@
 """Calibration of the toy world against real CLIP's anchors (measured, never hard-coded).
 
-    python -m data.toy.calibrate [--out results/toy/calibration.md] [--test] [--steps N]
-    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] --out results/toy/style_search.md
+    python -m data.toy.calibrate [--datasets toy ...] [--seeds 1 2 3] [--quick] [--test] [--out results/toy/calibration.md]
+    python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] [--steps N] --out results/toy/style_search.md
 
-Per base-to-novel toy dataset, on its test split:
+Default: the calibration per method family (`data.toy.family_calibration`): on each toy
+dataset the demo preset uses (or `--datasets`), zero-shot and the central row of CoOp,
+LoRA, an MMA-style adapter and CLIP-Adapter, trained by the suite's own runs over the
+preset's seeds, each checked against the targets of `data.toy.calibration_targets`
+(published centralized results of real CLIP ViT-B/16, fixed before anything was measured),
+and the label-free style-headroom probe. `--quick` trains one round (the tests').
+
+`--styles` (`--random-size`, `--synonyms`): the style search the world versions were
+chosen with, on frozen image features, per base-to-novel toy dataset on its test split:
   zero-shot Base / Novel   prompt "a photo of a {class name}.", Base over the base classes,
                            Novel over the novel ones (the base2novel protocol);
   linear probe Base        the ceiling of the frozen image features: a multinomial logistic
@@ -15,20 +23,14 @@ Per base-to-novel toy dataset, on its test split:
                            `--steps` steps of 128 images drawn at random), then the same
                            context on the base and on the novel class names; three
                            initialization seeds, mean +- std.
-Each base-to-novel row is checked against the targets below (`TARGETS`), which put a
-dataset in real CLIP's regime; the table says which targets it meets. `--styles` renders
-each dataset in other styles (the same objects and nuisances) to search for a world.
-For `toy_domains` (leave-one-style-out): zero-shot accuracy per held-out style, and the
-accuracy of a linear probe / CoOp prompt trained on the other styles' train images.
+Each row is checked against the style search's CoOp-only targets (`TARGETS`); `--styles`
+renders each dataset in other styles (the same objects and nuisances). For `toy_domains`
+(leave-one-style-out): zero-shot accuracy per held-out style, and the accuracy of a linear
+probe / CoOp prompt trained on the other styles' train images.
 
-Real CLIP ViT-B/16 (CoOp, CoCoOp papers, average of 11 datasets): zero-shot Base 69 /
-Novel 74, CoOp Base 82 / Novel 63 -- prompt learning gains ~13 points on seen classes and
-loses ~11 on unseen ones, on every one of the 11 datasets. The toy world is calibrated to
-reproduce that regime, on these properties of CLIP alone (never on how a compared method
-ranks).
-
-Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts` and
-`data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives the same table.
+Self-contained: torch, open_clip (through `benchmark.backbone`), `benchmark.prompts`, the
+suite's runs and `data.toy`. Seeded and run at 1 torch thread: the same checkpoint gives
+the same table.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ COOP_SEEDS = (0, 1, 2)
 
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """One property of real CLIP a base-to-novel toy dataset must show (numbers in points)."""
+    """One property of real CLIP a style-search row must show (numbers in points); the
+    per-family targets are `data.toy.calibration_targets.TARGETS`."""
 
     name: str
     rule: str  # how it reads in the table's notes
@@ -333,27 +336,36 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     parser.add_argument("--test", action="store_true", help="the test suite's small model")
-    parser.add_argument("--steps", type=int, default=300, help="CoOp training steps")
     parser.add_argument(
-        "--datasets", nargs="+", default=None, help="toy datasets (default: the base2novel and domains ones)"
+        "--datasets",
+        nargs="+",
+        default=None,
+        help="toy datasets (default: the demo preset's; with --styles: the base2novel and domains ones)",
     )
+    parser.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="run seeds of the family calibration (default: the preset's)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
+    )
+    parser.add_argument("--steps", type=int, default=300, help="with --styles: CoOp training steps")
     parser.add_argument(
         "--styles",
         nargs="+",
         default=None,
-        help="render each base2novel dataset in each of these styles instead: a style's name or effects "
-        f"joined by '+' (glow+fade+scatter), with its pixel noise after '@' if not {world.DOWNSTREAM_NOISE} "
-        "(glow+fade+scatter@0.02)",
+        help="a style search instead: render each base2novel dataset in each of these styles, frozen-feature CoOp "
+        "and a linear probe; a style's name or effects joined by '+' (glow+fade+scatter), with its pixel noise "
+        f"after '@' if not {world.DOWNSTREAM_NOISE} (glow+fade+scatter@0.02)",
     )
     parser.add_argument(
-        "--random-size", action="store_true", help="objects of both sizes, also where a dataset shows close-ups"
+        "--random-size", action="store_true", help="with --styles: objects of both sizes, also in close-up datasets"
     )
     parser.add_argument(
         "--synonyms",
         nargs="+",
         default=None,
         metavar="ATTRIBUTE",
-        help="name each base2novel dataset's classes by these attributes' rarer words (colour: crimson, ...)",
+        help="with --styles: name each base2novel dataset's classes by these attributes' rarer words (colour: ...)",
     )
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
@@ -370,13 +382,35 @@ def main(argv: list[str] | None = None) -> str:
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
-    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
     command = "python -m data.toy.calibrate " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
-    text = to_markdown(rows, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.steps, version)
-    if args.styles:
+    sha = file_sha256(checkpoint)
+    if args.styles or args.random_size or args.synonyms:
+        rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
+        text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps, version)
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
+    else:
+        from benchmark.sweeps.presets import load_preset
+        from data.toy import family_calibration as fc
+
+        settings = fc.Settings(
+            rounds=1 if args.quick else None,
+            headroom_steps=5 if args.quick else fc.HEADROOM_STEPS,
+            pretrained=pretrained,
+        )
+        seeds = args.seeds or load_preset(fc.PRESET).seeds
+        rows = fc.calibrate_families(backbone, args.datasets or fc.demo_datasets(), seeds, settings)
+        head = (
+            f"Made by `{command.strip()}`; checkpoint "
+            f"`{Path(checkpoint).name}` (sha256 `{sha}`), world version {version}. Every family "
+            f"trained as the `{fc.PRESET}` preset's central row (its run settings"
+            + (", 1 round (--quick)" if args.quick else "")
+            + f", its tuned lr under the central rule), seeds {', '.join(map(str, seeds))}; style headroom: "
+            f"{settings.headroom_steps} Adam steps (lr {fc.HEADROOM_LR:g}, batch {fc.HEADROOM_BATCH}) of the image "
+            "tower alone. Accuracies in %, test split."
+        )
+        text = fc.families_markdown(rows, head)
     print(text)
     print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
     if args.out is not None:

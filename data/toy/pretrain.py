@@ -27,8 +27,10 @@ word or, at the value's `world.SYNONYM_RATE`, its rarer synonym. The loss is
 multi-positive InfoNCE: a caption is a positive for every image in the batch it truly
 describes ("a photo of a circle." fits all circles), so partial captions never push true
 matches apart, and full captions make the other images that share a colour but not a
-shape hard negatives. The novel classes' attribute combinations of `toy`, `toy_shapes`
-and `toy_patterns` never occur, and no downstream style is ever rendered.
+shape hard negatives. Objects draw every attribute at random (`pretrain_attrs`), so every
+class of every toy dataset occurs in pretraining, the novel classes as often as the base
+ones (as web pretraining knows a benchmark's novel classes as well as its base ones); what
+pretraining never shows is a downstream style (only `world.PRETRAIN_DOMAINS` are rendered).
 """
 
 from __future__ import annotations

@@ -161,3 +161,29 @@ def test_a_method_that_trains_nothing_runs_as_central(fake_data_root, tmp_path):
     config = method_config("zeroshot", fake_data_root, tmp_path, federation="central", clients=2, rounds=1)
     result = run_experiment(config, progress=False)
     assert sorted(result.per_client) == [0, 1] and result.federation.rounds_trained == {}
+
+
+def test_the_central_learning_rate_is_the_federation_step_cut_in_its_sequential_pieces(fake_data_root, tmp_path):
+    """2 clients x 12 images at batch 4: a client takes 3 steps a round, the central client 6,
+    so the central row trains at half the tuned lr; local and fedavg rows at the tuned lr."""
+    from benchmark.federation.servers.central import central_lr_factor
+    from data.partition import ClientShard
+
+    lrs = {}
+    for federation in ("fedavg", "local", "central"):
+        config = method_config(
+            "promptfl",
+            fake_data_root,
+            tmp_path,
+            federation=federation,
+            clients=2,
+            batch_size=4,
+            method_args={"lr": 0.01},
+        )
+        run = prepare_run(config, progress=False)
+        lrs[federation] = run.method.hparams.lr
+    assert lrs == {"fedavg": 0.01, "local": 0.01, "central": pytest.approx(0.005)}
+    # partial participation and unequal clients: the mean client-round's steps over the mean central round's
+    a, b = ClientShard(0, tuple(range(8)), (0,)), ClientShard(1, tuple(range(8, 12)), (1,))
+    assert central_lr_factor([[0, 1], [0]], [a, b], 4) == pytest.approx(((2 + 1 + 2) / 3) / ((3 + 2) / 2))
+    assert central_lr_factor([[0], [0]], [a], 4) == 1.0  # one client holding everything: nothing to cut

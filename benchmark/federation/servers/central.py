@@ -3,7 +3,19 @@
 sampled clients took together (`central_schedule`), its batches drawn from consecutive
 shuffled passes over the union (`simulator.StreamBatches`). Nothing is sent, as under
 `local`; its one state is then scored on every client's test data, as the protocol scores
-each client, and every client counts its rounds."""
+each client, and every client counts its rounds.
+
+Its learning rate is the tuned one times `central_lr_factor` (the mean steps a sampled
+client takes in a round over the steps the central client takes): the federation's round
+moves its state once, by the average of its clients' updates, while the central client
+makes the round's steps one after another. With one local step per client and SGD, the
+federation's round is one step of the tuned lr on the mean gradient of the clients'
+batches; the central client's K steps of lr / K over the same images are that step cut in
+K sequential pieces (the linear scaling rule, Goyal et al. 2017, read backwards: K times
+smaller batches, K times smaller steps). Under Adam, whose step is about the lr whatever
+the gradient's scale, K steps at the tuned lr would go up to K times as far as the round
+it stands for. So the central row is the federation's step length on the union's data,
+not a K times longer walk at a rate tuned for one step (docs/reading-a-row.md)."""
 
 from __future__ import annotations
 
@@ -28,6 +40,10 @@ class CentralServer(LocalServer):
     def plan(cls, clients: Sequence[ClientShard], schedule: list[list[int]], batch_size: int) -> FederationPlan:
         central, epoch_steps = central_schedule(schedule, clients, batch_size)
         return FederationPlan((union_client(clients),), central, epoch_steps)
+
+    @classmethod
+    def lr_factor(cls, clients: Sequence[ClientShard], schedule: list[list[int]], batch_size: int) -> float:
+        return central_lr_factor(schedule, clients, batch_size)
 
     @classmethod
     def scored_states(cls, states: dict[int, State], clients: Sequence[ClientShard]) -> dict[int, State]:
@@ -66,3 +82,15 @@ def central_schedule(
     sizes = {c.client_id: c.num_samples for c in clients}
     budgets = [sum(steps_per_epoch(sizes[cid], batch_size) for cid in sampled) for sampled in schedule]
     return [[CENTRAL_CLIENT] for _ in schedule], budgets
+
+
+def central_lr_factor(schedule: Sequence[Sequence[int]], clients: Sequence[ClientShard], batch_size: int) -> float:
+    """The factor on the tuned learning rate of a central run (module doc): the mean optimizer
+    steps of a sampled client's local epoch over the mean steps of the central client's,
+    both over the schedule (1 where one client holds everything)."""
+    sizes = {c.client_id: c.num_samples for c in clients}
+    client_steps = [steps_per_epoch(sizes[cid], batch_size) for sampled in schedule for cid in sampled]
+    _, central_steps = central_schedule(schedule, clients, batch_size)
+    if not client_steps or not sum(central_steps):
+        return 1.0
+    return (sum(client_steps) / len(client_steps)) / (sum(central_steps) / len(central_steps))

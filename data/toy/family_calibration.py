@@ -1,0 +1,278 @@
+"""The toy world against real CLIP, per method family: `python -m data.toy.calibrate`.
+
+For each toy base-to-novel dataset and seed, the suite's own runs (`run_experiment`, no
+training loop of this module's) of the demo preset's central row: one client holding every
+client's base-class training images, trained with the preset's run settings and tuned
+learning rate under the central row's rule (`servers/central.py`), scored under
+base2novel on the test split:
+
+  zero-shot   `zeroshot`, the prompt "a photo of a {class}.";
+  coop        `promptfl` (a CoOp prompt; both towers frozen);
+  lora        `lora` (CLIP-LoRA: q, k, v of both towers, the image tower included);
+  mma         `pfedmma` (MMA-style adapters in both towers; nothing federated centrally);
+  adapter     `clip_adapter` (CLIP-Adapter's residual feature adapter).
+
+Base - ZS and Novel - ZS are per seed (a seed also draws the few-shot sample and, where the
+world draws one, the test images), then averaged; their standard deviation over seeds is
+the measured noise that widens each target (`calibration_targets.met`).
+
+Style headroom (label-free): a copy of the toy CLIP whose image tower alone is tuned so that
+each base-class training object, rendered in the dataset's style, maps onto the frozen
+CLIP's feature of the same object (attributes, position, size, rotation, colour jitter,
+background) rendered in a pretraining style (`world.PRETRAIN_DOMAINS[0]`); no label is
+read. Its gain in zero-shot Novel is what a correction every class shares gives for free:
+real CLIP's base-to-novel has no such headroom.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import statistics
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from data.toy import world
+from data.toy.calibration_targets import (
+    PUBLISHED,
+    REAL_ZERO_SHOT_BASE,
+    REAL_ZERO_SHOT_NOVEL,
+    REAL_ZERO_SHOT_SOURCE,
+    TARGETS,
+    Target,
+    met,
+)
+
+PRESET = "toy"  # the demo's preset: its datasets, run settings and tuned learning rates
+FAMILIES = {"coop": "promptfl", "lora": "lora", "mma": "pfedmma", "adapter": "clip_adapter"}
+FAMILY_NAMES = {
+    "coop": "CoOp (promptfl)",
+    "lora": "LoRA (lora)",
+    "mma": "MMA-style (pfedmma)",
+    "adapter": "CLIP-Adapter (clip_adapter)",
+}
+HEADROOM_STEPS = 200
+HEADROOM_LR = 3e-4
+HEADROOM_BATCH = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """How much a calibration trains: the full one, or `--quick` (the tests')."""
+
+    rounds: int | None = None  # None: the preset's
+    headroom_steps: int = HEADROOM_STEPS
+    pretrained: str | None = None  # None: the preset's checkpoint
+
+
+def demo_datasets() -> list[str]:
+    from benchmark.sweeps.presets import load_preset
+
+    return [d["name"] for d in load_preset(PRESET).datasets]
+
+
+def central_configs(dataset: str, seeds: list[int], settings: Settings) -> dict[str, dict[int, Any]]:
+    """{family or 'zero-shot': {seed: RunConfig}}: the preset's central row of each family's
+    method on `dataset` (any toy dataset: the preset's run settings, its dataset swapped)."""
+    from benchmark.sweeps.presets import load_preset
+
+    preset = load_preset(PRESET)
+    methods = {"zero-shot": "zeroshot", **FAMILIES}
+    overrides: dict[str, Any] = {"federation": "central", "wandb": "disabled", "checkpoint_every": 0}
+    if settings.rounds is not None:
+        overrides["rounds"] = settings.rounds
+    if settings.pretrained is not None:
+        overrides["pretrained"] = settings.pretrained
+    first = preset.datasets[0]["name"]
+    configs: dict[str, dict[int, Any]] = {}
+    for cell in preset.cells(overrides, seeds=seeds, datasets=[first], methods=list(methods.values())):
+        family = next(f for f, m in methods.items() if m == cell.config.method)
+        configs.setdefault(family, {})[cell.config.seed] = dataclasses.replace(cell.config, dataset=dataset)
+    return configs
+
+
+def run_scores(config) -> tuple[float, float]:
+    """(Base, Novel) of one run, in %, on its test split."""
+    from benchmark.runs.runner import run_experiment
+
+    metrics = run_experiment(config, write=False, progress=False).summary["metrics"]
+    return metrics["Base"], metrics["Novel"]
+
+
+def _spread(values: list[float]) -> tuple[float, float]:
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def measure_dataset(dataset: str, seeds: list[int], settings: Settings, backbone) -> dict:
+    """One dataset's calibration row: zero-shot, every family's gains per seed, the headroom."""
+    configs = central_configs(dataset, seeds, settings)
+    zs = {s: run_scores(configs["zero-shot"][s]) for s in seeds}
+    row: dict[str, Any] = {"dataset": dataset, "seeds": list(seeds), "families": {}}
+    row["zs_base"], row["zs_base_std"] = _spread([zs[s][0] for s in seeds])
+    row["zs_novel"], row["zs_novel_std"] = _spread([zs[s][1] for s in seeds])
+    row["zs_gap"], row["zs_gap_std"] = _spread([zs[s][1] - zs[s][0] for s in seeds])
+    for family in FAMILIES:
+        scores = {s: run_scores(configs[family][s]) for s in seeds}
+        base_gain = [scores[s][0] - zs[s][0] for s in seeds]
+        novel_gain = [scores[s][1] - zs[s][1] for s in seeds]
+        row["families"][family] = {
+            "lr": configs[family][seeds[0]].method_args.get("lr"),
+            "base": _spread([scores[s][0] for s in seeds]),
+            "novel": _spread([scores[s][1] for s in seeds]),
+            "base_gain": _spread(base_gain),
+            "novel_gain": _spread(novel_gain),
+        }
+    spec = world.toy_specs()[dataset]
+    gains = [style_headroom(backbone, spec, seed, settings.headroom_steps) for seed in seeds]
+    row["novel_headroom"] = _spread(gains)
+    row["checks"] = check_row(row)
+    return row
+
+
+def measured(row: dict, target: Target) -> tuple[float, float]:
+    """(seed mean, seed std) of the toy number `target` is about, from a calibration row."""
+    if target.family == "zero-shot":
+        return row[target.quantity], row[f"{target.quantity}_std"]
+    if target.family == "headroom":
+        return row["novel_headroom"]
+    return row["families"][target.family][target.quantity]
+
+
+def check_row(row: dict) -> dict[str, bool]:
+    """{target key: met} for every target (pure: a row of numbers in, verdicts out)."""
+    return {t.key: met(t, *measured(row, t)) for t in TARGETS}
+
+
+# -- the label-free style headroom -------------------------------------------------------
+def _normalized(images: torch.Tensor, backbone) -> torch.Tensor:
+    from data.toy.pretrain import normalize_images
+
+    return normalize_images(images, backbone.image_mean, backbone.image_std)
+
+
+def _rendered(attrs: world.Attrs, style: str, seed: int, image_size: int) -> torch.Tensor:
+    """`attrs` rendered in `style`, one render per chunk from the chunk's own seed: the
+    geometry, colour jitter and background are drawn before any style effect, so two styles
+    give the same objects."""
+    chunks = []
+    for k, start in enumerate(range(0, len(attrs), world.RENDER_CHUNK)):
+        part = world.Attrs(*(attrs.get(a)[start : start + world.RENDER_CHUNK] for a in world.ATTRIBUTES))
+        chunks.append(world.render(part, style, image_size, seed=seed * 1000 + k))
+    return torch.cat(chunks)
+
+
+@torch.no_grad()
+def _zero_shot_novel(backbone, images: torch.Tensor, labels: torch.Tensor, names: list[str]) -> float:
+    feats = torch.cat([backbone.encode_image(images[i : i + 256]) for i in range(0, len(images), 256)])
+    text = backbone.zero_shot_text_features(names, "a photo of a {}.")
+    logits = F.normalize(feats, dim=-1) @ F.normalize(text, dim=-1).T
+    return 100.0 * float((logits.argmax(1) == labels).float().mean())
+
+
+def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> float:
+    """Zero-shot Novel gain (points, test split) of the label-free style correction (module doc)."""
+    from data.toy.datasets import generate_spec_split
+
+    nb = spec.novel_from
+    _, labels, _, attrs = generate_spec_split(spec, "train")
+    base = torch.tensor(labels) < nb
+    objects = world.Attrs(*(attrs.get(a)[base] for a in world.ATTRIBUTES))
+    size = backbone.image_size
+    (style,) = spec.domains
+    source = _normalized(_rendered(objects, style, seed, size), backbone)
+    target_images = _normalized(_rendered(objects, world.PRETRAIN_DOMAINS[0], seed, size), backbone)
+    with torch.no_grad():
+        target = F.normalize(backbone.encode_image(target_images), dim=-1)
+    tuned = copy.deepcopy(backbone)
+    visual = tuned.model.visual.requires_grad_(True)
+    optimizer = torch.optim.Adam(visual.parameters(), lr=HEADROOM_LR)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, len(source), (min(HEADROOM_BATCH, len(source)),), generator=g)
+        loss = 1 - (F.normalize(tuned.encode_image(source[idx]), dim=-1) * target[idx]).sum(-1).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    visual.requires_grad_(False)
+    test_images, test_labels, _, _ = generate_spec_split(spec, "test")
+    novel = torch.tensor(test_labels) >= nb
+    x = _normalized(test_images, backbone)[novel]
+    y = torch.tensor(test_labels)[novel] - nb
+    names = spec.class_names[nb:]
+    return _zero_shot_novel(tuned, x, y, names) - _zero_shot_novel(backbone, x, y, names)
+
+
+def calibrate_families(backbone, datasets: list[str], seeds: list[int], settings: Settings) -> list[dict]:
+    from data.toy.pretrain import single_thread
+
+    specs = world.toy_specs()
+    wrong = [d for d in datasets if d not in specs or specs[d].protocol != "base2novel"]
+    if wrong:
+        known = sorted(n for n, s in specs.items() if s.protocol == "base2novel")
+        raise SystemExit(f"calibrate: {wrong} are not base-to-novel toy datasets; expected some of {known}")
+    if len(seeds) < 2:
+        raise SystemExit(f"calibrate: --seeds {seeds} gives no spread; give at least 2 seeds (3 for the table)")
+    with single_thread():
+        return [measure_dataset(d, seeds, settings, backbone) for d in datasets]
+
+
+# -- the report ------------------------------------------------------------------------
+def _pm(mean_std: tuple[float, float], sign: bool = False) -> str:
+    mean, std = mean_std
+    return f"{mean:+.1f} ± {std:.1f}" if sign else f"{mean:.1f} ± {std:.1f}"
+
+
+def _real(family: str) -> str:
+    rows = [p for p in PUBLISHED if p.family == family]
+    return "; ".join(f"{p.method} {p.base_gain:+.2f} / {p.novel_gain:+.2f} ({p.source})" for p in rows)
+
+
+def families_markdown(rows: list[dict], head: str) -> str:
+    lines = [
+        "# Toy world calibration, per method family",
+        "",
+        head,
+        "",
+        f"Real CLIP ViT-B/16 zero-shot: Base {REAL_ZERO_SHOT_BASE} / Novel {REAL_ZERO_SHOT_NOVEL} "
+        f"({REAL_ZERO_SHOT_SOURCE}).",
+    ]
+    for row in rows:
+        seeds = ", ".join(map(str, row["seeds"]))
+        lines += [
+            "",
+            f"## {row['dataset']}",
+            "",
+            f"Zero-shot Base {_pm((row['zs_base'], row['zs_base_std']))}, Novel "
+            f"{_pm((row['zs_novel'], row['zs_novel_std']))} (mean ± std over seeds {seeds}). "
+            f"Style headroom (label-free, zero-shot Novel gain): {_pm(row['novel_headroom'], sign=True)}.",
+            "",
+            "| family | lr | Base | Novel | Base - ZS | Novel - ZS | real centralized Base - ZS / Novel - ZS |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for family, f in row["families"].items():
+            lr = "-" if f["lr"] is None else f"{f['lr']:.4g}"
+            lines.append(
+                f"| {FAMILY_NAMES[family]} | {lr} | {_pm(f['base'])} | {_pm(f['novel'])} | "
+                f"{_pm(f['base_gain'], True)} | {_pm(f['novel_gain'], True)} | {_real(family) or 'none quoted'} |"
+            )
+        lines += [
+            "",
+            "| target | toy (mean ± std) | range (widened by the std) | met | source |",
+            "|---|---|---|---|---|",
+        ]
+        for t in TARGETS:
+            mean, std = measured(row, t)
+            verdict = "yes" if row["checks"][t.key] else "**no**"
+            lines.append(
+                f"| {t.key} | {_pm((mean, std), t.quantity != 'zs_base')} | {t.rule()} | {verdict} | {t.source} |"
+            )
+        missed = [k for k, ok in row["checks"].items() if not ok]
+        lines += ["", f"{row['dataset']}: " + ("every target met." if not missed else f"not met: {', '.join(missed)}.")]
+    lines += [
+        "",
+        "Published rows quoted for the prompt family but not trained here (no CoCoOp, KgCoOp or MaPLe "
+        "central row in the calibration): " + _real("prompt") + ".",
+    ]
+    return "\n".join(lines) + "\n"
