@@ -31,6 +31,8 @@ shape hard negatives. Objects draw every attribute at random (`pretrain_attrs`),
 class of every toy dataset occurs in pretraining, the novel classes as often as the base
 ones (as web pretraining knows a benchmark's novel classes as well as its base ones); what
 pretraining never shows is a downstream style (only `world.PRETRAIN_DOMAINS` are rendered).
+World version 7's recipe (`V7_RECIPE`, provider `fedbench-toy7`) shows them too: one image in
+ten in one of `world.V7_RARE_DOMAINS`.
 """
 
 from __future__ import annotations
