@@ -48,9 +48,14 @@ def dataset_info(name: str) -> DatasetInfo:
     return DATASETS.members[name]
 
 
-def load_dataset(name: str, root: Path | str, transforms: ImageTransforms) -> DatasetSplits:
-    """Load dataset `name` from `root`; a missing folder is a DatasetError saying how to get it."""
-    return dataset_info(name).loader(require_dataset(name, root), transforms)
+def load_dataset(name: str, root: Path | str, transforms: ImageTransforms, seed: int | None = None) -> DatasetSplits:
+    """Load dataset `name` from `root`; a missing folder is a DatasetError saying how to get it.
+    `seed` (a run's) reaches only a dataset that draws its held-out images per seed
+    (`DatasetInfo.draws_per_seed`); every other dataset is the same at every seed."""
+    info = dataset_info(name)
+    if info.draws_per_seed and seed is not None:
+        return info.loader(require_dataset(name, root), transforms, seed=seed)
+    return info.loader(require_dataset(name, root), transforms)
 
 
 def require_dataset(name: str, root: Path | str) -> Path:

@@ -106,15 +106,20 @@ def combine(
 
 
 def load_datasets(
-    names: Sequence[str], root: Path | str, transforms: ImageTransforms, test_only: Sequence[str] = ()
+    names: Sequence[str],
+    root: Path | str,
+    transforms: ImageTransforms,
+    test_only: Sequence[str] = (),
+    seed: int | None = None,
 ) -> DatasetSplits:
     """The data of one run: `names` (trained on) and `test_only` (evaluated only). One name
-    and nothing test-only loads that dataset as it is."""
+    and nothing test-only loads that dataset as it is. `seed`: the run's, for the datasets
+    that draw their held-out images per seed (`data.catalog.load_dataset`)."""
     from data.catalog import load_dataset
 
     names, test_only = list(names), [n for n in test_only if n not in names]
     if len(names) == 1 and not test_only:
-        return load_dataset(names[0], root, transforms)
-    loaded = [load_dataset(n, root, transforms) for n in names]
-    extra = [load_dataset(n, root, transforms) for n in test_only]
+        return load_dataset(names[0], root, transforms, seed)
+    loaded = [load_dataset(n, root, transforms, seed) for n in names]
+    extra = [load_dataset(n, root, transforms, seed) for n in test_only]
     return combine("+".join(names + test_only), loaded, extra)

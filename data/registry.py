@@ -57,6 +57,9 @@ class DatasetInfo:
     # data (pFedMMA's `cifar-10/cifar-10-batches-py`, DomainBed's `PACS`): each is looked in.
     source: str = "the suite"
     also_at: tuple[Placement, ...] = ()
+    # A generated dataset whose held-out images are drawn anew for each run seed (the toy
+    # world's version 7): its loader takes `seed=`, and a rerun's seed varies the test draw too.
+    draws_per_seed: bool = False
 
     @property
     def placements(self) -> tuple[Placement, ...]:
@@ -121,6 +124,7 @@ def register_dataset(
     inspect: Callable[[Path], list[str]] | None = None,
     source: str = "the suite",
     also_at: tuple[Placement, ...] = (),
+    draws_per_seed: bool = False,
 ) -> Callable[[Loader], Loader]:
     """Register `loader` (data folder, transforms -> DatasetSplits) as dataset `name`: its
     `folder` under the data root, the `layout` it expects there (one line) and `how_to_get`
@@ -149,6 +153,7 @@ def register_dataset(
             inspect,
             source,
             tuple(also_at),
+            draws_per_seed,
         )
         DATASETS.add(name, info)
         return loader

@@ -80,7 +80,9 @@ def load_run_dataset(config: RunConfig, backbone: Backbone) -> DatasetSplits:
                 "(e.g. imagenet) and test on it under a protocol that tests on other datasets (`fedbench run --help`)."
             )
     transforms = clip_transforms(backbone.image_size, backbone.image_mean, backbone.image_std, config.augment)
-    return load_datasets(config.datasets, resolve_data_root(config.data_root), transforms, config.test_datasets)
+    root = resolve_data_root(config.data_root)
+    # the run seed also draws the test images of a dataset made to draw them per seed (toy world version 7)
+    return load_datasets(config.datasets, root, transforms, config.test_datasets, seed=config.seed)
 
 
 def build_seeded_method(config: RunConfig, backbone: Backbone) -> FederatedMethod:

@@ -293,7 +293,18 @@ def main(argv: list[str] | None = None) -> str:
         "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
     )
     args = parser.parse_args(argv)
-    pretrained = "fedbench-toy-test" if args.test else "fedbench-toy"
+    datasets = args.datasets or demo_datasets()
+    specs = world.all_toy_specs()
+    versions = {specs[n].world for n in datasets if n in specs} or {world.WORLD_VERSION}
+    if len(versions) > 1:
+        raise SystemExit(
+            f"toy_calibration: --datasets mixes world versions {sorted(versions)}; calibrate one at a time"
+        )
+    (version,) = versions
+    if args.test and version != world.WORLD_VERSION:
+        raise SystemExit(f"toy_calibration: --test has no small model of world version {version}; leave --test out")
+    # each world version's datasets are measured on its own CLIP
+    pretrained = "fedbench-toy-test" if args.test else world.WORLD_PRETRAINED[version]
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
@@ -301,13 +312,13 @@ def main(argv: list[str] | None = None) -> str:
         rounds=1 if args.quick else None, headroom_steps=5 if args.quick else HEADROOM_STEPS, pretrained=pretrained
     )
     seeds = args.seeds or load_preset(PRESET).seeds
-    rows = calibrate_families(backbone, args.datasets or demo_datasets(), seeds, settings)
+    rows = calibrate_families(backbone, datasets, seeds, settings)
     command = "python -m benchmark.sweeps.toy_calibration " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
     head = (
         f"Made by `{command.strip()}`; checkpoint `{Path(checkpoint).name}` (sha256 `{file_sha256(checkpoint)}`), "
-        f"world version {world.WORLD_VERSION}. Every family trained as the `{PRESET}` preset's central row (its run "
+        f"world version {version}. Every family trained as the `{PRESET}` preset's central row (its run "
         "settings" + (", 1 round (--quick)" if args.quick else "") + ", its tuned lr under the central rule), seeds "
         f"{', '.join(map(str, seeds))}; style headroom: {settings.headroom_steps} Adam steps (lr {HEADROOM_LR:g}, "
         f"batch {HEADROOM_BATCH}) of the image tower alone. Accuracies in %, test split."

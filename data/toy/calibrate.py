@@ -142,18 +142,23 @@ def coop(
     momentum: float = 0.0,
     weight_decay: float = 0.0,
     cosine: bool = False,
+    order_seed: int | None = None,
 ):
     """A CoOp context [N_CTX, W] trained on (x_train, y_train) over `class_names`: Adam on
     random batches by default (the calibration's). `optimizer="sgd"` with `batch=None` is plain
     full-batch gradient descent, what a federated prompt computes when every client makes one
     step a round on its whole data; with `momentum=0.9, weight_decay=5e-4, cosine=True` and
-    `batch=32` it is the CoOp paper's recipe (the learning rate decayed by a cosine to 0)."""
+    `batch=32` it is the CoOp paper's recipe (the learning rate decayed by a cosine to 0).
+    `seed` draws the initial context and, unless `order_seed` is given, the batches too
+    (`data.toy.variance` varies the two apart)."""
     from benchmark.prompts import ContextPrompts
 
     prompts = ContextPrompts(backbone, N_CTX)
     g = torch.Generator().manual_seed(seed)
     width = backbone.text.width
     ctx = (torch.randn(N_CTX, width, generator=g) * 0.02).requires_grad_(True)  # CoOp's random init
+    if order_seed is not None:
+        g = torch.Generator().manual_seed(order_seed)
     if optimizer == "adam":
         opt = torch.optim.Adam([ctx], lr=lr, weight_decay=weight_decay)
     elif optimizer == "sgd":
@@ -236,13 +241,14 @@ def calibrate(
     random_size: bool = False,
     synonyms: list[str] | None = None,
 ) -> list[dict]:
-    """The calibration rows of `datasets` (default: every base2novel and domains toy dataset);
+    """The calibration rows of `datasets` (default: every base2novel and domains toy dataset of
+    world version 6);
     with `styles`, each base-to-novel dataset once per style instead of in its own; with
     `random_size`, objects of both sizes even where the dataset shows close-ups; with
     `synonyms`, base-to-novel classes named by those attributes' rarer words."""
-    specs = world.toy_specs()
+    specs = world.all_toy_specs()
     if datasets is None:
-        datasets = [n for n, s in specs.items() if s.protocol in ("base2novel", "domains")]
+        datasets = [n for n, s in world.toy_specs().items() if s.protocol in ("base2novel", "domains")]
     unknown = [n for n in datasets if n not in specs]
     if unknown:
         raise SystemExit(f"calibrate: unknown toy dataset(s) {unknown}; known: {sorted(specs)}")
@@ -275,12 +281,14 @@ def _cell(mean: float, std: float) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
-def to_markdown(rows: list[dict], command: str, checkpoint: str, sha256: str, steps: int) -> str:
+def to_markdown(
+    rows: list[dict], command: str, checkpoint: str, sha256: str, steps: int, version: int = world.WORLD_VERSION
+) -> str:
     lines = [
         "# Toy world calibration",
         "",
         f"Made by `{command}`; checkpoint `{checkpoint}` (sha256 `{sha256}`), world version "
-        f"{world.WORLD_VERSION}, CoOp {N_CTX} context vectors x {steps} Adam steps (lr {COOP_LR:g}, batch 128, "
+        f"{version}, CoOp {N_CTX} context vectors x {steps} Adam steps (lr {COOP_LR:g}, batch 128, "
         f"mean ± std over initialization seeds {', '.join(map(str, COOP_SEEDS))}), linear probe: best of L2 "
         f"{', '.join(f'{c:g}' for c in PROBE_L2)}. Accuracies in %, test split.",
         "",
@@ -352,7 +360,15 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
 
-    pretrained = "fedbench-toy-test" if args.test else "fedbench-toy"
+    specs = world.all_toy_specs()
+    versions = {specs[n].world for n in args.datasets or () if n in specs} or {world.WORLD_VERSION}
+    if len(versions) > 1:
+        raise SystemExit(f"calibrate: --datasets mixes world versions {sorted(versions)}; calibrate one at a time")
+    (version,) = versions
+    if args.test and version != world.WORLD_VERSION:
+        raise SystemExit(f"calibrate: --test has no small model of world version {version}; leave --test out")
+    # each world version's datasets are measured on its own CLIP
+    pretrained = "fedbench-toy-test" if args.test else world.WORLD_PRETRAINED[version]
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
@@ -361,7 +377,7 @@ def main(argv: list[str] | None = None) -> str:
     )
     sha = file_sha256(checkpoint)
     rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
-    text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps)
+    text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps, version)
     if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
     print(text)

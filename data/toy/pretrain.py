@@ -31,6 +31,8 @@ shape hard negatives. Objects draw every attribute at random (`pretrain_attrs`),
 class of every toy dataset occurs in pretraining, the novel classes as often as the base
 ones (as web pretraining knows a benchmark's novel classes as well as its base ones); what
 pretraining never shows is a downstream style (only `world.PRETRAIN_DOMAINS` are rendered).
+World version 7's recipe (`V7_RECIPE`, provider `fedbench-toy7`) shows them too: one image in
+ten in one of `world.V7_RARE_DOMAINS`.
 """
 
 from __future__ import annotations
@@ -89,12 +91,28 @@ class Recipe:
     domains: tuple[str, ...] = ("clean", "noisy", "blurred", "checkerboard")
     group: int = 4  # batch items come in groups sharing a colour (hard negatives for pattern)
     image_size: int = 32
+    # World version 7 (docs/toy-world.md): the downstream styles are seen too, each image at
+    # `rare_rate` in one of `rare_domains` (the toy analogue of web data that holds some photos
+    # like a benchmark's), and captions name attributes at `mention`'s rates where given.
+    # At their defaults these fields stay out of the identity, so version 6's hashes hold.
+    world_version: int = 6
+    rare_domains: tuple[str, ...] = ()
+    rare_rate: float = 0.0
+    mention: tuple[tuple[str, float], ...] = ()  # (attribute, rate) overrides of MENTION
     extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def mention_rates(self) -> dict[str, float]:
+        return {**MENTION, **dict(self.mention)}
 
     def identity(self) -> dict:
         config = json.loads((CONFIG_DIR / f"{self.model}.json").read_text())
+        recipe = {k: v for k, v in asdict(self).items() if k != "extra"}
+        if self.world_version == 6:
+            for key in _V7_FIELDS:
+                recipe.pop(key)
         return {
-            "recipe": {k: v for k, v in asdict(self).items() if k != "extra"},
+            "recipe": recipe,
             "model_config": config,
             "world": {
                 "version": world.PRETRAIN_VERSION,
@@ -104,7 +122,7 @@ class Recipe:
                 "colours": world.COLOURS,
                 "pretrain_domains": world.PRETRAIN_DOMAINS,
             },
-            "captions": {"templates": TEMPLATES, "mention": MENTION},
+            "captions": {"templates": TEMPLATES, "mention": self.mention_rates},
             "code_version": CODE_VERSION,
         }
 
@@ -114,14 +132,24 @@ class Recipe:
         return hashlib.sha256(payload).hexdigest()[:12]
 
 
+_V7_FIELDS = ("world_version", "rare_domains", "rare_rate", "mention")
 DEFAULT_RECIPE = Recipe()
 # A much shorter run of the same model for the test suite (shipped the same way).
 TEST_RECIPE = Recipe(steps=250, batch_size=96, warmup=20)
+# World version 7's CLIP (provider `fedbench-toy7`): the same model and schedule; one image in
+# ten rendered in a downstream style, and shape named in more captions (the shape families
+# need a CLIP that knows shapes; version 6's barely does).
+V7_RECIPE = Recipe(
+    world_version=7,
+    rare_domains=world.V7_RARE_DOMAINS,
+    rare_rate=0.1,
+    mention=(("pattern", 0.8), ("shape", 0.6)),
+)
 
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"  # shipped with the package
 MANIFEST = CHECKPOINT_DIR / "manifest.json"
-RECIPES = {"default": DEFAULT_RECIPE, "test": TEST_RECIPE}
+RECIPES = {"default": DEFAULT_RECIPE, "test": TEST_RECIPE, "v7": V7_RECIPE}
 
 
 def cache_dir() -> Path:
@@ -220,6 +248,12 @@ def toy_clip_test_checkpoint() -> Path:
     return ensure_checkpoint(TEST_RECIPE)
 
 
+@register_pretrained("fedbench-toy7", identity=lambda: V7_RECIPE.hash, cached=lambda: existing_checkpoint(V7_RECIPE))
+def toy7_clip_checkpoint() -> Path:
+    """Provider for `--pretrained fedbench-toy7`: the toy CLIP of world version 7."""
+    return ensure_checkpoint(V7_RECIPE)
+
+
 @contextlib.contextmanager
 def single_thread():
     """Run the block with exactly 1 torch intra-op thread (restored after): float
@@ -253,10 +287,12 @@ def grouped_attrs(n: int, group: int, g: torch.Generator) -> world.Attrs:
     return world.Attrs(*(pool.get(a)[idx] for a in world.ATTRIBUTES))
 
 
-def captions(attrs: world.Attrs, g: torch.Generator) -> tuple[list[str], dict[str, torch.Tensor]]:
+def captions(
+    attrs: world.Attrs, g: torch.Generator, mention: dict[str, float] = MENTION
+) -> tuple[list[str], dict[str, torch.Tensor]]:
     """A caption per object and, per attribute, whether the caption names it."""
     n = len(attrs)
-    mentioned = {a: torch.rand(n, generator=g) < p for a, p in MENTION.items()}
+    mentioned = {a: torch.rand(n, generator=g) < p for a, p in mention.items()}
     template = torch.randint(0, len(TEMPLATES), (n,), generator=g)
     rare = {a: torch.rand(n, generator=g) < torch.tensor(world.SYNONYM_RATE[a])[attrs.get(a)] for a in world.ATTRIBUTES}
     texts = []
@@ -338,13 +374,18 @@ def _train(recipe: Recipe, progress: bool):
     for step in bar:
         attrs = grouped_attrs(recipe.batch_size, recipe.group, g)
         doms = torch.randint(0, len(recipe.domains), (recipe.batch_size,), generator=g)
+        names = [recipe.domains[int(d)] for d in doms]
+        if recipe.rare_rate > 0:  # version 7: some images in a downstream style (draws only then)
+            rare = torch.rand(recipe.batch_size, generator=g) < recipe.rare_rate
+            pick = torch.randint(0, len(recipe.rare_domains), (recipe.batch_size,), generator=g)
+            names = [recipe.rare_domains[int(k)] if r else d for d, r, k in zip(names, rare, pick)]
         images = world.render(
             attrs,
-            [recipe.domains[int(d)] for d in doms],
+            names,
             recipe.image_size,
             seed=int(torch.randint(0, 2**31 - 1, (1,), generator=g)),
         )
-        texts, mentioned = captions(attrs, g)
+        texts, mentioned = captions(attrs, g, recipe.mention_rates)
         match = multi_positive_targets(attrs, mentioned)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)

@@ -76,6 +76,10 @@ EFFECTS = frozenset({"checker", "blob", "blur", "crowd", "bars", "scatter", "tin
 DOWNSTREAM_NOISE = 0.05  # pixel noise of a style given as effects ("glow+fade+scatter")
 PRETRAIN_DOMAINS = ["clean", "noisy", "blurred", "checkerboard"]
 DOMAINS = list(STYLES)
+# World version 7: its CLIP also sees these downstream styles, one pretraining image in ten
+# (`pretrain.V7_RECIPE`), so a version 7 dataset's style is one pretraining covers and its
+# zero-shot gap comes from the classes (docs/toy-world.md, World version 7).
+V7_RARE_DOMAINS = ("pale", "crowded", "lamplit", "cluttered", "occluded", "tinted", "twilight", "dusk")
 
 
 def style(domain: str) -> tuple[frozenset[str], float]:
@@ -421,6 +425,7 @@ class ToySpec:
     description: str
     synonyms: tuple[str, ...] = ()  # attributes the class names give by their rarer word
     object_size: int | None = None  # every object this size (a dataset of close-ups), else drawn per image
+    world: int = 6  # the world version it belongs to (its CLIP: `world_pretrained`)
 
     @property
     def class_names(self) -> list[str]:
@@ -441,12 +446,13 @@ HALVES: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 
 
-def _pair_classes(first: str, second: str, half: int) -> list[ToyClass]:
+def _pair_classes(first: str, second: str, half: int, halves=None) -> list[ToyClass]:
     """Every (first, second) combination within one half of both vocabularies, named in
     English ('red striped object', 'red circle', 'striped circle')."""
+    halves = HALVES if halves is None else halves
     out = []
-    for i in HALVES[first][half]:
-        for j in HALVES[second][half]:
+    for i in halves[first][half]:
+        for j in halves[second][half]:
             fixed = ((first, i), (second, j))
             out.append(ToyClass(object_name(**dict(fixed)), fixed))
     return out
@@ -465,9 +471,10 @@ def named_with(spec: ToySpec, synonyms) -> ToySpec:
     return dataclasses.replace(spec, classes=classes, synonyms=chosen)
 
 
-def split_classes(first: str, second: str) -> tuple[list[ToyClass], list[ToyClass]]:
-    """(base, novel): 16 classes named from the first halves, 16 from the second halves."""
-    return _pair_classes(first, second, 0), _pair_classes(first, second, 1)
+def split_classes(first: str, second: str, halves=None) -> tuple[list[ToyClass], list[ToyClass]]:
+    """(base, novel): 16 classes named from the first halves, 16 from the second halves
+    (of `HALVES`, or of the `halves` given)."""
+    return _pair_classes(first, second, 0, halves), _pair_classes(first, second, 1, halves)
 
 
 def class_words(classes) -> set[str]:
@@ -544,3 +551,65 @@ def sample_class_attrs(spec: ToySpec, labels: torch.Tensor, g: torch.Generator) 
     if spec.object_size is not None:
         cols["size"] = torch.full_like(cols["size"], spec.object_size)
     return Attrs(**cols)
+
+
+# -- world version 7 (opt-in: datasets toy7*, CLIP `fedbench-toy7`; docs/toy-world.md) ----
+# Version 6's zero-shot gap came from one unseen style shared by every class, which any
+# method that adapts the image tower on base classes undid for novel classes too. Version 7's
+# CLIP sees every downstream style (`V7_RARE_DOMAINS`, one image in ten), and its datasets'
+# gap comes from the classes: small objects among distractors, colours in confusable pairs,
+# shapes and patterns told apart by fine detail. Its halves put confusable values in the same
+# half (red/orange/pink/purple against green/blue/yellow/cyan) and are chosen by zero-shot
+# balance on the version 7 CLIP.
+HALVES_V7: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "colour": ((0, 5, 6, 4), (1, 2, 3, 7)),  # red orange pink purple | green blue yellow cyan
+    "pattern": ((0, 2, 4, 6), (1, 3, 5, 7)),  # plain dotted diagonal wavy | striped checkered gridded concentric
+    "shape": ((0, 1, 2, 3), (4, 5, 6, 7)),  # circle square triangle diamond | cross star ring heart
+}
+# (first attribute, second attribute, style, object size or None) of each version 7 dataset;
+# its halves: `HALVES_V7` unless `V7_DATASET_HALVES` names its own (chosen by zero-shot balance)
+V7_DATASETS: dict[str, tuple[str, str, str, int | None]] = {
+    "toy7": ("colour", "pattern", "crowded", 0),  # small objects among three patterned distractors
+    "toy7_shapes": ("colour", "shape", "crowded", None),
+    "toy7_patterns": ("pattern", "shape", "cluttered", 1),
+}
+V7_DATASET_HALVES: dict[str, dict[str, tuple[tuple[int, ...], tuple[int, ...]]]] = {
+    # the most balanced halves on the version 7 CLIP, crowded small objects (scripts/toy7_halves.py:
+    # zero-shot 64.8 / 64.8 on its probe images; docs/toy-world.md, World version 7)
+    "toy7": {"colour": ((0, 1, 3, 6), (2, 4, 5, 7)), "pattern": ((0, 1, 5, 6), (2, 3, 4, 7))},
+}
+
+
+def toy7_specs() -> dict[str, ToySpec]:
+    """The base-to-novel datasets of world version 7, by name (base classes then novel)."""
+    out = {}
+    for name, (first, second, domain, size) in V7_DATASETS.items():
+        base, novel = split_classes(first, second, {**HALVES_V7, **V7_DATASET_HALVES.get(name, {})})
+        what = f"{first} x {second} ({len(base)} base + {len(novel)} novel classes, named with disjoint words)"
+        size_text = "" if size is None else f", {SIZES[size]} objects"
+        out[name] = ToySpec(
+            name,
+            tuple(base + novel),
+            len(base),
+            (domain,),
+            32,
+            30,
+            "base2novel",
+            f"{what}, {domain}{size_text} (world version 7)",
+            object_size=size,
+            world=7,
+        )
+    return out
+
+
+def all_toy_specs() -> dict[str, ToySpec]:
+    """Every toy dataset of every world version, by name (version 6's first)."""
+    return {**toy_specs(), **toy7_specs()}
+
+
+WORLD_PRETRAINED = {6: "fedbench-toy", 7: "fedbench-toy7"}  # each world version's CLIP
+
+
+def world_pretrained(spec: ToySpec) -> str:
+    """The pretrained toy CLIP that belongs to `spec`'s world version."""
+    return WORLD_PRETRAINED[spec.world]

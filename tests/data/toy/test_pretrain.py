@@ -26,7 +26,7 @@ def _sha(path: Path) -> str:
 
 def test_manifest_names_both_recipes_and_its_sha256s_match_the_files():
     manifest = read_manifest()
-    assert {entry["recipe"] for entry in manifest.values()} == {"default", "test"}
+    assert {entry["recipe"] for entry in manifest.values()} == {"default", "test", "v7"}
     for recipe_hash, entry in manifest.items():
         assert RECIPES[entry["recipe"]].hash == recipe_hash, "shipped file of an outdated recipe: rebuild it"
         path = CHECKPOINT_DIR / entry["file"]
@@ -50,7 +50,7 @@ def test_providers_return_the_shipped_files_with_an_empty_cache_and_never_pretra
     monkeypatch.setattr(pretrain, "build_checkpoint", no_build)
     monkeypatch.setattr(pretrain, "train_model", no_build)
     files = {entry["recipe"]: CHECKPOINT_DIR / entry["file"] for entry in read_manifest().values()}
-    for provider, recipe in (("fedbench-toy", "default"), ("fedbench-toy-test", "test")):
+    for provider, recipe in (("fedbench-toy", "default"), ("fedbench-toy-test", "test"), ("fedbench-toy7", "v7")):
         assert PRETRAINED_PROVIDERS[provider]() == files[recipe]
         assert PRETRAINED_CACHED[provider]() == files[recipe]
         assert check_backbone("fedbench-toy-vit", provider) is None  # nothing to build

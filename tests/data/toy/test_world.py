@@ -40,7 +40,7 @@ def test_dataset_splits_are_deterministic_and_large_enough():
     x2, y2, d2, _ = generate_split("toy", "train")
     assert torch.equal(x1, x2) and y1 == y2 and d1 == d2
     for name in toy_dataset_names():
-        spec = world.toy_specs()[name]
+        spec = world.all_toy_specs()[name]
         _, ytr, _, _ = generate_split(name, "train")
         _, yte, _, _ = generate_split(name, "test")
         assert min(ytr.count(k) for k in range(len(spec.classes))) >= 16

@@ -1,0 +1,90 @@
+"""World version 7 is opt-in beside version 6: version 6's images, names and CLIP recipe are
+what they were (hashes of the code before version 7 existed), and version 7 renders
+deterministically, in styles its own CLIP's pretraining covers, with disjoint base and novel
+words."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from data.toy import world
+from data.toy.datasets import generate_split, toy_dataset_names
+from data.toy.pretrain import DEFAULT_RECIPE, RECIPES, TEST_RECIPE, V7_RECIPE
+
+# sha256 (first 16 hex digits) of every 7th test image, its label and domain, and the class
+# names, per version 6 dataset: computed with the code of 0e4e220 (before version 7), on the
+# AMD EPYC and the shipped torch wheel (rendering is float arithmetic rounded to uint8).
+V6_TEST_SPLIT_SHA256 = {
+    "toy": "bf54feefb0fa95ad",
+    "toy_shapes": "62218ccdc7e1060c",
+    "toy_patterns": "5dea1f0ee2b42ca0",
+    "toy_domains": "75b1f392c3eaafbe",
+    "toy10": "0fe948514cdbce8e",
+}
+
+
+def _split_sha256(name: str, split: str = "test") -> str:
+    images, labels, domains, _ = generate_split(name, split)
+    names = world.all_toy_specs()[name].class_names
+    payload = images[::7].numpy().tobytes() + repr((labels[::7], domains[::7], names)).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+@pytest.mark.parametrize("name", sorted(V6_TEST_SPLIT_SHA256))
+def test_version_6_datasets_render_as_before_version_7(name):
+    assert _split_sha256(name) == V6_TEST_SPLIT_SHA256[name]
+
+
+def test_version_6_recipes_keep_their_hashes_and_the_v7_recipe_has_its_own():
+    # the shipped version 6 checkpoints are named by these hashes (data/toy/checkpoints)
+    assert (DEFAULT_RECIPE.hash, TEST_RECIPE.hash) == ("5fe25b49f957", "9d16ffb081bd")
+    assert "world_version" not in DEFAULT_RECIPE.identity()["recipe"]
+    assert V7_RECIPE.hash not in {DEFAULT_RECIPE.hash, TEST_RECIPE.hash}
+    assert RECIPES["v7"] is V7_RECIPE and V7_RECIPE.identity()["recipe"]["rare_rate"] > 0
+
+
+def test_version_7_is_opt_in_by_dataset_name():
+    v6, v7 = world.toy_specs(), world.toy7_specs()
+    assert not set(v6) & set(v7) and len(v7) >= 3
+    assert {s.world for s in v6.values()} == {6} and {s.world for s in v7.values()} == {7}
+    assert toy_dataset_names() == list(v6) + list(v7)
+    assert {world.world_pretrained(s) for s in v6.values()} == {"fedbench-toy"}
+    assert {world.world_pretrained(s) for s in v7.values()} == {"fedbench-toy7"}
+
+
+def test_version_7_datasets_are_in_styles_its_pretraining_covers_with_disjoint_words():
+    covered = set(world.PRETRAIN_DOMAINS) | set(V7_RECIPE.rare_domains)
+    families = set()
+    for name, spec in world.toy7_specs().items():
+        assert set(spec.domains) <= covered, name
+        assert spec.protocol == "base2novel" and spec.novel_from == 16 and len(spec.classes) == 32, name
+        base, novel = spec.classes[: spec.novel_from], spec.classes[spec.novel_from :]
+        assert not world.class_words(base) & world.class_words(novel), name
+        families.add(tuple(a for a, _ in spec.classes[0].fixed))
+    assert len(families) >= 3  # different class families
+
+
+def test_version_7_renders_deterministically():
+    name = next(iter(world.toy7_specs()))
+    first = _split_sha256(name, "train")
+    generate_split.cache_clear()
+    assert _split_sha256(name, "train") == first
+    images, labels, _, _ = generate_split(name, "test")
+    assert images.shape[1:] == (32, 32, 3) and min(labels.count(k) for k in range(32)) == 30
+
+
+def test_a_run_seed_draws_version_7_test_images_and_leaves_version_6_alone(tmp_path):
+    from data.catalog import dataset_info, load_dataset
+    from data.transforms import clip_transforms
+
+    tf = clip_transforms(32, augment=False)
+    assert dataset_info("toy7").draws_per_seed and not dataset_info("toy").draws_per_seed
+    one, two = (load_dataset("toy7", tmp_path, tf, seed=s) for s in (1, 2))
+    assert torch.equal(one.train.images, two.train.images)  # the pool the few-shot draw picks from
+    assert not torch.equal(one.test.images, two.test.images)  # a fresh test draw per seed
+    assert one.test.labels == two.test.labels and one.class_names == two.class_names
+    assert one.test.cache_key != two.test.cache_key  # frozen features are cached per draw
+    assert torch.equal(load_dataset("toy", tmp_path, tf, seed=1).test.images, generate_split("toy", "test")[0])
