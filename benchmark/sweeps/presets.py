@@ -16,6 +16,8 @@ A preset file holds
             applied over the variant's own method_args, and the reasons the search flagged a
             choice (the table marks those rows ¶); `fedbench reproduce --tuned` replaces them
             with the table's results/<table>/tuned.yaml.
+  cell_seconds: optional seconds one cell takes on the machine the preset was measured on:
+            what turns `reproduce --until-resolved --budget 15m` into a number of cells.
 Cells = datasets x grid x methods x seeds, each a fully resolved RunConfig.
 """
 
@@ -239,7 +241,18 @@ def available_presets() -> list[str]:
 
 
 # Every key a preset may hold at its top level; any other (a typo: `titel:`, `tunned:`) is an error.
-PRESET_KEYS = ("title", "paper_table", "run", "datasets", "methods", "seeds", "grid", "targets", "tuned")
+PRESET_KEYS = (
+    "title",
+    "paper_table",
+    "run",
+    "datasets",
+    "methods",
+    "seeds",
+    "grid",
+    "targets",
+    "tuned",
+    "cell_seconds",
+)
 
 
 def load_preset(name_or_path: str) -> Preset:
