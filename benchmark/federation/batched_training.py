@@ -201,7 +201,7 @@ class BatchedTraining:
         sgd = StackedSGD(params, groups, members, device)
         method.train()
         classes = tuple(t.to(device) for t in method.class_inputs([c.context.class_names for c in members]))
-        counter = flops.TrainSteps(tuple(c.context.class_names for c in members))
+        counter = flops.TrainSteps(tuple(c.context.class_names for c in members), method)
         for epoch in range(epochs):
             self.loop.fabric.current_epoch = epoch
             iterators = []

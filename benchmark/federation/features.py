@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
 from benchmark import flops
-from benchmark.backbone import Backbone, ImagePrefix
+from benchmark.backbone import Backbone, ImagePrefix, computing_key
 from benchmark.progress import progress_bar
 from data.base import LabeledImages
 
@@ -50,7 +50,7 @@ class FeatureCache:
     def features(self, method, split: LabeledImages, indices: list[int] | None = None) -> Tensor:
         """Features [len(split), ...] of `split` (what `method.encode_images` returns per
         image: [D], or [M, D] for patch features); rows outside `indices` may be unset."""
-        key = (method.backbone.key, method.image_feature_kind, split.cache_key, _autocast_key(method.device.type))
+        key = (method.backbone.key, method.image_feature_kind, split.cache_key, computing_key(method.device))
         wanted = list(range(len(split))) if indices is None else list(indices)
         if key not in self._store:
             self._store[key] = (torch.empty(0), torch.zeros(len(split), dtype=torch.bool))
@@ -72,7 +72,7 @@ class FeatureCache:
     ) -> ImagePrefix:
         """The image tower's state after its first `blocks` frozen blocks for images
         `indices` of `split`, in that order, on `device` (one batch: stacked)."""
-        key = (backbone.key, blocks, split.cache_key, _autocast_key(device.type))
+        key = (backbone.key, blocks, split.cache_key, computing_key(device))
         rows = self._prefixes.setdefault(key, {})
         todo = [i for i in dict.fromkeys(indices) if i not in rows]
         fresh: dict[int, Tensor] = {}
@@ -108,11 +108,6 @@ class FeatureCache:
         """`images` filled up to `batch_size` rows with copies of the last one."""
         short = self.batch_size - len(images)
         return torch.cat([images, images[-1:].expand(short, *images.shape[1:])]) if short > 0 else images
-
-
-def _autocast_key(device_type: str) -> str:
-    """Features computed under autocast differ from fp32 ones: keep them apart."""
-    return str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else "fp32"
 
 
 # Device memory for the features of augmented views (all runs of a process together): Table 1's
