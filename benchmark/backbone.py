@@ -50,6 +50,7 @@ import torch
 from torch import Tensor, nn
 
 from benchmark import compiled, shortcuts
+from benchmark import tf32 as tf32_switch
 from benchmark.errors import SetupWarning, UserError
 from benchmark.host_values import HostMemo
 
@@ -437,8 +438,8 @@ def computing_key(device: torch.device | str) -> tuple:
     activation computed here now, for the keys of every cache of activations (text prefixes
     here, image features and prefixes and augmented views' features in
     `benchmark.federation.features`): the device; the autocast dtype (fp32 without one);
-    whether 32-bit matrix products and convolutions may use TF32 (`--tf32`, and PyTorch's
-    float32 matmul precision); whether the towers' blocks run compiled (`--compile-blocks`,
+    whether 32-bit matrix products and convolutions may use TF32 (the run's `--tf32`, PyTorch's
+    flags and float32 matmul precision); whether the towers' blocks run compiled (`--compile-blocks`,
     fused kernels sum in another order); whether the exact shortcuts are on (`--no-shortcuts`
     runs the plain path, equal only up to float rounding). Two cells that differ in any of
     these never share an entry (tests/federation/test_cache_keys.py)."""
@@ -446,7 +447,8 @@ def computing_key(device: torch.device | str) -> tuple:
     kind = device.type
     autocast = str(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else "fp32"
     tf32 = (
-        torch.backends.cuda.matmul.allow_tf32,
+        tf32_switch.active(),  # what the run asked for (`--tf32`), on any device
+        torch.backends.cuda.matmul.allow_tf32,  # and what the flags let CUDA do now
         torch.backends.cudnn.allow_tf32,
         torch.get_float32_matmul_precision(),
     )

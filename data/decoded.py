@@ -32,7 +32,9 @@ def cache_root() -> Path:
 
 def cache_key(split: LabeledImages, indices: Sequence[int], side: int) -> str:
     """The file list (paths with size and modification time; an in-memory image's split key)
-    and the decode side, hashed."""
+    and the decode side, hashed. Everything that computes an entry: PIL decodes and resizes to
+    uint8 pixels on the host, which no precision, TF32, compile or shortcut setting changes
+    (the augmentation that follows is per batch, never cached here)."""
     names = []
     for index in indices:
         name = split.raw_key(index)

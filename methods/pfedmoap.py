@@ -174,6 +174,8 @@ class PFedMoAP(FederatedMethod):
         self.register_buffer("expert_count", torch.zeros(1, dtype=torch.long))
         # The "random" selection's order, fixed by the run seed (the method is built seeded).
         self.selection_seed = int(torch.randint(0, 2**31 - 1, ()))
+        # Per method object, i.e. per run (one precision, TF32, compile and shortcut setting):
+        # keyed by the class list, dropped when the experts are written.
         self._expert_cache: dict[tuple[str, ...], Tensor] = {}
         self._expert_cache_source: tuple | None = None  # what the memo was computed from
 

@@ -2,7 +2,9 @@
 
 Exact: used only for methods whose `encode_images` depends on the frozen backbone alone
 (`FederatedMethod.frozen_image_features`) and for splits under a deterministic transform.
-Computed under the caller's autocast (the run's precision), and keyed by it.
+Computed under the caller's autocast (the run's precision); keyed by the weights, what the
+method reads of the tower, the split and its transform, and `backbone.computing_key` (device,
+autocast, TF32, compiled blocks, shortcuts: tests/federation/test_cache_keys.py).
 
 Every batch the cache encodes has exactly `batch_size` images (a short last batch is
 padded with copies of its last image): on CPU a row's last bits depend on the batch's
