@@ -51,3 +51,14 @@ def reads_wait(device: torch.device) -> bool:
     data-dependent loop (FedOTP's Sinkhorn stopping) takes its sync-free form where this
     is true; tests/federation/test_host_syncs.py makes it true on the CPU to check that form."""
     return torch.device(device).type != "cpu"
+
+
+def device_tensor(values, device: torch.device, dtype: torch.dtype | None = None) -> Tensor:
+    """`torch.tensor(values, dtype=dtype, device=device)` without waiting for the device: a
+    plain host-to-device copy of pageable memory blocks until every queued kernel is done,
+    so the values are put in pinned memory and copied without blocking (CUDA only)."""
+    host = torch.tensor(values, dtype=dtype)
+    device = torch.device(device)
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from benchmark.files import atomic_write
+from benchmark.host_values import device_tensor
 from data.augmentation import crop_draw, resized_crops, view_seed
 from data.base import LabeledImages
 
@@ -152,11 +153,8 @@ class DeviceImages:
         crops = torch.zeros(len(boxes), 3, height, width, dtype=torch.uint8, device=self.device)
         for row, ((_, _, index), (top, left, h, w, _)) in enumerate(zip(views, boxes)):
             crops[row, :, :h, :w] = self.image(index)[:, top : top + h, left : left + w]
-        # The boxes' sizes and flips in one copy, from pinned memory and not waited for (a
-        # blocking copy would wait for every kernel queued on the device: a sync per batch).
-        sizes = torch.tensor([(b[2], b[3], int(b[4])) for b in boxes], dtype=torch.long)
-        if self.device.type == "cuda":
-            sizes = sizes.pin_memory()
-        sizes = sizes.to(self.device, non_blocking=True)
+        # The boxes' sizes and flips in one copy that is not waited for (a blocking copy waits
+        # for every kernel queued on the device: a sync per batch).
+        sizes = device_tensor([(b[2], b[3], int(b[4])) for b in boxes], self.device, torch.long)
         heights, widths, flips = sizes[:, 0], sizes[:, 1], sizes[:, 2].bool()
         return resized_crops(crops, heights, widths, flips, self.image_size, self.mean, self.std)
