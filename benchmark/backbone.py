@@ -452,7 +452,8 @@ def computing_key(device: torch.device | str) -> tuple:
         torch.backends.cudnn.allow_tf32,
         torch.get_float32_matmul_precision(),
     )
-    return (str(device), autocast, tf32, compiled.active(), shortcuts.active())
+    blocks = compiled.mode() if compiled.active() else "eager"
+    return (str(device), autocast, tf32, blocks, shortcuts.active())
 
 
 # Host reads made once per tensor (`benchmark.host_values`), not in every step.

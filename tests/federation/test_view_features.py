@@ -62,3 +62,29 @@ def test_the_oldest_batches_leave_first_past_the_budget():
     views.batch(0, lambda: torch.zeros(4))  # evicted: computed again
     views.batch(3, lambda: torch.zeros(4))  # kept
     assert (views.misses, views.hits) == (5, 1)
+
+
+def test_view_batches_are_counted_once_per_shape_and_charged_the_same_flops(tmp_path, fake_data_root, monkeypatch):
+    # Counting runs the encoder under a Python dispatch mode (compiled blocks would run
+    # uncompiled): only the first batch of each shape is counted, the rest are charged its
+    # count -- the same total as counting every batch.
+    from benchmark import flops
+
+    counted = []
+    counting = flops.FlopLedger.counting
+
+    def recorded(self, part):
+        counted.append(part)
+        return counting(self, part)
+
+    monkeypatch.setattr(flops.FlopLedger, "counting", recorded)
+    config = tiny_config(fake_data_root, tmp_path, method="promptfl", augment=True, local_epochs=2)
+    totals, counts = {}, {}
+    for sample in (True, False):
+        views, counted[:] = ViewFeatures(), []
+        with flops.ledger(sample_steps=sample) as account:
+            train(config, True, views, monkeypatch)
+        totals[sample], counts[sample] = account.totals["features"], counted.count("features")
+    assert totals[True] == totals[False] > 0
+    # every batch of views counted when sampling is off; one per shape (2 here) when on
+    assert counts[False] > counts[True] and counts[True] <= 2 + 1  # + the test images' features
