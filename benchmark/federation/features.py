@@ -113,7 +113,7 @@ class FeatureCache:
 
 
 # Device memory for the features of augmented views (all runs of a process together): Table 1's
-# 10 clients x 50 rounds x 2 epochs of DTD take ~150 MB of 512-float features.
+# 10 clients x 50 rounds x 2 epochs of DTD take ~150 MB of 512-float features. Per pool (kind of feature).
 VIEW_CACHE_BYTES = 2 << 30
 
 
@@ -127,15 +127,19 @@ class ViewFeatures:
     method that trains on it, and handed to the next ones instead of its images. Exact: the
     same encoder on the same batch under the same autocast (tests/federation/test_view_features.py
     compares whole runs). Keyed by everything the features depend on (`ClientTrainSet.batch`
-    builds the key); the oldest batches leave first past `max_bytes`."""
+    builds the key). Each `pool` (the simulator's: the method's `image_feature_kind`) has its
+    own `max_bytes`, its oldest batches leaving first past it: FedOTP's patch features (~400 KB
+    a view on ViT-B/16, 200 times a pooled feature) would otherwise push out the pooled features
+    every other method of a sweep reads next."""
 
     def __init__(self, max_bytes: int = VIEW_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._store: OrderedDict[Hashable, Tensor] = OrderedDict()
-        self._used = 0
+        self._store: OrderedDict[Hashable, Tensor] = OrderedDict()  # every pool's entries
+        self._pools: dict[Hashable, OrderedDict[Hashable, int]] = {}  # pool -> its keys, oldest first -> bytes
+        self._used: dict[Hashable, int] = {}
         self.hits = self.misses = 0
 
-    def batch(self, key: Hashable, compute: Callable[[], Tensor]) -> Tensor:
+    def batch(self, key: Hashable, compute: Callable[[], Tensor], pool: Hashable = None) -> Tensor:
         found = self._store.get(key)
         if found is not None:
             self.hits += 1
@@ -144,13 +148,22 @@ class ViewFeatures:
         features = compute()
         size = features.numel() * features.element_size()
         if size <= self.max_bytes:
-            self._store[key] = features
-            self._used += size
-            while self._used > self.max_bytes:
-                _, old = self._store.popitem(last=False)
-                self._used -= old.numel() * old.element_size()
+            order = self._pools.setdefault(pool, OrderedDict())
+            self._store[key], order[key] = features, size
+            self._used[pool] = self._used.get(pool, 0) + size
+            while self._used[pool] > self.max_bytes:
+                old, old_size = order.popitem(last=False)
+                del self._store[old]
+                self._used[pool] -= old_size
         return features
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups so far (nan before the first)."""
+        asked = self.hits + self.misses
+        return self.hits / asked if asked else float("nan")
 
     def clear(self) -> None:
         self._store.clear()
-        self._used = 0
+        self._pools.clear()
+        self._used.clear()

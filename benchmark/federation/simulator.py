@@ -153,7 +153,7 @@ class ClientTrainSet(Dataset):
         if self.shared is not None and not isinstance(self.images, torch.Tensor):
             cache, prefix, encode = self.shared
             key = (*prefix, self.seed, tuple((epoch, i, self.indices[i]) for epoch, i in keys))
-            features = cache.batch(key, lambda: encode(self._images(keys)[0]))
+            features = cache.batch(key, lambda: encode(self._images(keys)[0]), pool=prefix[1])  # the feature kind
             return [features, torch.tensor([self.labels[i] for _, i in keys])]
         return self._images(keys)
 
