@@ -50,7 +50,9 @@ import torch
 from torch import Tensor, nn
 
 from benchmark import compiled, shortcuts
+from benchmark import tf32 as tf32_switch
 from benchmark.errors import SetupWarning, UserError
+from benchmark.host_values import HostMemo
 
 CONFIG_DIR = Path(__file__).parent / "model_configs"
 open_clip.add_model_config(CONFIG_DIR)
@@ -186,7 +188,8 @@ class Backbone(nn.Module):
 
     @property
     def logit_scale(self) -> float:
-        return float(self.model.logit_scale.exp())
+        """CLIP's logit scale, read on the host once (not in every step: `host_values`)."""
+        return _LOGIT_SCALE(self.model.logit_scale)
 
     def train(self, mode: bool = True) -> "Backbone":
         # Frozen: dropout and the like stay in eval mode whatever the caller asks.
@@ -231,7 +234,7 @@ class Backbone(nn.Module):
         be computed outside the trainable part (and under `torch.func.vmap`, before it)."""
         if start > 0:
             mask = None if self.model.attn_mask is None else self.model.attn_mask[:length, :length]
-            return self._text_prefix(tokens[:, :length], start, mask)
+            return self._text_prefix(tokens, length, start, mask)
         return self.embedded_text(self.token_embedding(tokens[:, :length]))
 
     def embedded_text(self, embeddings: Tensor) -> Tensor:
@@ -257,12 +260,15 @@ class Backbone(nn.Module):
         end-of-text token when the tower is causal and shortcuts are on, else all of them."""
         if not (self._causal_text and shortcuts.active()) or tokens.numel() == 0:
             return tokens.shape[-1]
-        return int(tokens.argmax(dim=-1).max()) + 1
+        return _TEXT_LENGTH(tokens)  # read once per token tensor, not in every step
 
-    def _text_prefix(self, tokens: Tensor, blocks: int, mask: Tensor | None) -> Tensor:
-        """The residual stream after the frozen text blocks 0 .. blocks-1 on `tokens`
-        (already truncated), computed once per (tokens, blocks, device, precision)."""
-        key = (tokens.shape, tokens.cpu().numpy().tobytes(), blocks, str(tokens.device), _autocast_key(tokens.device))
+    def _text_prefix(self, tokens: Tensor, length: int, blocks: int, mask: Tensor | None) -> Tensor:
+        """The residual stream after the frozen text blocks 0 .. blocks-1 on `tokens` cut to
+        `length` positions, computed once per (tokens, length, blocks, `computing_key`: the
+        device, autocast, TF32 and compiled blocks that compute it). The token ids are read
+        on the host once per token tensor (`host_values`), not per step."""
+        key = (tokens.shape, _TOKEN_BYTES(tokens), length, blocks, computing_key(tokens.device))
+        tokens = tokens[:, :length]
         cached = self._text_prefixes.get(key)
         if cached is None:
             # Frozen and parameter-free upstream: no graph is needed; a normal tensor even
@@ -427,10 +433,33 @@ def _is_causal(mask: Tensor | None, length: int) -> bool:
     return torch.equal(mask.float(), causal)
 
 
-def _autocast_key(device: torch.device) -> str:
-    """What autocast computes in on `device` now: cached activations are kept apart by it."""
+def computing_key(device: torch.device | str) -> tuple:
+    """Everything besides the weights and the inputs that decides the bits of a frozen
+    activation computed here now, for the keys of every cache of activations (text prefixes
+    here, image features and prefixes and augmented views' features in
+    `benchmark.federation.features`): the device; the autocast dtype (fp32 without one);
+    whether 32-bit matrix products and convolutions may use TF32 (the run's `--tf32`, PyTorch's
+    flags and float32 matmul precision); whether the towers' blocks run compiled (`--compile-blocks`,
+    fused kernels sum in another order); whether the exact shortcuts are on (`--no-shortcuts`
+    runs the plain path, equal only up to float rounding). Two cells that differ in any of
+    these never share an entry (tests/federation/test_cache_keys.py)."""
+    device = torch.device(device)
     kind = device.type
-    return str(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else "fp32"
+    autocast = str(torch.get_autocast_dtype(kind)) if torch.is_autocast_enabled(kind) else "fp32"
+    tf32 = (
+        tf32_switch.active(),  # what the run asked for (`--tf32`), on any device
+        torch.backends.cuda.matmul.allow_tf32,  # and what the flags let CUDA do now
+        torch.backends.cudnn.allow_tf32,
+        torch.get_float32_matmul_precision(),
+    )
+    blocks = compiled.mode() if compiled.active() else "eager"
+    return (str(device), autocast, tf32, blocks, shortcuts.active())
+
+
+# Host reads made once per tensor (`benchmark.host_values`), not in every step.
+_LOGIT_SCALE = HostMemo(lambda scale: float(scale.exp()))
+_TEXT_LENGTH = HostMemo(lambda tokens: int(tokens.argmax(dim=-1).max()) + 1)
+_TOKEN_BYTES = HostMemo(lambda tokens: tokens.cpu().numpy().tobytes())
 
 
 # Bytes of frozen text prefixes kept per backbone (one entry: classes x prompt length x

@@ -41,6 +41,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from benchmark.host_values import HostMemo
+
 aten = torch.ops.aten
 
 
@@ -279,10 +281,14 @@ def discrete_state(module: torch.nn.Module) -> tuple:
     """The values of a method's small integer and boolean state tensors (pFedMoAP's
     expert count, FedMVP's LoRA switch): what changes the work of a step between rounds."""
     items = []
-    for name, tensor in module.state_dict().items():
+    for name, tensor in module.state_dict(keep_vars=True).items():  # the tensors themselves: memo keys
         if not (tensor.is_floating_point() or tensor.is_complex()) and tensor.numel() <= 64:
-            items.append((name, tuple(tensor.reshape(-1).tolist())))
+            items.append((name, _VALUES(tensor)))
     return tuple(items)
+
+
+# Read on the host once per loaded state, not at every step (a sync on CUDA: `host_values`).
+_VALUES = HostMemo(lambda tensor: tuple(tensor.detach().reshape(-1).tolist()))
 
 
 class TrainSteps:
@@ -290,9 +296,11 @@ class TrainSteps:
     the first time a step of its kind runs (module docstring), its kind's count afterwards.
     A training step is forward, backward and optimizer step (`benchmark.federation.client_loop`)."""
 
-    def __init__(self, class_names: tuple[str, ...]) -> None:
+    def __init__(self, class_names: tuple[str, ...], module: torch.nn.Module | None = None) -> None:
         self.class_names = tuple(class_names)
         self._account = current()
+        if self._account is not None and module is not None:
+            discrete_state(module)  # read on the host here, before the steps (memoized: `_VALUES`)
 
     def step(self, module: torch.nn.Module, batch, first: bool) -> contextlib.AbstractContextManager:
         """The context one training step runs in."""

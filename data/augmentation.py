@@ -22,6 +22,7 @@ equality is tested on sample images, not proved for every image PIL can open.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -126,6 +127,12 @@ def resized_crops(
         image = _to_8bit(torch.einsum("bty,bcys->bcts", down, rows))
         image = torch.where(flips.to(device).view(-1, 1, 1, 1), image.flip(-1), image)
         tensor = image.to(torch.float32).div(255)  # ToTensor
-        mean_t = torch.tensor(mean, dtype=torch.float32, device=device).view(1, 3, 1, 1)
-        std_t = torch.tensor(std, dtype=torch.float32, device=device).view(1, 3, 1, 1)
+        mean_t, std_t = _normalization(tuple(mean), tuple(std), device)
         return tensor.sub_(mean_t).div_(std_t)  # Normalize
+
+
+@functools.lru_cache(maxsize=8)
+def _normalization(mean: tuple[float, ...], std: tuple[float, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Normalize's mean and std [1, 3, 1, 1] on `device`, copied there once (not per batch)."""
+    with torch.inference_mode(False):  # normal tensors, whichever mode first asks
+        return tuple(torch.tensor(v, dtype=torch.float32, device=device).view(1, 3, 1, 1) for v in (mean, std))

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from benchmark.files import atomic_write
+from benchmark.host_values import device_tensor
 from data.augmentation import crop_draw, resized_crops, view_seed
 from data.base import LabeledImages
 
@@ -32,7 +33,9 @@ def cache_root() -> Path:
 
 def cache_key(split: LabeledImages, indices: Sequence[int], side: int) -> str:
     """The file list (paths with size and modification time; an in-memory image's split key)
-    and the decode side, hashed."""
+    and the decode side, hashed. Everything that computes an entry: PIL decodes and resizes to
+    uint8 pixels on the host, which no precision, TF32, compile or shortcut setting changes
+    (the augmentation that follows is per batch, never cached here)."""
     names = []
     for index in indices:
         name = split.raw_key(index)
@@ -150,7 +153,8 @@ class DeviceImages:
         crops = torch.zeros(len(boxes), 3, height, width, dtype=torch.uint8, device=self.device)
         for row, ((_, _, index), (top, left, h, w, _)) in enumerate(zip(views, boxes)):
             crops[row, :, :h, :w] = self.image(index)[:, top : top + h, left : left + w]
-        heights = torch.tensor([b[2] for b in boxes])
-        widths = torch.tensor([b[3] for b in boxes])
-        flips = torch.tensor([b[4] for b in boxes])
+        # The boxes' sizes and flips in one copy that is not waited for (a blocking copy waits
+        # for every kernel queued on the device: a sync per batch).
+        sizes = device_tensor([(b[2], b[3], int(b[4])) for b in boxes], self.device, torch.long)
+        heights, widths, flips = sizes[:, 0], sizes[:, 1], sizes[:, 2].bool()
         return resized_crops(crops, heights, widths, flips, self.image_size, self.mean, self.std)

@@ -64,6 +64,7 @@ from torch import Tensor, nn
 
 from benchmark import shortcuts
 from benchmark.backbone import Backbone
+from benchmark.host_values import HostMemo
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range, State
 from benchmark.method_registration import register_method
 from benchmark.optim import constant_schedule, warmup_and_total_steps, warmup_then_cosine
@@ -101,6 +102,11 @@ class AttentionGate(nn.Module):
         weights = (self.scale * torch.einsum("bhe,ckhe->bchk", q, k)).softmax(dim=-1)
         mixed = torch.einsum("bchk,ckhe->bche", weights, v).reshape(batch, classes, dim)
         return self.out(mixed)
+
+
+# Host reads made once per loaded state, not in every step (`benchmark.host_values`).
+_COUNT = HostMemo(lambda count: int(count))  # how many experts are valid
+_WRITTEN = HostMemo(lambda tensor: object())  # a new token whenever the tensor is written or replaced
 
 
 @register_method("pfedmoap")
@@ -168,8 +174,14 @@ class PFedMoAP(FederatedMethod):
         self.register_buffer("expert_count", torch.zeros(1, dtype=torch.long))
         # The "random" selection's order, fixed by the run seed (the method is built seeded).
         self.selection_seed = int(torch.randint(0, 2**31 - 1, ()))
+        # Per method object, i.e. per run (one precision, TF32, compile and shortcut setting):
+        # keyed by the class list, dropped when the experts are written.
         self._expert_cache: dict[tuple[str, ...], Tensor] = {}
-        self._expert_cache_source: Tensor | None = None
+        self._expert_cache_source: tuple | None = None  # what the memo was computed from
+
+    def load_client_state(self, state: Mapping[str, Tensor]) -> None:
+        super().load_client_state(state)
+        _COUNT(self.expert_count)  # read on the host here, once per loaded state, not in a step
 
     # -- computation --------------------------------------------------------------------
     def pool(self, x: Tensor) -> Tensor:
@@ -177,7 +189,7 @@ class PFedMoAP(FederatedMethod):
 
     def encode_classes(self, class_names: Sequence[str]) -> MoAPClassFeatures:
         local = F.normalize(self.prompts.encode(self.ctx, class_names), dim=-1)
-        experts = self.expert_features(class_names) if int(self.expert_count) > 0 else None
+        experts = self.expert_features(class_names) if _COUNT(self.expert_count) > 0 else None
         return MoAPClassFeatures(local, experts)
 
     def classify(self, image_features: Tensor, class_features: MoAPClassFeatures) -> Tensor:
@@ -197,14 +209,17 @@ class PFedMoAP(FederatedMethod):
         list while the experts are unchanged (they are fixed during a client-round, so the
         text tower runs n times per class list, not n times per step); without shortcuts
         (`benchmark.shortcuts`) encoded at every call, the plain path."""
-        experts = self.experts[: int(self.expert_count)]
+        experts = self.experts[: _COUNT(self.expert_count)]
         if not shortcuts.active():
             return self._encode_experts(experts, class_names)
-        source = self._expert_cache_source
-        unchanged = source is not None and source.shape == experts.shape and source.device == experts.device
-        if not (unchanged and torch.equal(source, experts)):
+        # The experts change only when a state is loaded (an in-place copy, which bumps their
+        # version) or the buffer is replaced: the memo is dropped then, without reading the
+        # experts on the host in a step (a sync on CUDA). The features are a function of the
+        # experts: recomputing them for an equal copy gives the same bits.
+        source = (_WRITTEN(self.experts), experts.shape[0])
+        if source != self._expert_cache_source:
             self._expert_cache = {}
-            self._expert_cache_source = experts.clone()
+            self._expert_cache_source = source
         key = tuple(class_names)
         if key not in self._expert_cache:
             self._expert_cache[key] = self._encode_experts(experts, class_names)

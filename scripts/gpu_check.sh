@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Times every Table 1 method on ViT-B/16 (random weights: the real architecture, no download)
-# on a CUDA GPU at three shapes (32, 80 and 320 images per client; 47, 100 and 397 classes),
-# with batched evaluation and training against one by one, and writes results/gpu.md (the
-# GPU, the date, the versions, every figure, the GPU share of a client-round and the Table 1
-# GPU-hour estimate; the dry run's GPU-hour line then uses its rate). Then runs the tests
-# that need CUDA (`pytest -m gpu`). Without a GPU it says so and exits 0.
+# on a CUDA GPU on Table 1's workload: DTD's 47 classes dealt to 10 clients as Table 1 deals
+# them, 470 px images, augmentation on; eager (base2novel.yaml's default path), compiled blocks
+# and batched clients side by side, timed with CUDA events. Writes results/gpu.md (the GPU, the
+# date, the versions, every figure, the data share, Table 1's projected GPU-hours per method
+# and precision). Then runs the tests that need CUDA (`pytest -m gpu`). Without a GPU it says
+# so and exits 0; `python scripts/gpu_check.py --device cpu --backbone fedbench-tiny-vit ...`
+# checks the script on the CPU (tests/system/test_gpu_check.py).
 #
 #   bash scripts/gpu_check.sh            # uses ./.venv/bin/python if present, else python
-#   bash scripts/gpu_check.sh --methods promptfl,pfedmma --shapes 47    # a part (flags: scripts/gpu_check.py --help)
+#   bash scripts/gpu_check.sh --methods promptfl,pfedmma --no-batched    # a part (flags: scripts/gpu_check.py --help)
+#   bash scripts/gpu_check.sh --shapes 47,100,397                         # Table 1's range of client sizes (longer)
 #   PYTHON=/path/to/python bash scripts/gpu_check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -9,6 +9,7 @@ import hashlib
 from typing import Any, Callable, Sequence
 
 import torch
+from torch import Tensor
 
 from benchmark import flops
 from benchmark.evaluation.batched import MAX_CLIENTS_PER_PASS, BatchedScorer, evaluation_probe, probe
@@ -165,13 +166,21 @@ def accuracy(
     method.eval()
     if classes is None:
         classes = class_features(method, split, class_ids)
-    correct = 0
+    # Counted on the device and read once: a read per batch would wait for the GPU each time.
+    wanted = wanted.to(method.device)
+    correct = torch.zeros((), dtype=torch.long, device=method.device)
     kind_of = flops.evaluation_kinds(method, classes)
     for inputs, start in input_batches(method, split, indices, cache, batch_size, num_workers):
-        with flops.charge_kind("evaluation", kind_of(inputs)):
-            logits = method.classify(method.image_features(inputs), classes)
-        correct += (logits.argmax(-1).cpu() == wanted[start : start + len(inputs)]).sum().item()
-    return 100.0 * correct / len(indices)
+        correct += score_batch(method, inputs, classes, wanted[start : start + len(inputs)], kind_of(inputs))
+    return 100.0 * correct.item() / len(indices)
+
+
+def score_batch(method: FederatedMethod, inputs: Any, classes: Any, wanted: Tensor, kind: Any) -> Tensor:
+    """How many images of one evaluation batch `method` classifies as `wanted` (a device
+    tensor: no host read); the batch's FLOPs charged as of `kind` (`flops.charge_kind`)."""
+    with flops.charge_kind("evaluation", kind):
+        logits = method.classify(method.image_features(inputs), classes)
+    return (logits.argmax(-1) == wanted).sum()
 
 
 def _fingerprint(state: State) -> str:

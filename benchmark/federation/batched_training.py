@@ -55,6 +55,7 @@ from benchmark.federation.client_loop import (
     to_device,
 )
 from benchmark.federation.stacked import batchable_attention, comparable_kernels, relative_difference, stack_states
+from benchmark.host_values import device_tensor
 from benchmark.method import ClientContext, FederatedMethod, State
 
 # One batched step's losses must equal the client loop's to this relative tolerance, and its
@@ -201,7 +202,7 @@ class BatchedTraining:
         sgd = StackedSGD(params, groups, members, device)
         method.train()
         classes = tuple(t.to(device) for t in method.class_inputs([c.context.class_names for c in members]))
-        counter = flops.TrainSteps(tuple(c.context.class_names for c in members))
+        counter = flops.TrainSteps(tuple(c.context.class_names for c in members), method)
         for epoch in range(epochs):
             self.loop.fabric.current_epoch = epoch
             iterators = []
@@ -290,7 +291,7 @@ class BatchedTraining:
         device = batches[0][1].device
         with self.loop.fabric.autocast(), batchable_attention():
             for positions in shapes.values():
-                rows = torch.tensor([active[j] for j in positions], device=device)
+                rows = device_tensor([active[j] for j in positions], device)
                 state = {f"method.{k}": v.index_select(0, rows) for k, v in stacked.items()}
                 inputs = torch.stack([batches[j][0] for j in positions])
                 labels = torch.stack([batches[j][1] for j in positions])
@@ -362,7 +363,7 @@ class StackedSGD:
 
     @torch.no_grad()
     def step(self) -> None:
-        rows = torch.tensor(self.active, device=self.device)
+        rows = device_tensor(self.active, self.device)
         for name, (group, settings) in self.groups.items():
             lrs = [self.members[k].lr(group) for k in self.active]
             _sgd(self.params[name], self.momentum, name, rows, lrs, settings)
@@ -387,7 +388,7 @@ def _sgd(p: Tensor, momentum: dict[str, Tensor], name: str, rows: Tensor, lrs: l
         param.add_(grad, alpha=-lrs[0])
     else:
         shape = (len(lrs),) + (1,) * (param.dim() - 1)
-        param.add_(grad * torch.tensor([-lr for lr in lrs], dtype=param.dtype, device=param.device).view(shape))
+        param.add_(grad * device_tensor([-lr for lr in lrs], param.device, param.dtype).view(shape))
     p.detach().index_copy_(0, rows, param)
 
 

@@ -153,7 +153,7 @@ class ClientLoop:
         module.train()
         self.attach(module)
         try:
-            return self._fit(module, batches, epochs, flops.TrainSteps(class_names))
+            return self._fit(module, batches, epochs, flops.TrainSteps(class_names, module))
         finally:
             offer_optimizers(module, [])
 

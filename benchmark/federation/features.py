@@ -2,7 +2,9 @@
 
 Exact: used only for methods whose `encode_images` depends on the frozen backbone alone
 (`FederatedMethod.frozen_image_features`) and for splits under a deterministic transform.
-Computed under the caller's autocast (the run's precision), and keyed by it.
+Computed under the caller's autocast (the run's precision); keyed by the weights, what the
+method reads of the tower, the split and its transform, and `backbone.computing_key` (device,
+autocast, TF32, compiled blocks, shortcuts: tests/federation/test_cache_keys.py).
 
 Every batch the cache encodes has exactly `batch_size` images (a short last batch is
 padded with copies of its last image): on CPU a row's last bits depend on the batch's
@@ -25,7 +27,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 
 from benchmark import flops
-from benchmark.backbone import Backbone, ImagePrefix
+from benchmark.backbone import Backbone, ImagePrefix, computing_key
 from benchmark.progress import progress_bar
 from data.base import LabeledImages
 
@@ -50,7 +52,7 @@ class FeatureCache:
     def features(self, method, split: LabeledImages, indices: list[int] | None = None) -> Tensor:
         """Features [len(split), ...] of `split` (what `method.encode_images` returns per
         image: [D], or [M, D] for patch features); rows outside `indices` may be unset."""
-        key = (method.backbone.key, method.image_feature_kind, split.cache_key, _autocast_key(method.device.type))
+        key = (method.backbone.key, method.image_feature_kind, split.cache_key, computing_key(method.device))
         wanted = list(range(len(split))) if indices is None else list(indices)
         if key not in self._store:
             self._store[key] = (torch.empty(0), torch.zeros(len(split), dtype=torch.bool))
@@ -72,7 +74,7 @@ class FeatureCache:
     ) -> ImagePrefix:
         """The image tower's state after its first `blocks` frozen blocks for images
         `indices` of `split`, in that order, on `device` (one batch: stacked)."""
-        key = (backbone.key, blocks, split.cache_key, _autocast_key(device.type))
+        key = (backbone.key, blocks, split.cache_key, computing_key(device))
         rows = self._prefixes.setdefault(key, {})
         todo = [i for i in dict.fromkeys(indices) if i not in rows]
         fresh: dict[int, Tensor] = {}
@@ -110,13 +112,8 @@ class FeatureCache:
         return torch.cat([images, images[-1:].expand(short, *images.shape[1:])]) if short > 0 else images
 
 
-def _autocast_key(device_type: str) -> str:
-    """Features computed under autocast differ from fp32 ones: keep them apart."""
-    return str(torch.get_autocast_dtype(device_type)) if torch.is_autocast_enabled(device_type) else "fp32"
-
-
 # Device memory for the features of augmented views (all runs of a process together): Table 1's
-# 10 clients x 50 rounds x 2 epochs of DTD take ~150 MB of 512-float features.
+# 10 clients x 50 rounds x 2 epochs of DTD take ~150 MB of 512-float features. Per pool (kind of feature).
 VIEW_CACHE_BYTES = 2 << 30
 
 
@@ -130,15 +127,19 @@ class ViewFeatures:
     method that trains on it, and handed to the next ones instead of its images. Exact: the
     same encoder on the same batch under the same autocast (tests/federation/test_view_features.py
     compares whole runs). Keyed by everything the features depend on (`ClientTrainSet.batch`
-    builds the key); the oldest batches leave first past `max_bytes`."""
+    builds the key). Each `pool` (the simulator's: the method's `image_feature_kind`) has its
+    own `max_bytes`, its oldest batches leaving first past it: FedOTP's patch features (~400 KB
+    a view on ViT-B/16, 200 times a pooled feature) would otherwise push out the pooled features
+    every other method of a sweep reads next."""
 
     def __init__(self, max_bytes: int = VIEW_CACHE_BYTES) -> None:
         self.max_bytes = max_bytes
-        self._store: OrderedDict[Hashable, Tensor] = OrderedDict()
-        self._used = 0
+        self._store: OrderedDict[Hashable, Tensor] = OrderedDict()  # every pool's entries
+        self._pools: dict[Hashable, OrderedDict[Hashable, int]] = {}  # pool -> its keys, oldest first -> bytes
+        self._used: dict[Hashable, int] = {}
         self.hits = self.misses = 0
 
-    def batch(self, key: Hashable, compute: Callable[[], Tensor]) -> Tensor:
+    def batch(self, key: Hashable, compute: Callable[[], Tensor], pool: Hashable = None) -> Tensor:
         found = self._store.get(key)
         if found is not None:
             self.hits += 1
@@ -147,13 +148,22 @@ class ViewFeatures:
         features = compute()
         size = features.numel() * features.element_size()
         if size <= self.max_bytes:
-            self._store[key] = features
-            self._used += size
-            while self._used > self.max_bytes:
-                _, old = self._store.popitem(last=False)
-                self._used -= old.numel() * old.element_size()
+            order = self._pools.setdefault(pool, OrderedDict())
+            self._store[key], order[key] = features, size
+            self._used[pool] = self._used.get(pool, 0) + size
+            while self._used[pool] > self.max_bytes:
+                old, old_size = order.popitem(last=False)
+                del self._store[old]
+                self._used[pool] -= old_size
         return features
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups so far (nan before the first)."""
+        asked = self.hits + self.misses
+        return self.hits / asked if asked else float("nan")
 
     def clear(self) -> None:
         self._store.clear()
-        self._used = 0
+        self._pools.clear()
+        self._used.clear()

@@ -29,6 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
+from benchmark.backbone import computing_key
 from benchmark.config import SAMPLING_RULES
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
@@ -152,7 +153,7 @@ class ClientTrainSet(Dataset):
         if self.shared is not None and not isinstance(self.images, torch.Tensor):
             cache, prefix, encode = self.shared
             key = (*prefix, self.seed, tuple((epoch, i, self.indices[i]) for epoch, i in keys))
-            features = cache.batch(key, lambda: encode(self._images(keys)[0]))
+            features = cache.batch(key, lambda: encode(self._images(keys)[0]), pool=prefix[1])  # the feature kind
             return [features, torch.tensor([self.labels[i] for _, i in keys])]
         return self._images(keys)
 
@@ -622,21 +623,30 @@ class FederatedSimulator:
         device = method.device
         mixed = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(s.precision)
         backend = "device" if isinstance(self.train_images, DeviceImages) else "pil"
+        # Everything that computes a view's features (tests/federation/test_cache_keys.py):
+        # the weights, what the method reads of the tower (pooled or patch features), the
+        # images and their transform, the augmentation backend, the autocast of the run's
+        # precision, and `computing_key` (device, TF32, compiled blocks, shortcuts). The
+        # views themselves (seed, epoch, position, image) complete it in `ClientTrainSet.batch`.
         prefix = (
             method.backbone.key,
             method.image_feature_kind,
             self.train_images.cache_key,
             backend,
-            str(device),
             str(mixed),
+            computing_key(device),
         )
 
         @torch.no_grad()
         def encode(images: torch.Tensor) -> torch.Tensor:
             images = images.to(device, non_blocking=True)
+            # The FLOPs of a batch are a function of its shape: counted for the first batch of
+            # each shape, charged at that count for the rest, which then run outside the
+            # counting mode (compiled blocks run compiled there).
+            kind = ("views", method.image_feature_kind, flops.shapes(images), str(mixed))
             # the autocast of the training step (Lightning's for the run's precision)
             with torch.autocast(device.type, dtype=mixed or torch.float32, enabled=mixed is not None):
-                with flops.charge("features"):  # shared by the methods, like the frozen features
+                with flops.charge_kind("features", kind):  # shared by the methods, like the frozen features
                     return method.encode_images(images)
 
         return self.view_features, prefix, encode

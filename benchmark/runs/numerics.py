@@ -12,7 +12,7 @@ from typing import Iterator
 
 import torch
 
-from benchmark import compiled, shortcuts
+from benchmark import compiled, shortcuts, tf32
 from benchmark.config import ConfigError, RunConfig
 from benchmark.registry import MethodError, get_method
 
@@ -81,9 +81,10 @@ def run_name_part(config: RunConfig) -> str:
 @contextlib.contextmanager
 def computing_as(config: RunConfig) -> Iterator[None]:
     """The run's computation switches on for the code inside: the exact shortcuts (or the
-    plain path, `--no-shortcuts`) and compiled blocks (`--compile-blocks`). Context variables:
-    a thread that runs a run's code (Flower's ServerApp) enters them itself."""
-    with shortcuts.use(config.shortcuts), compiled.use(config.compile_blocks):
+    plain path, `--no-shortcuts`), compiled blocks (`--compile-blocks`) and TF32 as asked
+    (`--tf32`: the flags themselves are `apply_tf32`'s; the switch keys the caches). Context
+    variables: a thread that runs a run's code (Flower's ServerApp) enters them itself."""
+    with shortcuts.use(config.shortcuts), compiled.use(config.compile_blocks), tf32.use(config.tf32):
         yield
 
 

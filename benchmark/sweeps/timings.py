@@ -62,9 +62,10 @@ def overhead_configs(quick: bool):
     return configs
 
 
-def describable_textures(root, classes: int, train: int = 8, test: int = 2):
-    """A DTD-shaped dataset of flat-coloured 32 px images: images/<class>/*.png and its
-    split_zhou_DescribableTextures.json (what the CoOp loader reads)."""
+def describable_textures(root, classes: int, train: int = 8, test: int = 2, side: int = 32):
+    """A DTD-shaped dataset of flat-coloured `side` px images: images/<class>/*.png and its
+    split_zhou_DescribableTextures.json (what the CoOp loader reads). scripts/gpu_check.py
+    asks for DTD's size (~470 px), so that decoding and augmenting cost what they cost there."""
     folder = root / "dtd"
     rng = np.random.default_rng(0)
     split: dict[str, list] = {"train": [], "val": [], "test": []}
@@ -75,7 +76,7 @@ def describable_textures(root, classes: int, train: int = 8, test: int = 2):
         for part, count in (("train", train), ("test", test)):
             for k in range(count):
                 relative = f"{name}/{part}_{k}.png"
-                pixels = np.clip(colour + rng.normal(0, 20, (32, 32, 3)), 0, 255).astype(np.uint8)
+                pixels = np.clip(colour + rng.normal(0, 20, (side, side, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(pixels).save(folder / "images" / relative)
                 split[part].append([relative, label, name])
     (folder / "split_zhou_DescribableTextures.json").write_text(json.dumps(split))

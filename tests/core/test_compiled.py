@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 from benchmark import compiled
+from benchmark.backbone import computing_key
 from benchmark.config import ConfigError
 from benchmark.registry import build_method
 from benchmark.runs.identity import cell_hash
@@ -72,9 +73,23 @@ def test_a_compiled_block_runs_only_under_the_switch_and_computes_the_eager_step
     # every block that ran (the text tower's frozen prefix is cached by the shortcuts) is compiled once
     assert 0 < len(compiled._COMPILED) <= len(blocks)  # noqa: SLF001
     with compiled.use(True):  # one compiled module per block, kept for later runs
-        assert all(compiled.block(b) is c and c is not b for b, c in compiled._COMPILED.items())  # noqa: SLF001
+        assert all(compiled.block(b) is c["default"] and c["default"] is not b for b, c in compiled._COMPILED.items())  # noqa: SLF001
     assert_same_step(on, off, TOLERANCE)
     assert not compiled.active()
+
+
+def test_the_compile_mode_is_checked_and_keys_the_caches(monkeypatch):
+    # CUDA graphs (reduce-overhead) are opt-in through FEDBENCH_COMPILE_MODE; the mode keeps
+    # cached activations apart, and a wrong value names the variable and the choices.
+    with compiled.use(True):
+        default = computing_key("cpu")
+        monkeypatch.setenv("FEDBENCH_COMPILE_MODE", "reduce-overhead")
+        assert computing_key("cpu") != default
+        monkeypatch.setenv("FEDBENCH_COMPILE_MODE", "fast")
+        with pytest.raises(
+            ConfigError, match=r"FEDBENCH_COMPILE_MODE = 'fast' is invalid: expected default \| reduce-overhead"
+        ):
+            compiled.block(torch.nn.Linear(1, 1))
 
 
 def test_compile_blocks_is_a_result_setting_refused_with_the_batched_passes(fake_data_root, tmp_path):

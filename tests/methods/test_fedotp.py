@@ -15,12 +15,14 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_config
 
+from benchmark import host_values
 from benchmark.backbone import load_backbone
 from benchmark.federation.features import FeatureCache
 from benchmark.method import ClientUpdate
 from benchmark.registry import build_method
 from benchmark.runs.preparation import load_run_dataset
 from benchmark.runs.runner import run_experiment
+from methods import fedotp
 from methods.fedotp import sinkhorn_plan, transport_logits, unbalanced_ot_plan
 
 
@@ -111,6 +113,27 @@ def test_sinkhorn_option_matches_the_literal_iteration_and_is_balanced():
     expected = reference_plan(cost.double().numpy(), ot="sinkhorn", **OT_DEFAULTS)
     np.testing.assert_allclose(plan.numpy(), expected, rtol=1e-4, atol=1e-9)
     assert torch.allclose(plan.sum(dim=1), b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("solve", [unbalanced_ot_plan, sinkhorn_plan], ids=["COT", "Sinkhorn"])
+@pytest.mark.parametrize("max_iter", [3, 100], ids=["cut-at-max-iter", "converges-first"])
+def test_the_sync_free_stopping_gives_the_early_stop_plan_bit_for_bit(solve, max_iter, monkeypatch):
+    # On CUDA the stop is decided on the device (no host read per iteration): every iteration
+    # runs and the state freezes once converged. Forced here on the CPU, it must give the
+    # bits the host-checked loop gives, whether the loop converges or is cut at max_iter.
+    torch.manual_seed(3)
+    cost = 1.0 - torch.empty(4, 6, 3).uniform_(0.15, 0.6)
+    mass = 0.8 if solve is unbalanced_ot_plan else 1.0  # plain Sinkhorn converges on balanced mass
+    a, b = torch.full((4, 6), 1 / 6), torch.full((4, 3), mass / 3)
+    ot = dict(eps=0.5, max_iter=max_iter, thresh=1e-3)
+    iterations = []
+    change = fedotp._true_scale_change
+    monkeypatch.setattr(fedotp, "_true_scale_change", lambda *t: iterations.append(1) or change(*t))
+    host = solve(cost, a, b, **ot)
+    assert (len(iterations) < max_iter) == (max_iter == 100)  # both cases are exercised
+    monkeypatch.setattr(host_values, "reads_wait", lambda device: True)
+    device = solve(cost, a, b, **ot)
+    assert torch.equal(device, host)
 
 
 def test_transport_logits_match_a_loop_reference_on_a_hand_made_case():

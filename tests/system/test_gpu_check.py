@@ -97,9 +97,12 @@ def test_the_report_compares_compiled_blocks_with_eager(tmp_path, monkeypatch):
     args = ["--device", "cpu", "--backbone", "fedbench-tiny-vit", "--shapes", "4", "--methods", "promptfl"]
     assert gpu_check.main([*args, "--clients", "2", "--no-batched", "--out", str(out)]) == 0
     text = out.read_text()
-    assert "## Compiled blocks (`--compile-blocks true`) against eager, first shape" in text
-    section = text.split("## Compiled blocks")[1].split("\n## ")[0]
+    assert "## Eager (the default path), compiled blocks (`--compile-blocks true`) and batched clients" in text
+    section = text.split("## Eager (the default path)")[1].split("\n## ")[0]
     (row,) = [line for line in section.splitlines() if line.startswith("| promptfl | ")]
     eager = next(line for line in text.splitlines() if line.startswith("| promptfl | 4 |"))
     assert row.split(" | ")[1] == eager.split(" | ")[4]  # the eager figure is the table's own
+    assert row.split(" | ")[4].endswith(" ms")  # PromptFL's clients batched, timed beside them
+    hours = text.split("## Table 1 per method")[1].split("\n## ")[0]
+    assert any(line.startswith("| promptfl | 32-true |") for line in hours.splitlines())
     assert len(compiled._COMPILED) > 0  # noqa: SLF001  (the compiled run compiled its blocks)
