@@ -233,6 +233,13 @@ OPTIONAL: tuple[Member, ...] = (
         "unchanged",
     ),
     Member(
+        "on_client_state_loaded",
+        "hook",
+        "called by `load_client_state` after a state is copied in, outside any step",
+        "–: read on the host here what a step would otherwise read (a sync per step on CUDA)",
+        "nothing",
+    ),
+    Member(
         "evaluate_after_download",
         "attribute",
         "read by evaluation",
@@ -606,6 +613,12 @@ class FederatedMethod(Capabilities, L.LightningModule):
         with torch.no_grad():
             for key, value in state.items():
                 own[key].copy_(value)
+        self.on_client_state_loaded()
+
+    def on_client_state_loaded(self) -> None:
+        """Runs after `load_client_state` copied a state in, outside any step: the place to
+        read on the host, once per state, a value a step would otherwise read (a sync per step
+        on CUDA; pFedMoAP's expert count). Returns nothing. Default: does nothing."""
 
     def uploaded_state(self) -> State:
         return self.upload_of(self.client_state())

@@ -179,8 +179,7 @@ class PFedMoAP(FederatedMethod):
         self._expert_cache: dict[tuple[str, ...], Tensor] = {}
         self._expert_cache_source: tuple | None = None  # what the memo was computed from
 
-    def load_client_state(self, state: Mapping[str, Tensor]) -> None:
-        super().load_client_state(state)
+    def on_client_state_loaded(self) -> None:
         _COUNT(self.expert_count)  # read on the host here, once per loaded state, not in a step
 
     # -- computation --------------------------------------------------------------------

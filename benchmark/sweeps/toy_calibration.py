@@ -131,7 +131,7 @@ def measure_dataset(dataset: str, seeds: list[int], settings: Settings, backbone
             "base_gain": _spread(base_gain),
             "novel_gain": _spread(novel_gain),
         }
-    spec = world.toy_specs()[dataset]
+    spec = world.all_toy_specs()[dataset]
     gains = [style_headroom(backbone, spec, seed, settings.headroom_steps) for seed in seeds]
     row["novel_headroom"] = _spread(gains)
     row["checks"] = check_row(row)
@@ -208,10 +208,11 @@ def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> floa
 
 
 def calibrate_families(backbone, datasets: list[str], seeds: list[int], settings: Settings) -> list[dict]:
-    specs = world.toy_specs()
-    wrong = [d for d in datasets if d not in specs or specs[d].protocol != "base2novel"]
+    specs = world.all_toy_specs()
+    protocol = load_preset(PRESET).run["protocol"]  # the protocol of the rows the families train as
+    wrong = [d for d in datasets if d not in specs or specs[d].protocol != protocol]
     if wrong:
-        known = sorted(n for n, s in specs.items() if s.protocol == "base2novel")
+        known = sorted(n for n, s in specs.items() if s.protocol == protocol)
         raise SystemExit(f"calibrate: {wrong} are not base-to-novel toy datasets; expected some of {known}")
     if len(seeds) < 2:
         raise SystemExit(f"calibrate: --seeds {seeds} gives no spread; give at least 2 seeds (3 for the table)")
