@@ -51,6 +51,7 @@ from benchmark.federation.client_loop import (
     epoch_mean,
     offer_optimizers,
     optimization_step,
+    round_lr,
     step_schedulers,
     to_device,
 )
@@ -137,10 +138,10 @@ class _Client:
     optimizer: torch.optim.SGD  # its own, never stepped: its param groups carry its lr schedule
     schedulers: list
     optimizer_seconds: float
-    start_lr: float  # the lr before its first step (a scheduler built with the optimizer has set it)
     data_seconds: float = 0.0
     model_seconds: float = 0.0
     steps: int = 0
+    step_lrs: list = field(default_factory=list)  # the lr of each of its steps (see `round_lr`)
     loss_sum: Tensor | None = None  # this epoch's sum of loss x batch size (Lightning's on_epoch mean)
     loss_count: int = 0
     losses: list = field(default_factory=list)  # this epoch's (loss, step, lr), checked at its end
@@ -221,7 +222,12 @@ class BatchedTraining:
             state = {name: tensor[k].detach().clone() for name, tensor in stacked.items()}
             loss = float("nan") if c.loss_sum is None else epoch_mean(c.loss_sum, c.loss_count)
             results.append(
-                (state, ClientRoundTraining(loss, c.model_seconds, c.data_seconds, c.optimizer_seconds, c.start_lr))
+                (
+                    state,
+                    ClientRoundTraining(
+                        loss, c.model_seconds, c.data_seconds, c.optimizer_seconds, round_lr(c.step_lrs)
+                    ),
+                )
             )
         return results
 
@@ -247,6 +253,7 @@ class BatchedTraining:
                 c = members[k]
                 c.model_seconds += seconds / len(active)
                 c.steps += 1
+                c.step_lrs.append(c.lr(0))  # the step's lr: its schedulers step below
                 value, size = loss.detach(), len(batch[-1])
                 c.loss_sum = (torch.tensor(0.0, device=device) if c.loss_sum is None else c.loss_sum) + value * size
                 c.loss_count += size
@@ -278,9 +285,7 @@ class BatchedTraining:
             off = [k for k, v in SGD_UNSUPPORTED.items() if group.get(k, v) != v]
             if off:
                 raise BatchingRefused(f"its SGD sets {', '.join(off)}")
-        return _Client(
-            cid, context, batches, optimizers[0], schedulers, seconds, float(optimizers[0].param_groups[0]["lr"])
-        )
+        return _Client(cid, context, batches, optimizers[0], schedulers, seconds)
 
     def _losses(self, stacked: State, active: list[int], batches: list, classes: tuple) -> list[Tensor]:
         """The `active` clients' losses on their `batches`, one vmapped pass per input shape."""

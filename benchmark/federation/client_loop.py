@@ -59,7 +59,16 @@ class ClientRoundTraining:
     model_seconds: float  # training steps: forward, backward, optimizer step
     data_seconds: float  # fetching and collating the batches (decoding and augmenting images)
     optimizer_seconds: float  # the method's configure_optimizers: its fresh optimizer and scheduler
-    lr: float | None = None  # the first optimizer's first parameter group's lr before the first step
+    lr: float | None = None  # `round_lr` of its steps (None: no optimizer, or no step taken)
+
+
+def round_lr(step_lrs: list[float]) -> float | None:
+    """What a client-round reports as its lr (metrics.csv's `lr`; W&B's `lr/mean`, `lr/min`,
+    `lr/max` over the round's clients): the mean of the lr its optimizer steps used, read from
+    the first optimizer's first parameter group just before each step. Not the lr it started
+    at: a schedule restarted every client-round starts each one at the same value (CoOp's
+    warm-up lr), whatever the steps then used."""
+    return math.fsum(step_lrs) / len(step_lrs) if step_lrs else None
 
 
 class LocalTrainingFabric(L.Fabric):
@@ -185,8 +194,7 @@ class ClientLoop:
     def _fit(self, module, batches, epochs, counter) -> ClientRoundTraining:
         fabric = self.fabric
         optimizers, schedulers, optimizer_seconds = self._optimizers(module)
-        # The lr the client-round starts at (a scheduler built with the optimizer has set it).
-        start_lr = float(optimizers[0].param_groups[0]["lr"]) if optimizers else None
+        step_lrs: list[float] = []  # the lr of each step (see `round_lr`)
         automatic = module.automatic_optimization
         if automatic and len(optimizers) != 1:
             raise RuntimeError(
@@ -220,6 +228,8 @@ class ClientLoop:
                     # still step as after the epoch's last batch.
                     skip = module.on_train_batch_start(batch, batch_idx) == -1
                     if not skip:
+                        if optimizers:
+                            step_lrs.append(float(optimizers[0].param_groups[0]["lr"]))
                         start = time.perf_counter()
                         with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
                             if automatic:
@@ -244,7 +254,9 @@ class ClientLoop:
             module.on_train_epoch_end()
         module.on_train_end()
         module.on_fit_end()
-        return ClientRoundTraining(fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds, start_lr)
+        return ClientRoundTraining(
+            fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds, round_lr(step_lrs)
+        )
 
     @staticmethod
     def check_losses(losses, failure: Exception | None = None) -> None:

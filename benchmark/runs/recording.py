@@ -33,7 +33,7 @@ class RunRecord:
         rows = self.rows
         for cid, loss in log.train_loss.items():
             rows.append(MetricRow(log.round, cid, "train_loss", loss))
-        for cid, lr in log.lr.items():  # the lr each client-round started at (its schedule's position)
+        for cid, lr in log.lr.items():  # the mean lr of each client-round's steps (`round_lr`)
             rows.append(MetricRow(log.round, cid, "lr", lr))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_up", log.bytes_up))
         rows.append(MetricRow(log.round, ALL_CLIENTS, "bytes_down", log.bytes_down))

@@ -4,7 +4,8 @@ One W&B run per experiment:
   config   the resolved RunConfig (every method hyperparameter), the device actually used,
            the config hash and the cell's identity; no local paths;
   tags     what distinguishes runs of one group: the preset, filters, `--set` overrides;
-  history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, and
+  history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, the lr
+           (`lr/mean`, `lr/min`, `lr/max` over clients of the mean lr of each one's steps), and
            Local / Base / Novel / HM (or the protocol's metrics) at every evaluated round;
            per-client numbers go in the `per_client` table, never one key per client;
   summary  the final metrics (the last evaluated round), parameter counts, bytes, wall time;
@@ -101,7 +102,7 @@ class Tracker:
         }
         if log.train_loss:
             values["train_loss/mean"] = sum(log.train_loss.values()) / len(log.train_loss)
-        if log.lr:  # the lr the round's client-rounds started at; per client in metrics.csv
+        if log.lr:  # over clients, each client-round's mean step lr (`round_lr`); per client in metrics.csv
             rates = list(log.lr.values())
             values.update({"lr/mean": sum(rates) / len(rates), "lr/min": min(rates), "lr/max": max(rates)})
         self._guard("log", self.run.log, values)

@@ -54,6 +54,7 @@ class TrialResult:
     value: float | None
     error: str | None = None
     phase: str = "grid"  # grid | refinement | extension
+    reused: int = 0  # its runs whose finished folders existed already: read, not run again
 
 
 # -- the search ------------------------------------------------------------------------------
@@ -79,6 +80,13 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
         for label in plan.untunable:
             report(f"{label}: declares no tunable hyperparameters; runs with its defaults")
         budgets = {v.label: plan.budget(v) for v in plan.variants}
+        for label, study in studies.items():  # a resumed search: say what it does not run again
+            done = min(len(finished_trials(study)), budgets[label])
+            if done:
+                report(
+                    f"{label}: {done} of {budgets[label]} trials were already done "
+                    f"({plan.results_dir / 'tuning.db'}); they are not run again"
+                )
         outputs_report = _once(report)  # the outputs are rewritten after every trial: say each thing once
         for round_index in range(max(budgets.values(), default=0)):
             for variant in plan.variants:
@@ -90,9 +98,10 @@ def run_tuning(plan: TuningPlan, report: Callable[[str], None] = print) -> dict[
                     continue
                 shown = ", ".join(f"{k}={search.format_value(v)}" for k, v in result.params.items())
                 outcome = f"{plan.headline} {result.value:.2f}" if result.error is None else f"FAILED: {result.error}"
+                reused = f"; {result.reused} runs were already done: read, not run" if result.reused else ""
                 report(
                     f"{variant.label} trial {round_index + 1}/{budgets[variant.label]} ({result.phase}): {shown} -> "
-                    f"{outcome} (validation)"
+                    f"{outcome} (validation{reused})"
                 )
                 write_outputs(plan, outputs_report)
         return write_outputs(plan, outputs_report)
@@ -123,7 +132,7 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult |
     trial = study.ask()
     params = {name: _suggest(space[name], trial, name, params[name]) for name in sorted(space)}
     try:
-        value, per_cell, per_seed = _score(plan, variant, params)
+        value, per_cell, per_seed, reused = _score(plan, variant, params)
     except Exception as exc:  # a diverging or crashing trial is a spent trial, recorded as failed
         error = f"{exc.__class__.__name__}: {exc}"
         trial.set_user_attr("error", error[:500])
@@ -132,7 +141,7 @@ def _run_trial(plan: TuningPlan, variant: MethodVariant, study) -> TrialResult |
     trial.set_user_attr("per_cell", per_cell)
     trial.set_user_attr("per_seed", {str(k): v for k, v in per_seed.items()})
     study.tell(trial, value)
-    return TrialResult(variant.label, trial.number, params, value, None, phase)
+    return TrialResult(variant.label, trial.number, params, value, None, phase, reused)
 
 
 def _suggest(space, trial, name: str, value: Any) -> Any:
@@ -145,20 +154,22 @@ def _suggest(space, trial, name: str, value: Any) -> Any:
 
 def _score(
     plan: TuningPlan, variant: MethodVariant, params: dict[str, Any]
-) -> tuple[float, dict[str, float], dict[int, float]]:
+) -> tuple[float, dict[str, float], dict[int, float], int]:
     """The trial's objective: per run seed the mean headline metric on validation over the
     (dataset x grid) cells, then the mean over the seeds; with the value of every run
-    ('<dataset> [grid] seed=<S>') and of every seed. A finished identical run is read, not
-    rerun: trials are deterministic."""
+    ('<dataset> [grid] seed=<S>'), of every seed, and how many runs were read. A finished
+    identical run is read, not rerun: trials are deterministic."""
 
     metric = plan.headline
     per_cell: dict[str, float] = {}
     by_seed: dict[int, list[float]] = {}
+    reused = 0
     for cell in plan.cells(variant, params):
         folder = run_dir(cell)
-        summary = (
-            read_summary(folder) if is_complete(folder) else runner.run_experiment(cell.config, progress=False).summary
-        )
+        if is_complete(folder):
+            summary, reused = read_summary(folder), reused + 1
+        else:
+            summary = runner.run_experiment(cell.config, progress=False).summary
         if summary.get("eval_split") != "val":
             raise RuntimeError(f"run {folder} was not scored on the validation split")  # never select on test
         value = float(summary["metrics"][metric])
@@ -168,7 +179,7 @@ def _score(
         per_cell[name] = value
         by_seed.setdefault(cell.config.seed, []).append(value)
     per_seed = {seed: sum(values) / len(values) for seed, values in sorted(by_seed.items())}
-    return sum(per_seed.values()) / len(per_seed), per_cell, per_seed
+    return sum(per_seed.values()) / len(per_seed), per_cell, per_seed, reused
 
 
 @contextmanager

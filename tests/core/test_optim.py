@@ -82,7 +82,7 @@ def test_every_built_in_method_states_its_schedule_and_describe_prints_it(fedben
 
 
 @pytest.mark.parametrize("method", ["fedtpg", "fedmvp"])
-def test_a_toy_run_writes_the_lr_each_client_round_starts_at_falling_over_rounds(
+def test_a_toy_run_writes_the_lr_of_each_client_round_falling_over_rounds(
     fedbench, toy_test_checkpoint, tmp_path, method
 ):
     out = tmp_path / "runs"

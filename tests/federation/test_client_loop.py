@@ -243,3 +243,34 @@ def test_several_optimizers_under_automatic_optimization_are_refused_as_a_traine
         patch.setattr(federation.FederatedSimulator, "_train_client", trainer_train_client)
         with pytest.raises(RuntimeError, match=r"multiple optimizers is only supported with manual optimization"):
             run_experiment(dataclasses.replace(config), write=False, progress=False)
+
+
+STEP_LRS: dict[tuple[int, int], list[float]] = {}  # (round, client) -> the lr of each step, by the plugin below
+
+
+@register_method("test_records_step_lrs")
+class RecordsStepLrs(PromptFL):
+    """PromptFL (CoOp's warm-up epoch at 1e-5, then cosine) recording the lr each step uses."""
+
+    def on_train_batch_start(self, batch, batch_idx):
+        client = self.client
+        STEP_LRS.setdefault((client.round, client.client_id), []).append(self.optimizers().param_groups[0]["lr"])
+
+
+def test_the_logged_lr_is_the_mean_lr_of_the_round_s_steps_not_the_warm_up_s(fake_data_root, tmp_path):
+    """Issue 60: W&B's `lr/mean` (and metrics.csv's `lr`) showed the warm-up's first value,
+    1e-5, every round: the lr before the first step of a schedule restarted each client-round.
+    (Clients trained together report the same: tests/federation/test_batched_training.py.)"""
+    from benchmark.runs.runner import run_experiment
+
+    STEP_LRS.clear()
+    config = tiny_config(
+        fake_data_root, tmp_path, method="test_records_step_lrs", rounds=2, local_epochs=2, batch_size=2
+    )
+    run = run_experiment(config, write=False, progress=False)
+    logged = {(log.round, cid): lr for log in run.federation.rounds for cid, lr in log.lr.items()}
+    assert logged.keys() == STEP_LRS.keys() and len(logged) == 6
+    for key, rates in STEP_LRS.items():
+        assert len(set(rates)) > 2  # the warm-up, then a cosine
+        assert logged[key] == pytest.approx(sum(rates) / len(rates), rel=1e-12), key
+        assert logged[key] > 1e-4  # not the warm-up's 1e-5

@@ -117,8 +117,8 @@ def test_offline_run_has_the_spread_across_clients_and_the_peak_memory(tracked_r
     assert run.summary["memory/training/cpu_rss_peak_mb"] == pytest.approx(memory["training"]["cpu_rss_peak_mb"])
 
 
-def test_offline_run_has_the_lr_each_round_started_at(tracked_run):
-    # metrics.csv has the lr of every client-round; the history its mean, min and max per round.
+def test_offline_run_has_the_lr_of_each_round_s_steps(tracked_run):
+    # metrics.csv has the mean step lr of every client-round; the history its mean, min and max per round.
     _, run, run_dir, _ = tracked_run
     metrics = pd.read_csv(run_dir / "metrics.csv")
     rates = metrics[metrics.metric == "lr"]

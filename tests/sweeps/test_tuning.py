@@ -154,6 +154,27 @@ def test_tuning_a_finished_search_again_runs_nothing_and_states_its_wall_time(tu
     assert sorted((tmp / "runs" / "tuning").glob("*_seed*_*")) == before  # every method's budget is spent
     assert "chosen promptfl: lr=" in printed and "chosen clip_adapter: lr=" in printed
     assert re.search(r"\(wall time of this process: \d+ min \d+ s\)", printed), printed
+    # Issue 60: the finished trials were reused without a word.
+    for method in ("promptfl", "clip_adapter"):
+        assert (
+            f"{method}: 4 of 4 trials were already done ({tmp / 'results' / 'tuning.db'}); they are not run again"
+            in printed
+        )
+
+
+def test_a_trial_whose_runs_are_done_says_it_read_them(tuned, capsys, monkeypatch):
+    """A fresh study (another --results) over the same --out: every trial's runs exist, and
+    each trial's line says they were read, not run (issue 60: a reused cell got no line)."""
+    import benchmark.runs.runner as runner
+    from benchmark.cli import main
+
+    tmp, preset = tuned
+    monkeypatch.setattr(runner, "run_experiment", lambda *a, **k: pytest.fail("a finished run was run again"))
+    assert main([*tune_args(tmp, preset)[:5], str(tmp / "results-again"), *SMALL_SEARCH]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if re.match(r"\w+ trial \d+/4 ", line)]
+    assert len(lines) == 8 and all(
+        line.endswith("(validation; 2 runs were already done: read, not run)") for line in lines
+    )
 
 
 def test_same_trial_budget_and_schedule_for_every_method(tuned):
