@@ -62,7 +62,7 @@ def test_run_identity_names_the_shipped_bytes(tmp_path, monkeypatch):
 
     monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path))  # an empty cache: a fresh machine
     for entry in read_manifest().values():
-        provider = {"default": "fedbench-toy", "test": "fedbench-toy-test"}[entry["recipe"]]
+        provider = {"default": "fedbench-toy", "test": "fedbench-toy-test", "v7": "fedbench-toy7"}[entry["recipe"]]
         identity = weights_identity("fedbench-toy-vit", provider)
         assert identity.endswith(f"sha256:{entry['sha256'][:16]}"), identity
 
