@@ -196,3 +196,17 @@ def file_lock(path: Path | str, wait: bool = True, on_busy: Callable[[], None] |
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def emit_report(text: str, out: Path | str | None, started: float) -> str:
+    """A report command's ending: the markdown on stdout, its wall time on stderr, and, with
+    `out`, the file written whole (`atomic_write`); returns `text`."""
+    import sys
+    import time
+
+    print(text)
+    print(f"({time.time() - started:.0f} s)", file=sys.stderr)
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, text)
+    return text

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
+from benchmark.files import emit_report
 from benchmark.runs.runner import run_experiment
 from benchmark.sweeps.presets import load_preset
 from data.toy import world
@@ -325,12 +326,7 @@ def main(argv: list[str] | None = None) -> str:
         f"batch {HEADROOM_BATCH}) of the image tower alone. Accuracies in %, test split."
     )
     text = families_markdown(rows, head)
-    print(text)
-    print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    return text
+    return emit_report(text, args.out, t0)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from benchmark.files import emit_report
 from data.toy import world
 from data.toy.datasets import generate_spec_split
 from data.toy.pretrain import normalize_images, single_thread
@@ -380,12 +381,7 @@ def main(argv: list[str] | None = None) -> str:
     text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps, version)
     if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)
-    print(text)
-    print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    return text
+    return emit_report(text, args.out, t0)
 
 
 if __name__ == "__main__":

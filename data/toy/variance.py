@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmark.files import emit_report
 from data.fewshot import few_shot_indices
 from data.toy import world
 from data.toy.calibrate import accuracy, coop, coop_logits, file_sha256, text_features
@@ -149,12 +150,7 @@ def main(argv: list[str] | None = None) -> str:
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
     text = to_markdown(results, command.strip(), Path(checkpoint).name, file_sha256(checkpoint), args.seeds, args.steps)
-    print(text)
-    print(f"({time.time() - t0:.0f} s)", file=sys.stderr)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    return text
+    return emit_report(text, args.out, t0)
 
 
 if __name__ == "__main__":
