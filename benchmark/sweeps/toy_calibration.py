@@ -296,17 +296,7 @@ def main(argv: list[str] | None = None) -> str:
     )
     args = parser.parse_args(argv)
     datasets = args.datasets or demo_datasets()
-    specs = world.all_toy_specs()
-    versions = {specs[n].world for n in datasets if n in specs} or {world.WORLD_VERSION}
-    if len(versions) > 1:
-        raise SystemExit(
-            f"toy_calibration: --datasets mixes world versions {sorted(versions)}; calibrate one at a time"
-        )
-    (version,) = versions
-    if args.test and version != world.WORLD_VERSION:
-        raise SystemExit(f"toy_calibration: --test has no small model of world version {version}; leave --test out")
-    # each world version's datasets are measured on its own CLIP
-    pretrained = "fedbench-toy-test" if args.test else world.WORLD_PRETRAINED[version]
+    version, pretrained = world.measured_world("toy_calibration", datasets, args.test)
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()

@@ -610,6 +610,20 @@ def all_toy_specs() -> dict[str, ToySpec]:
 WORLD_PRETRAINED = {6: "fedbench-toy", 7: "fedbench-toy7"}  # each world version's CLIP
 
 
+def measured_world(command: str, datasets, test: bool) -> tuple[int, str]:
+    """The world version of `datasets` (toy datasets of one version; none: the current) and the
+    pretrained toy CLIP a report measures them on: each version's own, or the test suite's small
+    one (`test`, current version only). A mix or an impossible `test` exits naming `command`."""
+    specs = all_toy_specs()
+    versions = {specs[n].world for n in datasets or () if n in specs} or {WORLD_VERSION}
+    if len(versions) > 1:
+        raise SystemExit(f"{command}: --datasets mixes world versions {sorted(versions)}; calibrate one at a time")
+    (version,) = versions
+    if test and version != WORLD_VERSION:
+        raise SystemExit(f"{command}: --test has no small model of world version {version}; leave --test out")
+    return version, "fedbench-toy-test" if test else WORLD_PRETRAINED[version]
+
+
 def world_pretrained(spec: ToySpec) -> str:
     """The pretrained toy CLIP that belongs to `spec`'s world version."""
     return WORLD_PRETRAINED[spec.world]
