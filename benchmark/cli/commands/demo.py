@@ -14,7 +14,8 @@ def add_parser(subparsers) -> None:
         description="Builds (first time, cached after) the toy world and its small CLIP, then runs "
         "`fedbench reproduce toy --until-resolved --budget 15m --workers W --cpus-per-cell 1` with every "
         "registered method: the preset's 3 seeds, then more seeds for the gaps of the ranking they leave open, "
-        "within 15 minutes at the preset's stated 10.5 s a cell (85 cells, the same on every machine); W cells "
+        "within 15 minutes at the preset's stated seconds a cell (`cell_seconds` in benchmark/presets/toy.yaml: "
+        "75 cells, the same on every machine); W cells "
         "at a time, each computing with one torch thread, so that the demo's numbers are the same on every "
         "machine and for every W. Tables go to results/toy/.",
     )
