@@ -90,6 +90,23 @@ def test_seeds_needed_reaches_the_stated_power():
     assert power(n) >= 0.79 and power(n - 2) < 0.8
 
 
+def test_seeds_needed_for_a_clear_gap_at_a_holm_corrected_alpha():
+    """LoRA - FedCLIP on seeds 31-33 of the toy table (diffs 9.14, 6.23, 10.32): at alpha
+    0.025 / 13 scipy's noncentral t gives NaN for the test's lower tail; the n returned must
+    still be the first with 80 % power (simulated), not the 34 that a NaN tail once gave."""
+    diffs = np.array([9.14, 6.23, 10.32])
+    mean, sd, alpha = diffs.mean(), diffs.std(ddof=1), 0.025 / 13
+    n = st.seeds_needed(mean, sd, margin=0.0, alpha=alpha)
+    rng = np.random.default_rng(2)
+
+    def power(k):
+        x = rng.normal(mean, sd, (20_000, k))
+        return (stats.ttest_1samp(x, 0.0, axis=1).pvalue < alpha).mean()
+
+    assert power(n) >= 0.79 and power(n - 1) < 0.8
+    assert n < 10
+
+
 def test_signflip_is_exact_from_six_pairs():
     assert np.isnan(st.signflip_p([1, 2, 3, 4, 5]))
     assert st.signflip_p([1, 2, 3, 4, 5, 6]) == pytest.approx(2 / 64)
