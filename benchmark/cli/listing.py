@@ -181,7 +181,7 @@ def _preset_rows(check: bool = True) -> list[tuple[str, int, str]]:
     found = []
     for name in available_presets():
         preset = load_preset(name)
-        found.append((name, len(preset.cells()), preset.title))
+        found.append((name, preset.cell_count(), preset.title))
     if check:
         _check_datasets_loaded()
     return found

@@ -50,6 +50,25 @@ def test_the_help_of_every_subcommand_imports_no_torch(tmp_path):
     assert printed.count("usage: fedbench") == len(commands) + 1
 
 
+def test_a_command_parsed_alone_is_parsed_as_by_the_whole_parser(capsys):
+    """`main` builds only the subcommand it is given (its module named after it): the same
+    help and the same parsed options as the whole parser gives; other names get the whole."""
+    import argparse
+
+    from benchmark.cli import build_parser
+
+    whole = build_parser()
+    action = next(a for a in whole._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in action.choices.items():
+        alone = build_parser(name)
+        chosen = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert name in chosen and (len(chosen) <= 2 or name == "data"), name
+        assert chosen[name].format_help() == command.format_help(), name
+    for name in ("nope", "--help", "data"):
+        chosen = next(a for a in build_parser(name)._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert set(chosen) == set(action.choices), name
+
+
 def test_the_listings_import_no_torch_from_the_first_call_with_an_empty_cache(tmp_path):
     """Issue 60, acceptance: a fresh clone's first `fedbench presets` took 10-20 s (torch,
     Lightning and scipy imported to fill the memo)."""
