@@ -68,3 +68,19 @@ def make_parent(path: Path) -> Path:
     """Make `path`'s folder (and the ones above it) before writing `path`."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return Path(path)
+
+
+def check_not_another_tables_folder(results: str | Path, table: str, what: str) -> None:
+    """`results` is not the folder this checkout ships for another preset (results/OTHER):
+    `tune toy --results results/toy_baselines` wrote toy's tuning record among
+    toy_baselines' shipped files, and `reproduce` would render one table over another's.
+    `what`: what the command writes there, for the message."""
+    from benchmark.sweeps.presets import PRESET_DIR, available_presets
+
+    folder = Path(results).expanduser().absolute()
+    shipped = {(Path.cwd() / "results").resolve(), (PRESET_DIR.parents[1] / "results").resolve()}
+    if folder.name != table and folder.name in available_presets() and folder.parent.resolve() in shipped:
+        raise UserError(
+            f"--results {results} is the folder of table {folder.name!r} (its shipped files), not of {table!r}: "
+            f"{what} of {table} go to results/{table}, or to a folder of your own (--results mine)"
+        )

@@ -189,6 +189,7 @@ class Selection:
 
 
 def run(args) -> int:
+    from benchmark.cli.outputs import check_not_another_tables_folder
     from benchmark.runs.results import check_output_location
     from benchmark.sweeps.sweep import run_sweep
 
@@ -197,6 +198,7 @@ def run(args) -> int:
     executor = make_executor(args)
     selection = select_cells(args)
     args.budget_cells = budget_cells(args, selection.preset)
+    check_not_another_tables_folder(selection.results, selection.preset.name, "the rendered table (table.md, ...)")
     plan = plan_cells(selection, args)
     print(plan.describe(every_cell=args.cells))
     if selection.results != selection.full_table:
