@@ -28,21 +28,32 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every subcommand; with `command`, of that one alone when its module is
+    named after it (`new-method`: commands/new_method.py), as `main` builds it: the flags of
+    `run`, `reproduce`, `tune`, ... are generated from the run options and the protocols,
+    a third of a second that `fedbench presets` need not spend. Any other name (`data`,
+    which commands/datasets.py adds; a typo, which argparse answers with every choice) gets
+    the whole parser."""
     parser = Parser(
         prog="fedbench",
         description="Benchmark personalized federated fine-tuning of CLIP (pFedMMA and baselines).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    for info in sorted(pkgutil.iter_modules(benchmark.cli.commands.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"benchmark.cli.commands.{info.name}")
-        module.add_parser(subparsers)
+    names = sorted(info.name for info in pkgutil.iter_modules(benchmark.cli.commands.__path__))
+    if command is not None and not command.startswith("-") and command.replace("-", "_") in names:
+        importlib.import_module(f"benchmark.cli.commands.{command.replace('-', '_')}").add_parser(subparsers)
+        if command in subparsers.choices:
+            return parser
+        return build_parser()
+    for name in names:
+        importlib.import_module(f"benchmark.cli.commands.{name}").add_parser(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(argv[0] if argv else None)
     # Method hyperparameter flags depend on --method, so commands that take them
     # (`run`, `profile`) parse the leftovers themselves.
     args, extra = parser.parse_known_args(argv)

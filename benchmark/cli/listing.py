@@ -2,14 +2,22 @@
 importing torch.
 
 The registries stay the one source of what exists: `benchmark.registry` (methods) and
-`data.catalog` (datasets) are filled by importing the modules that register, which loads
-torch and Lightning (seconds); a preset's cell count reads the catalog too (a `targets:
-lodo` preset has one cell per domain). What a listing needs of them (names, summaries,
-folders, cell counts) is memoized in the cache folder under a fingerprint of the content of
-every file that can register, check or count something (benchmark/ with its presets,
-methods/, data/, and the .py files FEDBENCH_PLUGINS / FEDBENCH_DATASETS name): the next
-listing reads the memo, and any edit to those files makes it read the registries again.
-Installed plugins (the `fedbench.methods` and `fedbench.datasets` entry points) and plugin
+`data.catalog` (datasets) are filled by importing the modules that register, which import
+torch and Lightning at their top (10-20 s); a preset's cell count reads the catalog too (a
+`targets: lodo` preset has one cell per domain). Without plugins, a listing imports those
+modules with every third-party package inert (`benchmark.cli.inert`: stand-ins, forgotten
+after the call): their registrations run as written, the loaders and methods are never
+called, and the answer comes in a fraction of a second on a fresh clone as on any later
+call. Should that fail (a registering module that needs a real package at import), the
+registries are read for real.
+
+With plugins (FEDBENCH_PLUGINS / FEDBENCH_DATASETS, the `fedbench.methods` and
+`fedbench.datasets` entry points) the registries are read for real, as a plugin is checked
+when it loads. What a listing needs of them (names, summaries, folders, cell counts) is then
+memoized in the cache folder under a fingerprint of the content of every file that can
+register, check or count something (benchmark/ with its presets, methods/, data/, and the
+.py files FEDBENCH_PLUGINS / FEDBENCH_DATASETS name): the next listing reads the memo, and
+any edit to those files makes it read the registries again. Installed plugins and plugin
 modules named by their dotted name live outside what is fingerprinted, so with any of them
 that registry is always read, and a listing in which a plugin failed to load is never
 memoized. A plugin file is fingerprinted by its own content: a module it imports is not
@@ -28,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import benchmark
+from benchmark.cli.inert import NotInert, call_inert
 from benchmark.files import atomic_write, cache_root
 
 MEMO_PREFIX = "listing-"
@@ -116,19 +125,34 @@ def methods() -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     in name order, and the plugins that failed to load (label -> why)."""
     # Loaded already (a test, a notebook): the live registry, with what was registered in this process.
     live = "benchmark.registry" in sys.modules
+    if not live and not plugin_specs("FEDBENCH_PLUGINS") and not plugins_installed():
+        try:
+            return call_inert(_method_entries), {}
+        except NotInert:
+            pass  # read for real below
     path = None if live or plugins_installed() else memo_path()
     if path is not None and "methods" in (memo := _read_memo(path)):
         return memo["methods"], {}
+    from benchmark import registry
+
+    found = _method_entries(check=False)
+    errors = dict(registry.PLUGIN_ERRORS)
+    if path is not None and not errors:
+        _write_memo(path, "methods", found)
+    return found, errors
+
+
+def _method_entries(check: bool = True) -> dict[str, dict[str, str]]:
+    """The listing of the methods registry (`check`: a built-in that failed to load is NotInert)."""
     from benchmark import registry
 
     found = {
         name: {"summary": summary(cls.__doc__), "origin": registry.method_origin(name)}
         for name, cls in registry.available_methods().items()
     }
-    errors = dict(registry.PLUGIN_ERRORS)
-    if path is not None and not errors:
-        _write_memo(path, "methods", found)
-    return found, errors
+    if check and registry.PLUGIN_ERRORS:
+        raise NotInert(f"methods that did not load: {registry.PLUGIN_ERRORS}")
+    return found
 
 
 def presets() -> list[tuple[str, int, str]]:
@@ -136,18 +160,37 @@ def presets() -> list[tuple[str, int, str]]:
     expands it into (msst targets included), which needs the dataset catalog (torch)."""
     registry = sys.modules.get("data.registry")
     live = registry is not None and registry.DATASETS.loaded  # loaded already: it may hold more
+    if not live and not plugin_specs() and not plugins_installed(*DATASET_PLUGINS) and not plugins_installed():
+        try:
+            return [tuple(row) for row in call_inert(_preset_rows)]
+        except NotInert:
+            pass  # read for real below
     path = None if live or plugins_installed(*DATASET_PLUGINS) or plugins_installed() else memo_path()
     if path is not None and "presets" in (memo := _read_memo(path)):
         return [tuple(row) for row in memo["presets"]]
+    found = _preset_rows(check=False)
+    if path is not None:
+        _write_memo(path, "presets", [list(row) for row in found])
+    return found
+
+
+def _preset_rows(check: bool = True) -> list[tuple[str, int, str]]:
+    """(name, cells, title) of every preset (`check`: a built-in dataset that failed to load is NotInert)."""
     from benchmark.sweeps.presets import available_presets, load_preset
 
     found = []
     for name in available_presets():
         preset = load_preset(name)
-        found.append((name, len(preset.cells()), preset.title))
-    if path is not None:
-        _write_memo(path, "presets", [list(row) for row in found])
+        found.append((name, preset.cell_count(), preset.title))
+    if check:
+        _check_datasets_loaded()
     return found
+
+
+def _check_datasets_loaded() -> None:
+    registry = sys.modules.get("data.registry")
+    if registry is not None and registry.DATASETS.errors:
+        raise NotInert(f"datasets that did not load: {registry.DATASETS.errors}")
 
 
 def summary(doc: str | None) -> str:
@@ -165,15 +208,30 @@ def datasets() -> dict[str, dict[str, Any]]:
     the dataset came from ('fedbench', or the plugin's module, file or entry point)."""
     registry = sys.modules.get("data.registry")
     live = registry is not None and registry.DATASETS.loaded  # loaded already: it may hold more
+    if not live and not plugin_specs("FEDBENCH_DATASETS") and not plugins_installed(*DATASET_PLUGINS):
+        try:
+            return call_inert(_dataset_entries)
+        except NotInert:
+            pass  # read for real below
     path = None if live or plugins_installed(*DATASET_PLUGINS) else memo_path()
     if path is not None and "datasets" in (memo := _read_memo(path)):
         return {name: entry for name, entry in memo["datasets"]}
+    from data.registry import DATASETS
+
+    found = _dataset_entries(check=False)
+    if path is not None and not DATASETS.errors:
+        _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order
+    return found
+
+
+def _dataset_entries(check: bool = True) -> dict[str, dict[str, Any]]:
+    """The listing of the datasets registry (`check`: a built-in that failed to load is NotInert)."""
     from data.catalog import all_datasets
     from data.registry import DATASETS
 
     found = {name: listing_entry(info, DATASETS.origins.get(name, "fedbench")) for name, info in all_datasets().items()}
-    if path is not None and not DATASETS.errors:
-        _write_memo(path, "datasets", [[name, entry] for name, entry in found.items()])  # a list keeps the order
+    if check:
+        _check_datasets_loaded()
     return found
 
 

@@ -6,7 +6,7 @@ no empty folder behind."""
 
 from __future__ import annotations
 
-import os
+import tempfile
 from pathlib import Path
 
 from benchmark.errors import UserError
@@ -47,9 +47,20 @@ def check_output_folder(folder: str | Path, flag: str, shown: Path | None = None
     existing = next(p for p in (folder, *folder.parents) if p.exists())
     if not existing.is_dir():
         raise UserError(f"{flag} {shown}: {existing} is a file, not a folder; pass a path whose folders are folders")
-    if not os.access(existing, os.W_OK | os.X_OK):
+    # A file made and removed, not os.access: root may "write" anywhere by permissions, yet
+    # nothing can be made in /proc or on a read-only mount (issue 60's walk: a traceback after
+    # the work). The reason in words is results.py's, imported on this error only (pandas, torch).
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".fedbench-write-test."):
+            pass
+    except OSError as exc:
+        from benchmark.runs.results import _why_unwritable
+
         made = "" if existing == folder else f" (the closest folder of {folder} that exists, so it cannot be made)"
-        raise UserError(f"{flag} {shown}: {existing} is not writable{made}; pass a path in a writable folder")
+        raise UserError(
+            f"{flag} {shown}: {existing} is not writable{made}: {_why_unwritable(existing, exc)}; pass a path in a "
+            "writable folder"
+        ) from None
     return folder
 
 
@@ -57,3 +68,19 @@ def make_parent(path: Path) -> Path:
     """Make `path`'s folder (and the ones above it) before writing `path`."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     return Path(path)
+
+
+def check_not_another_tables_folder(results: str | Path, table: str, what: str) -> None:
+    """`results` is not the folder this checkout ships for another preset (results/OTHER):
+    `tune toy --results results/toy_baselines` wrote toy's tuning record among
+    toy_baselines' shipped files, and `reproduce` would render one table over another's.
+    `what`: what the command writes there, for the message."""
+    from benchmark.sweeps.presets import PRESET_DIR, available_presets
+
+    folder = Path(results).expanduser().absolute()
+    shipped = {(Path.cwd() / "results").resolve(), (PRESET_DIR.parents[1] / "results").resolve()}
+    if folder.name != table and folder.name in available_presets() and folder.parent.resolve() in shipped:
+        raise UserError(
+            f"--results {results} is the folder of table {folder.name!r} (its shipped files), not of {table!r}: "
+            f"{what} of {table} go to results/{table}, or to a folder of your own (--results mine)"
+        )

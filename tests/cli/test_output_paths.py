@@ -60,6 +60,24 @@ def test_the_other_output_flags_are_checked(fedbench, tmp_path):
     assert blocker.read_text() == "in the way\n"
 
 
+def test_an_output_folder_where_nothing_can_be_made_is_exit_2(fedbench, tmp_path):
+    """Issue 60's walk: `partition toy --plot /proc/x.png` and `runs DIR --plot /proc/x` passed
+    the check (os.access: root may write by permissions) and ended in a traceback, exit 1."""
+    from pathlib import Path
+
+    if not Path("/proc/self/mounts").is_file():
+        pytest.skip("needs Linux's /proc")
+    done = fedbench(*PATHOLOGICAL, "--plot", "/proc/fedbench-plot.png")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "fedbench partition: error: --plot /proc/fedbench-plot.png: /proc is not writable" in done.stderr
+    assert "it lies on a 'proc' file system" in done.stderr and "client  images" not in done.stdout
+    (tmp_path / "runs" / "a_run").mkdir(parents=True)
+    (tmp_path / "runs" / "a_run" / "summary.json").write_text("{}")
+    done = fedbench("runs", tmp_path / "runs", "--plot", "/proc/fedbench-compare")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "--plot /proc/fedbench-compare: /proc is not writable (the closest folder" in done.stderr
+
+
 @pytest.mark.parametrize("command", ["reproduce", "tune"])
 @pytest.mark.parametrize("where", ["proc", "file"])
 def test_an_unwritable_results_folder_is_exit_2_before_any_cell_runs(

@@ -53,3 +53,13 @@ def test_the_authors_preset_puts_their_rules_beside_the_suites(preset):
     # a row's hyperparameters column names every rule and value its preset sets
     assert "optimizer_state=shared" in cells["pfedmma (authors' rules)"].hyperparameters
     assert "select_round=best_local_test" in cells["pfedmma (authors' rules)"].hyperparameters
+
+
+def test_the_cell_count_is_the_number_of_cells_of_every_preset():
+    """`fedbench presets` counts cells without building their configs (Preset.cell_count):
+    the same expansion as `cells()`, targets (one cell per held-out domain) included."""
+    from benchmark.sweeps.presets import available_presets
+
+    for name in available_presets():
+        preset = load_preset(name)
+        assert preset.cell_count() == len(preset.cells()), name

@@ -117,6 +117,25 @@ def test_a_tuning_record_of_another_table_is_not_written_over(tmp_path, fake_dat
     assert sorted(p.name for p in results.iterdir()) == ["tuned.yaml"]
 
 
+@pytest.mark.parametrize("command", ["tune", "reproduce"])
+def test_another_shipped_tables_folder_is_refused_as_results(command, tmp_path, fedbench):
+    """Issue 60's walk: `tune toy --methods resadapt ... --results results/toy_baselines` wrote
+    toy's tuning.db, tuned.yaml, tuning.csv/md/png among toy_baselines' shipped files (exit 0,
+    `git status` not clean); `reproduce toy --results results/toy_baselines` would render over
+    that table. The folder is the checkout's, named as the user would type it."""
+    from pathlib import Path
+
+    shipped = Path(__file__).resolve().parents[2] / "results" / "toy_baselines"
+    before = sorted(p.name for p in shipped.iterdir())
+    flags = ["--seeds", "101", "102"] if command == "tune" else ["--dry-run"]
+    done = fedbench(command, "toy", "--methods", "zeroshot", "--out", tmp_path / "runs", "--results", shipped, *flags)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert (
+        f"--results {shipped} is the folder of table 'toy_baselines' (its shipped files), not of 'toy'" in done.stderr
+    )
+    assert sorted(p.name for p in shipped.iterdir()) == before and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize(
     ("recorded", "flags", "refused"),
     [

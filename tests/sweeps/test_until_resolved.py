@@ -63,6 +63,19 @@ def test_the_stopping_rule_continues_on_an_open_table_within_its_budget():
     assert capped.beyond_max_seeds == [open_gap]
 
 
+def test_a_budget_typo_or_a_budget_without_until_resolved_is_an_error_before_any_plan(tmp_path, capsys):
+    """Issue 60's walk: `reproduce toy --until-resolved --budget 15x --dry-run` exited 0 (the
+    budget was read only when look 1 was about to run), and `--budget 85` alone was ignored."""
+    out = ["--out", str(tmp_path / "runs"), "--results", str(tmp_path / "results")]
+    assert main(["reproduce", "toy", "--until-resolved", "--budget", "15x", "--dry-run", *out]) == 2
+    err = capsys.readouterr().err
+    assert "--budget '15x': expected a number of cells (85) or a time (15m, 900s, 1h)" in err
+    assert main(["reproduce", "toy", "--budget", "85", "--dry-run", *out]) == 2
+    assert "--budget 85 limits the cells of --until-resolved; add --until-resolved" in capsys.readouterr().err
+    assert main(["reproduce", "toy", "--until-resolved", "--budget", "15m", "--dry-run", *out]) == 0
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "results").exists()
+
+
 def _reproduce(tmp: Path, preset: Path, *extra: str) -> int:
     return main(
         [

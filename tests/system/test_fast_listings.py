@@ -1,10 +1,12 @@
 """Commands that only list or describe load no torch (issue 60, item 10): `--help` of every
-subcommand, and `presets`, `methods`, `datasets` once their listing is memoized (a plugin
-file named by FEDBENCH_PLUGINS included). Structural: what a fresh process imported, not how
-long it took."""
+subcommand, and `presets`, `methods`, `datasets` from the first call on a fresh clone with an
+empty cache (the registering modules imported with inert third-party packages:
+benchmark/cli/inert.py), or, with a plugin file named by FEDBENCH_PLUGINS, once their listing
+is memoized. Structural: what a fresh process imported, not how long it took."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -48,16 +50,57 @@ def test_the_help_of_every_subcommand_imports_no_torch(tmp_path):
     assert printed.count("usage: fedbench") == len(commands) + 1
 
 
-def test_presets_lists_without_torch_from_the_second_call(tmp_path):
+def test_a_command_parsed_alone_is_parsed_as_by_the_whole_parser(capsys):
+    """`main` builds only the subcommand it is given (its module named after it): the same
+    help and the same parsed options as the whole parser gives; other names get the whole."""
+    import argparse
+
+    from benchmark.cli import build_parser
+
+    whole = build_parser()
+    action = next(a for a in whole._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in action.choices.items():
+        alone = build_parser(name)
+        chosen = next(a for a in alone._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert name in chosen and (len(chosen) <= 2 or name == "data"), name
+        assert chosen[name].format_help() == command.format_help(), name
+    for name in ("nope", "--help", "data"):
+        chosen = next(a for a in build_parser(name)._actions if isinstance(a, argparse._SubParsersAction)).choices
+        assert set(chosen) == set(action.choices), name
+
+
+def test_the_listings_import_no_torch_from_the_first_call_with_an_empty_cache(tmp_path):
+    """Issue 60, acceptance: a fresh clone's first `fedbench presets` took 10-20 s (torch,
+    Lightning and scipy imported to fill the memo)."""
     env = {**os.environ, "FEDBENCH_CACHE": str(tmp_path / "cache"), "FEDBENCH_PLUGINS": "", "FEDBENCH_DATASETS": ""}
-    first = subprocess.run(
-        [sys.executable, "-m", "benchmark.cli", "presets"], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert first.returncode == 0, first.stderr
-    assert any(line.split()[:3] == ["toy_generalization", "105", "cells"] for line in first.stdout.splitlines())
-    imported, printed = imported_after([["presets"]], env)
+    imported, printed = imported_after([["presets"], ["methods"], ["datasets", "--data-root", str(tmp_path)]], env)
     assert imported == []
-    assert printed == first.stdout.rstrip("\n")
+    lines = printed.splitlines()
+    assert any(line.split()[:3] == ["toy_generalization", "105", "cells"] for line in lines)
+    assert any(line.split()[:1] == ["pfedmma"] for line in lines)
+    assert any(line.split()[:2] == ["toy", "base2novel"] for line in lines)
+    assert not (tmp_path / "cache").exists()  # nothing memoized: the first call is as fast as any
+
+
+def test_the_inert_listings_are_the_registries_own(tmp_path):
+    """What a listing reads with inert packages is what the registries hold when imported
+    for real (this process has torch): names, summaries, origins, folders, cell counts."""
+    from benchmark.cli import listing
+
+    script = textwrap.dedent(
+        """
+        import json
+        from benchmark.cli import inert, listing
+        print(json.dumps([inert.call_inert(f) for f in (listing._method_entries, listing._dataset_entries, listing._preset_rows)]))
+        """
+    )
+    env = {**os.environ, "FEDBENCH_PLUGINS": "", "FEDBENCH_DATASETS": ""}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    methods, datasets, presets = json.loads(done.stdout)
+    assert methods == listing._method_entries(check=False)
+    assert datasets == listing._dataset_entries(check=False)
+    assert [tuple(row) for row in presets] == listing._preset_rows(check=False)
 
 
 def test_a_plugin_file_is_listed_without_torch_until_it_changes(tmp_path):

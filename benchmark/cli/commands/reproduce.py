@@ -189,6 +189,7 @@ class Selection:
 
 
 def run(args) -> int:
+    from benchmark.cli.outputs import check_not_another_tables_folder
     from benchmark.runs.results import check_output_location
     from benchmark.sweeps.sweep import run_sweep
 
@@ -196,6 +197,8 @@ def run(args) -> int:
         args.dry_run = True  # a check is a dry run with an exit code
     executor = make_executor(args)
     selection = select_cells(args)
+    args.budget_cells = budget_cells(args, selection.preset)
+    check_not_another_tables_folder(selection.results, selection.preset.name, "the rendered table (table.md, ...)")
     plan = plan_cells(selection, args)
     print(plan.describe(every_cell=args.cells))
     if selection.results != selection.full_table:
@@ -319,6 +322,26 @@ def check_pinned_device(plan, executor) -> None:
         )
 
 
+def budget_cells(args, preset) -> int | None:
+    """--budget as cells, checked before anything is planned or built: a typo (`15x`) passed a
+    dry run with exit 0 and stopped a real run only once its weights and data were built, and
+    a budget without --until-resolved was ignored."""
+    from benchmark.config import ConfigError
+    from benchmark.sweeps import resolve
+
+    if args.budget is None:
+        return None
+    if not args.until_resolved:
+        raise ConfigError(
+            f"--budget {args.budget} limits the cells of --until-resolved; add --until-resolved, or leave --budget out "
+            "(a plain reproduce runs the preset's seeds: --seeds selects among them)"
+        )
+    try:
+        return resolve.budget_cells(args.budget, preset.cell_seconds, preset.name)
+    except resolve.BudgetError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def until_resolved(plan, selection: Selection, args, executor) -> int:
     """`--until-resolved` (benchmark/sweeps/resolve.py): look 1 on the preset's seeds, the
     seeds each open gap needs planned from its results, look 2, the table marked per look."""
@@ -329,10 +352,7 @@ def until_resolved(plan, selection: Selection, args, executor) -> int:
     preset = selection.preset
     if preset.grid:
         raise ConfigError(f"--until-resolved ranks one block of rows; preset {preset.name} has a grid: run it without")
-    try:
-        budget = resolve.budget_cells(args.budget, preset.cell_seconds, preset.name) if args.budget else 10**9
-    except resolve.BudgetError as exc:
-        raise ConfigError(str(exc)) from None
+    budget = args.budget_cells if args.budget_cells is not None else 10**9
     options = dict(
         wandb_mode=selection.cells[0].config.wandb if selection.cells else None,
         tags=run_tags(preset.name, args),

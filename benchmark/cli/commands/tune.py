@@ -87,6 +87,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from benchmark.cli.args import parse_set
+    from benchmark.cli.outputs import check_not_another_tables_folder
     from benchmark.runs.results import check_output_location
     from benchmark.sweeps.presets import load_preset
     from benchmark.sweeps.tuning import run_tuning
@@ -119,6 +120,7 @@ def run(args) -> int:
         Path(args.results) if args.results else full_record if not subset else Path(overrides["out"]) / SUBSET_TUNING
     )
     check_record_is_the_tables(results, preset.name)
+    check_not_another_tables_folder(results, preset.name, "the tuning record (tuning.db, tuned.yaml, ...)")
     plan = plan_tuning(
         preset,
         results,
