@@ -24,9 +24,12 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import warnings
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Callable, Generic, TypeVar
+
+from benchmark.errors import SetupWarning
 
 T = TypeVar("T")
 BUILTIN_ORIGIN = "fedbench"
@@ -90,9 +93,15 @@ class Registry(Generic[T]):
                 self.load_plugin(module, BUILTIN_ORIGIN, lambda module=module: importlib.import_module(module))
         for spec in filter(None, (s.strip() for s in os.environ.get(self.variable, "").split(","))):
             where = f"file {spec}" if spec.endswith(".py") or ".py:" in spec else f"module {spec}"
-            self.load_plugin(
-                f"{spec!r} ({self.variable})", where, lambda spec=spec: (load_spec or import_spec)(spec), None, accept
-            )
+            label = f"{spec!r} ({self.variable})"
+            self.load_plugin(label, where, lambda spec=spec: (load_spec or import_spec)(spec), None, accept)
+            if label in self.errors:  # the user named it: a command must not run as if it were not set
+                warnings.warn(
+                    f"{self.kind} plugin {label} failed to load ({self.errors[label]}); this command runs without "
+                    f"it: fix the file or take it out of {self.variable}",
+                    SetupWarning,
+                    stacklevel=2,
+                )
         for ep in entry_points(group=self.group):
             package = ep.dist.name if getattr(ep, "dist", None) is not None else "unknown package"
             before = set(self.members)

@@ -11,7 +11,7 @@ import types
 import pytest
 
 from benchmark import plugins
-from benchmark.errors import ConfigError
+from benchmark.errors import ConfigError, SetupWarning
 from benchmark.method_registration import METHODS
 from benchmark.plugins import Registry
 from benchmark.protocol import PROTOCOLS
@@ -66,7 +66,8 @@ def test_the_variable_names_modules_and_files_after_the_built_ins(shapes, tmp_pa
     taken = tmp_path / "taken.py"
     taken.write_text("from conftest_shapes import REGISTRY\nREGISTRY.add('square', 'another')\n")
     monkeypatch.setenv("TEST_SHAPES", f"{extra}, {taken}")
-    shapes.discover(builtin="shape_plugins")
+    with pytest.warns(SetupWarning, match="taken.py"):
+        shapes.discover(builtin="shape_plugins")
     assert shapes.members["star"] == "*" and shapes.origins["star"] == f"file {extra}"
     assert shapes.members["square"] == "S"  # the first registration keeps its name
     label = f"{str(taken)!r} (TEST_SHAPES)"
@@ -107,3 +108,11 @@ def test_a_plugin_the_kind_refuses_is_undone(shapes, monkeypatch):
     assert shapes.members == {} and shapes.errors == {
         "'bad' (x, package unknown package)": "ConfigError: bad is not a shape"
     }
+
+
+def test_a_plugin_the_user_named_that_fails_is_a_warning_not_silence(shapes, tmp_path, monkeypatch):
+    """A run of a built-in with a broken FEDBENCH_PLUGINS file once said nothing about it."""
+    monkeypatch.setenv("TEST_SHAPES", str(tmp_path / "missing.py"))
+    with pytest.warns(SetupWarning, match=r"missing\.py.*failed to load.*TEST_SHAPES"):
+        shapes.discover(builtin="shape_plugins")
+    assert "square" in shapes.members  # the built-ins still load
