@@ -90,7 +90,7 @@ def generate_spec_split(spec: world.ToySpec, split: str, seed: int = TOY_SEED, i
     labels, domains = split_labels(spec, split)
     label_t = torch.tensor(labels)
     attrs = world.sample_class_attrs(spec, label_t, g)
-    images = world.render(attrs, domains, image_size, seed=split_seed + 1)
+    images = world.render(attrs, domains, image_size, seed=split_seed + 1, colours=spec.colours)
     return images, labels, domains, attrs
 
 
@@ -114,7 +114,7 @@ def load_toy(
             spec.class_names,
             transform,
             domains=domains if shift else None,
-            cache_key=f"{name}-w{spec.world}-s{split_seed}/{split}/{transforms.key}",
+            cache_key=f"{name}-w{spec.world}{_shade_key(spec)}-s{split_seed}/{split}/{transforms.key}",
         )
     return DatasetSplits(
         name,
@@ -125,6 +125,11 @@ def load_toy(
         extra={"generated": True, "toy_spec": spec, "description": spec.description},
         val=splits["val"],
     )
+
+
+def _shade_key(spec: world.ToySpec) -> str:
+    """What of a dataset's shades its cached features' key must name (nothing at pretraining's)."""
+    return f"-hue{spec.hue_shift:g}" if spec.hue_shift else ""
 
 
 def toy_attributes(name: str) -> dict[str, list[str]]:

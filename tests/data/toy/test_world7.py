@@ -119,3 +119,27 @@ def test_a_toy_clip_of_another_world_version_is_refused_naming_both_and_the_fix(
     assert world.pretrained_mismatch("toy7", "/some/checkpoint.pt") is None
     assert world.pretrained_mismatch("caltech101", "fedbench-toy7") is None
     assert validate_run(RunConfig(method="zeroshot", dataset="toy7", pretrained="fedbench-toy7")) == []
+
+
+def test_a_dataset_can_show_each_colour_in_a_shade_of_its_own():
+    import colorsys
+
+    from data.toy.datasets import _shade_key
+
+    pretraining = torch.tensor(list(world.COLOURS.values()), dtype=torch.float32)
+    assert torch.equal(world.shaded_colours(0.0), pretraining)
+    turned = world.shaded_colours(24.0)
+    for k, (old, new) in enumerate(zip(pretraining.tolist(), turned.tolist())):
+        before = colorsys.rgb_to_hls(*(c / 255 for c in old))[0] * 360
+        after = colorsys.rgb_to_hls(*(c / 255 for c in new))[0] * 360
+        step = (after - before + 180) % 360 - 180
+        assert abs(step - (24.0 if k % 2 == 0 else -24.0)) < 2.0, (k, step)  # neighbours turn opposite ways
+    # version 6 shows pretraining's shades; a shaded dataset renders other pixels for the same objects
+    assert all(s.colours is None for s in world.toy_specs().values())
+    shaded = dataclasses.replace(world.toy7_specs()["toy7"], train_per_class=1, test_per_class=1)
+    assert shaded.hue_shift > 0 and torch.equal(shaded.colours, world.shaded_colours(shaded.hue_shift))
+    plain = dataclasses.replace(shaded, hue_shift=0.0)
+    one, labels, _, attrs = generate_spec_split(shaded, "train")
+    two, labels_two, _, attrs_two = generate_spec_split(plain, "train")
+    assert labels == labels_two and torch.equal(attrs.colour, attrs_two.colour) and not torch.equal(one, two)
+    assert _shade_key(shaded) != _shade_key(plain) == ""  # cached features name the shades
