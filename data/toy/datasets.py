@@ -16,7 +16,7 @@ pretraining covers at a low rate, the gap coming from the classes (`world.V7_DAT
 
 | name          | classes                          | protocol   | style                                      |
 |---------------|----------------------------------|------------|--------------------------------------------|
-| toy7          | colour x pattern, 32 (16 / 16)   | base2novel | crowded (3 distractors), small objects     |
+| toy7          | colour x pattern, 32 (16 / 16)   | base2novel | cluttered, large, its own shades (hue ±24) |
 | toy7_shapes   | colour x shape, 32 (16 / 16)     | base2novel | crowded, both sizes                        |
 | toy7_patterns | pattern x shape, 32 (16 / 16)    | base2novel | cluttered, large objects                   |
 
