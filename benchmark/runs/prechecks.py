@@ -3,7 +3,8 @@
 `fedbench run` and `fedbench reproduce` call `validate_run` first, so an unknown method, a
 hyperparameter of the wrong type or outside its range (`FederatedMethod.ranges`), a method
 that does not fit the backbone's shape (`fit_to_backbone`, read from the backbone's config),
-a missing dataset or missing weights are reported in a second rather than after the toy
+a toy dataset on the toy CLIP of another world version (`world.pretrained_mismatch`), a
+missing dataset or missing weights are reported in a second rather than after the toy
 CLIP's pretraining or a backbone download. What needs the built model (a value only the
 method's constructor rejects) is still checked when it is built.
 """
@@ -20,6 +21,7 @@ from benchmark.config import ConfigError
 from benchmark.protocol_registry import get_protocol
 from benchmark.registry import check_method_args, fit_method_args_to
 from data.catalog import dataset_info, require_dataset, resolve_data_root
+from data.toy import world as toy_world
 
 if TYPE_CHECKING:
     from benchmark.config import RunConfig
@@ -54,6 +56,9 @@ def validate_run(config: "RunConfig", check_data: bool = True) -> list[str]:
     check_method_args(config.method, config.method_args)  # unknown method, names, types, ranges
     for name in config.datasets + config.test_datasets:
         dataset_info(name)
+        mismatch = toy_world.pretrained_mismatch(name, config.pretrained)
+        if mismatch:  # a toy CLIP of another world version: numbers that measure nothing
+            raise ConfigError(mismatch)
         if check_data:
             require_dataset(name, resolve_data_root(config.data_root))
 

@@ -22,8 +22,9 @@ the measured noise that widens each target (`calibration_targets.met`).
 Style headroom (label-free): a copy of the toy CLIP whose image tower alone is tuned so that
 each base-class training object, rendered in the dataset's style, maps onto the frozen
 CLIP's feature of the same object (attributes, position, size, rotation, colour jitter,
-background) rendered in a pretraining style (`world.PRETRAIN_DOMAINS[0]`); no label is
-read. Its gain in zero-shot Novel is what a correction every class shares gives for free:
+background) rendered in a pretraining style (`world.PRETRAIN_DOMAINS[0]`) and in
+pretraining's shades of its colours (a dataset may show its own: `ToySpec.hue_shift`); no
+label is read. Its gain in zero-shot Novel is what a correction every class shares gives for free:
 real CLIP's base-to-novel has no such headroom.
 """
 
@@ -158,14 +159,14 @@ def _normalized(images: torch.Tensor, backbone) -> torch.Tensor:
     return normalize_images(images, backbone.image_mean, backbone.image_std)
 
 
-def _rendered(attrs: world.Attrs, style: str, seed: int, image_size: int) -> torch.Tensor:
-    """`attrs` rendered in `style`, one render per chunk from the chunk's own seed: the
-    geometry, colour jitter and background are drawn before any style effect, so two styles
-    give the same objects."""
+def _rendered(attrs: world.Attrs, style: str, seed: int, image_size: int, colours=None) -> torch.Tensor:
+    """`attrs` rendered in `style` (in `colours`' shades; None: pretraining's), one render per
+    chunk from the chunk's own seed: the geometry, colour jitter and background are drawn
+    before any style effect, so two styles give the same objects."""
     chunks = []
     for k, start in enumerate(range(0, len(attrs), world.RENDER_CHUNK)):
         part = world.Attrs(*(attrs.get(a)[start : start + world.RENDER_CHUNK] for a in world.ATTRIBUTES))
-        chunks.append(world.render(part, style, image_size, seed=seed * 1000 + k))
+        chunks.append(world.render(part, style, image_size, seed=seed * 1000 + k, colours=colours))
     return torch.cat(chunks)
 
 
@@ -185,7 +186,7 @@ def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> floa
     objects = world.Attrs(*(attrs.get(a)[base] for a in world.ATTRIBUTES))
     size = backbone.image_size
     (style,) = spec.domains
-    source = _normalized(_rendered(objects, style, seed, size), backbone)
+    source = _normalized(_rendered(objects, style, seed, size, spec.colours), backbone)  # as the dataset shows them
     target_images = _normalized(_rendered(objects, world.PRETRAIN_DOMAINS[0], seed, size), backbone)
     with torch.no_grad():
         target = F.normalize(backbone.encode_image(target_images), dim=-1)

@@ -2,6 +2,7 @@
 
     python -m data.toy.calibrate [--datasets toy ...] [--steps N] [--test] [--out FILE]
     python -m data.toy.calibrate --styles dusk tinted ... [--datasets toy ...] --out results/toy/style_search.md
+    python -m data.toy.calibrate --datasets toy7 --hue-shifts 15 20 24 30   (a dataset in its own shades)
 
 The world's calibration against real CLIP per method family (CoOp, LoRA, MMA-style,
 CLIP-Adapter, the style headroom; results/toy/calibration.md) is
@@ -196,6 +197,7 @@ def calibrate_base2novel(backbone, spec: world.ToySpec, steps: int) -> dict:
     btr, bte, nte = ytr < nb, yte < nb, yte >= nb
     style = "+".join(spec.domains) + (", close-ups" if spec.object_size is not None else "")
     style += "".join(f", {attribute} synonyms" for attribute in spec.synonyms)
+    style += f", colours' hue turned ±{spec.hue_shift:g}" if spec.hue_shift else ""
     out = {"dataset": spec.name, "style": style, "base_classes": nb, "novel_classes": len(names) - nb}
     out["zs_base"] = accuracy(xte[bte] @ text_features(backbone, base_names).T, yte[bte])
     out["zs_novel"] = accuracy(xte[nte] @ text_features(backbone, novel_names).T, yte[nte] - nb)
@@ -241,12 +243,14 @@ def calibrate(
     styles: list[str] | None = None,
     random_size: bool = False,
     synonyms: list[str] | None = None,
+    hue_shifts: list[float] | None = None,
 ) -> list[dict]:
     """The calibration rows of `datasets` (default: every base2novel and domains toy dataset of
     world version 6);
     with `styles`, each base-to-novel dataset once per style instead of in its own; with
     `random_size`, objects of both sizes even where the dataset shows close-ups; with
-    `synonyms`, base-to-novel classes named by those attributes' rarer words."""
+    `synonyms`, base-to-novel classes named by those attributes' rarer words; with `hue_shifts`,
+    each base-to-novel dataset once per turn of its colours' shades (`world.shaded_colours`)."""
     specs = world.all_toy_specs()
     if datasets is None:
         datasets = [n for n, s in world.toy_specs().items() if s.protocol in ("base2novel", "domains")]
@@ -274,7 +278,9 @@ def calibrate(
                     variant = dataclasses.replace(variant, object_size=None)
                 if synonyms:
                     variant = world.named_with(variant, synonyms)
-                rows.append(calibrate_base2novel(backbone, variant, steps))
+                for hue in [None] if hue_shifts is None else hue_shifts:
+                    shaded = variant if hue is None else dataclasses.replace(variant, hue_shift=float(hue))
+                    rows.append(calibrate_base2novel(backbone, shaded, steps))
     return rows
 
 
@@ -358,6 +364,14 @@ def main(argv: list[str] | None = None) -> str:
         metavar="ATTRIBUTE",
         help="name each base2novel dataset's classes by these attributes' rarer words (colour: crimson, ...)",
     )
+    parser.add_argument(
+        "--hue-shifts",
+        nargs="+",
+        type=float,
+        default=None,
+        metavar="DEGREES",
+        help="render each base2novel dataset once per turn of its colours' shades (0: pretraining's)",
+    )
     args = parser.parse_args(argv)
     from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
 
@@ -369,7 +383,7 @@ def main(argv: list[str] | None = None) -> str:
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
     sha = file_sha256(checkpoint)
-    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms)
+    rows = calibrate(backbone, args.datasets, args.steps, args.styles, args.random_size, args.synonyms, args.hue_shifts)
     text = to_markdown(rows, command.strip(), Path(checkpoint).name, sha, args.steps, version)
     if args.styles:
         text = text.replace("# Toy world calibration", "# Toy world calibration: a style search", 1)

@@ -88,9 +88,10 @@ def test_a_style_search_renders_candidate_effects(tmp_path, toy_test_checkpoint)
         main(["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+sepia"])
     named = main(
         ["--test", "--steps", "2", "--datasets", "toy", "--styles", "glow+fade+scatter@0.02", "--synonyms", "colour"]
+        + ["--hue-shifts", "12"]
     )
     assert [line.split("|")[2].strip() for line in named.splitlines() if line.startswith("| toy")] == [
-        "glow+fade+scatter@0.02, close-ups, colour synonyms"
+        "glow+fade+scatter@0.02, close-ups, colour synonyms, colours' hue turned ±12"
     ]
     with pytest.raises(SystemExit, match=r"calibrate: synonyms \['hue'\]"):
         main(["--test", "--steps", "2", "--datasets", "toy", "--synonyms", "hue"])

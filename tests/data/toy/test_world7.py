@@ -5,13 +5,14 @@ words."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
 import torch
 
 from data.toy import world
-from data.toy.datasets import generate_split, toy_dataset_names
+from data.toy.datasets import generate_spec_split, generate_split, split_labels, toy_dataset_names
 from data.toy.pretrain import DEFAULT_RECIPE, RECIPES, TEST_RECIPE, V7_RECIPE
 
 # sha256 (first 16 hex digits) of every 7th test image, its label and domain, and the class
@@ -67,13 +68,17 @@ def test_version_7_datasets_are_in_styles_its_pretraining_covers_with_disjoint_w
     assert len(families) >= 3  # different class families
 
 
-def test_version_7_renders_deterministically():
-    name = next(iter(world.toy7_specs()))
-    first = _split_sha256(name, "train")
-    generate_split.cache_clear()
-    assert _split_sha256(name, "train") == first
-    images, labels, _, _ = generate_split(name, "test")
-    assert images.shape[1:] == (32, 32, 3) and min(labels.count(k) for k in range(32)) == 30
+@pytest.mark.parametrize("name", sorted(world.toy7_specs()))
+def test_version_7_renders_deterministically(name):
+    # two images a class (the generation code of a full split, at a fraction of its cost)
+    spec = dataclasses.replace(world.toy7_specs()[name], train_per_class=2, test_per_class=2)
+    first, labels, _, _ = generate_spec_split(spec, "train")
+    again, _, _, _ = generate_spec_split(spec, "train")
+    other, _, _, _ = generate_spec_split(spec, "train", seed=1)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert first.shape == (64, 32, 32, 3) and labels == split_labels(spec, "train")[0]
+    full, _ = split_labels(world.toy7_specs()[name], "test")
+    assert min(full.count(k) for k in range(32)) == 30
 
 
 def test_a_run_seed_draws_version_7_test_images_and_leaves_version_6_alone(tmp_path):
@@ -88,3 +93,53 @@ def test_a_run_seed_draws_version_7_test_images_and_leaves_version_6_alone(tmp_p
     assert one.test.labels == two.test.labels and one.class_names == two.class_names
     assert one.test.cache_key != two.test.cache_key  # frozen features are cached per draw
     assert torch.equal(load_dataset("toy", tmp_path, tf, seed=1).test.images, generate_split("toy", "test")[0])
+
+
+def test_a_toy_clip_of_another_world_version_is_refused_naming_both_and_the_fix():
+    from benchmark.config import RunConfig
+    from benchmark.errors import ConfigError
+    from benchmark.runs.prechecks import validate_run
+
+    for dataset, wrong, own in (
+        ("toy7", "fedbench-toy", "fedbench-toy7"),
+        ("toy7_shapes", "fedbench-toy-test", "fedbench-toy7"),  # the test CLIP is version 6's recipe
+        ("toy", "fedbench-toy7", "fedbench-toy"),
+    ):
+        message = world.pretrained_mismatch(dataset, wrong)
+        assert message and repr(dataset) in message and repr(wrong) in message
+        assert f"--pretrained {own}" in message
+        with pytest.raises(ConfigError, match=f"dataset '{dataset}' belongs to world version"):
+            validate_run(RunConfig(method="zeroshot", dataset=dataset, pretrained=wrong, wandb="disabled"))
+        assert world.pretrained_mismatch(dataset, own) is None
+    # one run federating datasets of both versions cannot have one right CLIP
+    with pytest.raises(ConfigError, match="'toy7' belongs to world version 7"):
+        validate_run(RunConfig(method="zeroshot", dataset="toy+toy7", pretrained="fedbench-toy", wandb="disabled"))
+    # weights that are not a toy CLIP, and datasets that are not toy datasets, are left alone
+    assert world.pretrained_mismatch("toy7", "none") is None
+    assert world.pretrained_mismatch("toy7", "/some/checkpoint.pt") is None
+    assert world.pretrained_mismatch("caltech101", "fedbench-toy7") is None
+    assert validate_run(RunConfig(method="zeroshot", dataset="toy7", pretrained="fedbench-toy7")) == []
+
+
+def test_a_dataset_can_show_each_colour_in_a_shade_of_its_own():
+    import colorsys
+
+    from data.toy.datasets import _shade_key
+
+    pretraining = torch.tensor(list(world.COLOURS.values()), dtype=torch.float32)
+    assert torch.equal(world.shaded_colours(0.0), pretraining)
+    turned = world.shaded_colours(24.0)
+    for k, (old, new) in enumerate(zip(pretraining.tolist(), turned.tolist())):
+        before = colorsys.rgb_to_hls(*(c / 255 for c in old))[0] * 360
+        after = colorsys.rgb_to_hls(*(c / 255 for c in new))[0] * 360
+        step = (after - before + 180) % 360 - 180
+        assert abs(step - (24.0 if k % 2 == 0 else -24.0)) < 2.0, (k, step)  # neighbours turn opposite ways
+    # version 6 shows pretraining's shades; a shaded dataset renders other pixels for the same objects
+    assert all(s.colours is None for s in world.toy_specs().values())
+    shaded = dataclasses.replace(world.toy7_specs()["toy7"], train_per_class=1, test_per_class=1)
+    assert shaded.hue_shift > 0 and torch.equal(shaded.colours, world.shaded_colours(shaded.hue_shift))
+    plain = dataclasses.replace(shaded, hue_shift=0.0)
+    one, labels, _, attrs = generate_spec_split(shaded, "train")
+    two, labels_two, _, attrs_two = generate_spec_split(plain, "train")
+    assert labels == labels_two and torch.equal(attrs.colour, attrs_two.colour) and not torch.equal(one, two)
+    assert _shade_key(shaded) != _shade_key(plain) == ""  # cached features name the shades
