@@ -42,6 +42,17 @@ def tune_args(tmp: Path, preset: Path, *extra) -> list[str]:
     ]
 
 
+@pytest.fixture
+def no_curves_figure(monkeypatch):
+    """`fedbench tune` rewrites tuning.png after every trial (about a second of matplotlib
+    each on the 2-core machine, most of a test that runs dozens of trials); the tests that
+    count trials and read tuning.csv do without it. The figure itself is checked in
+    test_tuning_md_and_png_show_every_methods_curve."""
+    import benchmark.sweeps.tuning_report as tuning_report
+
+    monkeypatch.setattr(tuning_report, "plot_curves", lambda plan, searches, path: None)
+
+
 def trials(results: Path) -> pd.DataFrame:
     return pd.read_csv(results / "tuning.csv")
 
@@ -278,7 +289,9 @@ def test_a_study_is_not_continued_after_its_method_or_the_framework_changed(tune
     assert len(trials(tmp / "results")) == 8  # nothing was added or lost
 
 
-def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data_root, monkeypatch, fedbench):
+def test_interrupted_tuning_resumes_without_repeating_trials(
+    tmp_path, fake_data_root, monkeypatch, fedbench, no_curves_figure
+):
     """A trial interrupted mid-run (as by Ctrl-C or a kill) is redone; finished ones are not;
     and the resumed search proposes what an uninterrupted one does."""
     import benchmark.runs.runner as runner
@@ -329,7 +342,7 @@ def test_interrupted_tuning_resumes_without_repeating_trials(tmp_path, fake_data
 
 
 def test_a_search_killed_between_queueing_a_trial_and_starting_it_resumes(
-    tmp_path, fake_data_root, monkeypatch, fedbench
+    tmp_path, fake_data_root, monkeypatch, fedbench, no_curves_figure
 ):
     """Killed after a point is queued and before it starts (a WAITING trial, which Optuna
     cannot fail as it is): the resume fails it, runs that point, and proposes what an
@@ -365,7 +378,7 @@ def test_a_search_killed_between_queueing_a_trial_and_starting_it_resumes(
 
 
 def test_trials_run_round_robin_so_an_interrupted_search_leaves_budgets_at_most_one_apart(
-    tmp_path, fake_data_root, monkeypatch
+    tmp_path, fake_data_root, monkeypatch, no_curves_figure
 ):
     """docs/protocols.md: trials run round-robin over the methods, so an interrupted search
     leaves budgets that differ by at most one; resuming it serves the methods behind first.
@@ -545,7 +558,7 @@ def known_curve(monkeypatch, hm_of_lr):
     ],
 )
 def test_a_choice_at_an_end_of_its_range_gets_trials_past_it(
-    tmp_path, fake_data_root, monkeypatch, peak, extensions, flagged
+    tmp_path, fake_data_root, monkeypatch, peak, extensions, flagged, no_curves_figure
 ):
     from benchmark.cli import main
 

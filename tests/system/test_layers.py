@@ -17,8 +17,10 @@ import inside a function must say why with a `# lazy:` comment."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
+from typing import Collection
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS = ("", "federation", "evaluation", "runs", "sweeps", "cli")
@@ -41,7 +43,7 @@ def _modules(root: Path) -> dict[str, Path]:
     return found
 
 
-def _resolve(name: str, modules: dict[str, Path]) -> str | None:
+def _resolve(name: str, modules: Collection[str]) -> str | None:
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
@@ -51,35 +53,43 @@ def import_edges(root: Path = ROOT, type_only: bool = False) -> list[tuple[str, 
     """(importer, imported, line, inside a function, source line) for every import between
     the project's modules, the modules loaded by name through importlib included (source
     line: IMPORTLIB); TYPE_CHECKING blocks left out, or (`type_only`) only their imports."""
-    modules, edges = _modules(root), []
-    for name, path in modules.items():
-        text = path.read_text()
-        tree, lines = ast.parse(text), text.splitlines()
-        skip, in_function = set(), set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                skip.update(id(n) for n in ast.walk(node))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                in_function.update(id(n) for n in ast.walk(node))
-        for node in ast.walk(tree):
-            if (id(node) in skip) != type_only:
-                continue
-            for target in sorted(set(importlib_targets(node, name, tree, modules)) - {name}):
-                edges.append((name, target, node.lineno, False, IMPORTLIB))
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif node.level == 0 and node.module:
-                targets = [f"{node.module}.{a.name}" for a in node.names]
-            else:
-                targets = []
-            for target in {_resolve(t, modules) for t in targets} - {None, name}:
-                edges.append((name, target, node.lineno, id(node) in in_function, lines[node.lineno - 1]))
-    return edges
+    modules = _modules(root)
+    names = frozenset(modules)
+    return [edge for name, path in modules.items() for edge in _file_edges(name, path.read_text(), names, type_only)]
 
 
-def importlib_targets(node: ast.AST, name: str, tree: ast.Module, modules: dict[str, Path]) -> list[str]:
+# A file's edges are a function of its text and of the project's module names only: memoized,
+# so that test_an_upward_import_and_a_cycle_are_caught, which checks a copy of the tree a
+# dozen times with one file changed each time, parses each unchanged file once (5 s a check).
+@functools.lru_cache(maxsize=None)
+def _file_edges(name: str, text: str, modules: frozenset[str], type_only: bool) -> tuple:
+    edges = []
+    tree, lines = ast.parse(text), text.splitlines()
+    skip, in_function = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip.update(id(n) for n in ast.walk(node))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            in_function.update(id(n) for n in ast.walk(node))
+    for node in ast.walk(tree):
+        if (id(node) in skip) != type_only:
+            continue
+        for target in sorted(set(importlib_targets(node, name, tree, modules)) - {name}):
+            edges.append((name, target, node.lineno, False, IMPORTLIB))
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif node.level == 0 and node.module:
+            targets = [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            targets = []
+        for target in {_resolve(t, modules) for t in targets} - {None, name}:
+            edges.append((name, target, node.lineno, id(node) in in_function, lines[node.lineno - 1]))
+    return tuple(edges)
+
+
+def importlib_targets(node: ast.AST, name: str, tree: ast.Module, modules: Collection[str]) -> list[str]:
     """The project modules a call loads by name at run time: `importlib.import_module(X)`,
     and a registry's `builtin=X` (X a package: every module in it, as the registry imports
     them). X is a string, a module-level constant, a tuple of them, or an f-string whose
@@ -182,32 +192,37 @@ def violations(root: Path = ROOT) -> list[str]:
 def private_imports(root: Path = ROOT) -> list[str]:
     """`from module import _name`, or `module._name` on an imported module, between the
     project's modules (benchmark, data, methods)."""
-    modules, bad = _modules(root), []
-    for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        imported: set[str] = set()  # local names bound to one of the project's modules
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                imported |= {a.asname for a in node.names if a.asname and a.name in modules}
-            if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
-                continue
-            if _resolve(node.module, modules) is None:
-                continue  # not one of ours: torch's and Lightning's names are theirs to keep
-            for alias in node.names:
-                if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    bad.append(f"{name} line {node.lineno} imports the private {node.module}.{alias.name}")
-                elif f"{node.module}.{alias.name}" in modules:
-                    imported.add(alias.asname or alias.name)
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Attribute)
-                and isinstance(node.value, ast.Name)
-                and node.value.id in imported
-                and node.attr.startswith("_")
-                and not node.attr.startswith("__")
-            ):
-                bad.append(f"{name} line {node.lineno} uses the private {node.value.id}.{node.attr}")
-    return bad
+    modules = _modules(root)
+    names = frozenset(modules)
+    return [bad for name, path in modules.items() for bad in _file_private_imports(name, path.read_text(), names)]
+
+
+@functools.lru_cache(maxsize=None)  # as _file_edges: a function of the text and the module names
+def _file_private_imports(name: str, text: str, modules: frozenset[str]) -> tuple[str, ...]:
+    tree, bad = ast.parse(text), []
+    imported: set[str] = set()  # local names bound to one of the project's modules
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.asname for a in node.names if a.asname and a.name in modules}
+        if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+            continue
+        if _resolve(node.module, modules) is None:
+            continue  # not one of ours: torch's and Lightning's names are theirs to keep
+        for alias in node.names:
+            if alias.name.startswith("_") and not alias.name.startswith("__"):
+                bad.append(f"{name} line {node.lineno} imports the private {node.module}.{alias.name}")
+            elif f"{node.module}.{alias.name}" in modules:
+                imported.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in imported
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            bad.append(f"{name} line {node.lineno} uses the private {node.value.id}.{node.attr}")
+    return tuple(bad)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -185,6 +185,12 @@ def _serve(conn, gpu: str | None = None) -> None:
     `gpu`: the one GPU this worker's cells see (set before anything starts CUDA)."""
     if gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    # A spawned process inherits "spawn" as its default start method, so each of a cell's
+    # data-loader workers would start a fresh interpreter that imports torch and unpickles
+    # the images: a toy PromptFL cell with --set num_workers=1 took 126 s instead of 4 s.
+    # The cell starts its processes as `fedbench run` does (the platform's default; fork on
+    # Linux): the numbers are the same either way (tests/sweeps/test_executors.py).
+    multiprocessing.set_start_method(None, force=True)
     from benchmark.sweeps.executors.cells import Outcome, run_cell  # lazy: fedbench --help imports no torch
 
     global _cell_running, _stopping
