@@ -42,7 +42,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     names = sorted(info.name for info in pkgutil.iter_modules(benchmark.cli.commands.__path__))
     if command is not None and not command.startswith("-") and command.replace("-", "_") in names:
-        importlib.import_module(f"benchmark.cli.commands.{command.replace('-', '_')}").add_parser(subparsers)
+        module = importlib.import_module(f"benchmark.cli.commands.{command.replace('-', '_')}")
+        # a command that runs others (`demo` parses with reproduce's parser) names them in USES
+        for name in (*getattr(module, "USES", ()), command.replace("-", "_")):
+            importlib.import_module(f"benchmark.cli.commands.{name}").add_parser(subparsers)
         if command in subparsers.choices:
             return parser
         return build_parser()

@@ -28,7 +28,8 @@ def test_demo_passes_reproduce_every_option_it_reads(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(reproduce, "run", lambda args: seen.setdefault("args", args) and 0)
-    assert demo.run(build_parser().parse_args(["demo", "--wandb", "disabled", "--workers", "3"])) == 0
+    # with the parser `main` builds for `fedbench demo` alone (it once lacked reproduce's: KeyError)
+    assert demo.run(build_parser("demo").parse_args(["demo", "--wandb", "disabled", "--workers", "3"])) == 0
     args = seen["args"]
     assert (args.table, args.wandb, args.dry_run, args.tuned) == ("toy", "disabled", False, False)
     # W cells at a time, one torch thread each: the demo's numbers do not depend on the machine

@@ -40,6 +40,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+# The commands whose parsers `run` reads: `main` builds only the parser of the command given,
+# and these with it.
+USES = ("reproduce",)
+
 # The demo's promise: 15 minutes on the 2-core machine it is timed on (results/toy/timings.md),
 # turned into cells by the toy preset's cell_seconds, never by a clock read during the run.
 DEMO_BUDGET = "15m"
