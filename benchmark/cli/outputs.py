@@ -54,11 +54,11 @@ def check_output_folder(folder: str | Path, flag: str, shown: Path | None = None
         with tempfile.NamedTemporaryFile(dir=existing, prefix=".fedbench-write-test."):
             pass
     except OSError as exc:
-        from benchmark.runs.results import _why_unwritable
+        from benchmark.runs.results import why_unwritable
 
         made = "" if existing == folder else f" (the closest folder of {folder} that exists, so it cannot be made)"
         raise UserError(
-            f"{flag} {shown}: {existing} is not writable{made}: {_why_unwritable(existing, exc)}; pass a path in a "
+            f"{flag} {shown}: {existing} is not writable{made}: {why_unwritable(existing, exc)}; pass a path in a "
             "writable folder"
         ) from None
     return folder

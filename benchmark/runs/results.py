@@ -182,7 +182,7 @@ def check_output_location(out: Path, needed_bytes: int | None = None, flag: str 
         where = "" if existing == out else f" (the closest folder of {out} that exists)"
         raise ConfigError(
             f"output folder {out} cannot be {'written' if existing == out else 'created'}: nothing can be written in "
-            f"{existing}{where}: {_why_unwritable(existing, exc)}. Choose a writable {flag}, e.g. a folder under "
+            f"{existing}{where}: {why_unwritable(existing, exc)}. Choose a writable {flag}, e.g. a folder under "
             "your home or the project"
         ) from None
     needed_bytes = RUN_FOLDER_BYTES if needed_bytes is None else needed_bytes
@@ -194,7 +194,7 @@ def check_output_location(out: Path, needed_bytes: int | None = None, flag: str 
         )
 
 
-def _why_unwritable(folder: Path, exc: OSError) -> str:
+def why_unwritable(folder: Path, exc: OSError) -> str:
     """Why creating a file in the existing `folder` failed, in words: the OS's message alone
     ('No such file or directory' for /proc) names neither the folder nor the cause."""
     kind = _file_system_type(folder)

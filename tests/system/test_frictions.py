@@ -270,11 +270,11 @@ def test_out_on_proc_names_the_folder_and_why(fedbench, fake_data_root):
 
 
 def test_an_unwritable_folder_gets_its_reason(tmp_path):
-    from benchmark.runs.results import _why_unwritable
+    from benchmark.runs.results import why_unwritable
 
-    read_only = _why_unwritable(tmp_path, OSError(errno.EROFS, "Read-only file system"))
+    read_only = why_unwritable(tmp_path, OSError(errno.EROFS, "Read-only file system"))
     assert "mounted read-only" in read_only and "EROFS" in read_only
-    denied = _why_unwritable(tmp_path, PermissionError(errno.EACCES, "Permission denied"))
+    denied = why_unwritable(tmp_path, PermissionError(errno.EACCES, "Permission denied"))
     assert f"this user (uid {os.getuid()}) has no permission to write there" in denied
 
 
