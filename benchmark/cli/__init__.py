@@ -41,10 +41,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     names = sorted(info.name for info in pkgutil.iter_modules(benchmark.cli.commands.__path__))
-    if command is not None and not command.startswith("-") and command.replace("-", "_") in names:
-        module = importlib.import_module(f"benchmark.cli.commands.{command.replace('-', '_')}")
+    module_name = None if command is None or command.startswith("-") else command.replace("-", "_")
+    if module_name in names:
+        module = importlib.import_module(f"benchmark.cli.commands.{module_name}")
         # a command that runs others (`demo` parses with reproduce's parser) names them in USES
-        for name in (*getattr(module, "USES", ()), command.replace("-", "_")):
+        for name in (*getattr(module, "USES", ()), module_name):
             importlib.import_module(f"benchmark.cli.commands.{name}").add_parser(subparsers)
         if command in subparsers.choices:
             return parser
