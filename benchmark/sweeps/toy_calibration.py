@@ -80,6 +80,10 @@ class Settings:
     rounds: int | None = None  # None: the preset's
     headroom_steps: int = HEADROOM_STEPS
     pretrained: str | None = None  # None: the preset's checkpoint
+    # learning-rate factors (times the preset's tuned lr) each family chooses from, per
+    # dataset, by validation HM at `tune_seeds` (never the test split): empty, the preset's lr
+    lr_factors: tuple[float, ...] = ()
+    tune_seeds: tuple[int, ...] = (101, 102)
 
 
 def demo_datasets() -> list[str]:
@@ -110,6 +114,27 @@ def run_scores(config) -> tuple[float, float]:
     return metrics["Base"], metrics["Novel"]
 
 
+def with_lr(config, lr: float):
+    return dataclasses.replace(config, method_args={**config.method_args, "lr": lr})
+
+
+def choose_lr(config, settings: Settings) -> tuple[float, dict[float, float]]:
+    """The learning rate of `config`'s family on its dataset: of the preset's lr times each of
+    `settings.lr_factors`, the one with the best mean validation HM over `settings.tune_seeds`
+    (the objective `fedbench tune` uses for every row; the test split is never read).
+    Returns (lr, {lr: mean validation HM})."""
+    lr0 = config.method_args["lr"]
+    curve = {}
+    for factor in settings.lr_factors:
+        lr = lr0 * factor
+        values = []
+        for seed in settings.tune_seeds:
+            trial = dataclasses.replace(with_lr(config, lr), seed=seed, eval_split="val")
+            values.append(run_experiment(trial, write=False, progress=False).summary["metrics"]["HM"])
+        curve[lr] = statistics.mean(values)
+    return max(curve, key=curve.get), curve
+
+
 def _spread(values: list[float]) -> tuple[float, float]:
     return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -123,11 +148,16 @@ def measure_dataset(dataset: str, seeds: list[int], settings: Settings, backbone
     row["zs_novel"], row["zs_novel_std"] = _spread([zs[s][1] for s in seeds])
     row["zs_gap"], row["zs_gap_std"] = _spread([zs[s][1] - zs[s][0] for s in seeds])
     for family in FAMILIES:
+        curve: dict[float, float] = {}
+        if settings.lr_factors:
+            lr, curve = choose_lr(configs[family][seeds[0]], settings)
+            configs[family] = {s: with_lr(c, lr) for s, c in configs[family].items()}
         scores = {s: run_scores(configs[family][s]) for s in seeds}
         base_gain = [scores[s][0] - zs[s][0] for s in seeds]
         novel_gain = [scores[s][1] - zs[s][1] for s in seeds]
         row["families"][family] = {
             "lr": configs[family][seeds[0]].method_args.get("lr"),
+            "lr_curve": curve,
             "base": _spread([scores[s][0] for s in seeds]),
             "novel": _spread([scores[s][1] for s in seeds]),
             "base_gain": _spread(base_gain),
@@ -272,6 +302,13 @@ def families_markdown(rows: list[dict], head: str) -> str:
             lines.append(
                 f"| {t.key} | {_pm((mean, std), t.quantity != 'zs_base')} | {t.rule()} | {verdict} | {t.source} |"
             )
+        curves = {f: c["lr_curve"] for f, c in row["families"].items() if c.get("lr_curve")}
+        if curves:
+            lines += ["", "Validation HM by lr (the lr chosen: the best):", ""]
+            lines += [
+                f"- {FAMILY_NAMES[f]}: " + ", ".join(f"{lr:.3g} → {hm:.1f}" for lr, hm in c.items())
+                for f, c in curves.items()
+            ]
         missed = [k for k, ok in row["checks"].items() if not ok]
         lines += ["", f"{row['dataset']}: " + ("every target met." if not missed else f"not met: {', '.join(missed)}.")]
     lines += [
@@ -295,14 +332,33 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--quick", action="store_true", help="1 round and 5 headroom steps: checks that everything runs (tests)"
     )
+    parser.add_argument(
+        "--lr-factors",
+        nargs="+",
+        type=float,
+        default=[],
+        help="each family chooses its lr per dataset from the preset's lr times these factors, by "
+        "validation HM at --tune-seeds (default: the preset's lr, no choice)",
+    )
+    parser.add_argument(
+        "--tune-seeds", nargs="+", type=int, default=[101, 102], help="seeds of the lr choice (default: 101 102)"
+    )
     args = parser.parse_args(argv)
+    if set(args.tune_seeds) & set(args.seeds or load_preset(PRESET).seeds):
+        parser.error("--tune-seeds must differ from --seeds: the lr is chosen on runs the report does not show")
+    if any(f <= 0 for f in args.lr_factors):
+        parser.error(f"--lr-factors {args.lr_factors}: every factor must be > 0")
     datasets = args.datasets or demo_datasets()
     version, pretrained = world.measured_world("toy_calibration", datasets, args.test)
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()
     backbone = load_backbone("fedbench-toy-vit", pretrained)
     t0 = time.time()
     settings = Settings(
-        rounds=1 if args.quick else None, headroom_steps=5 if args.quick else HEADROOM_STEPS, pretrained=pretrained
+        rounds=1 if args.quick else None,
+        headroom_steps=5 if args.quick else HEADROOM_STEPS,
+        pretrained=pretrained,
+        lr_factors=tuple(args.lr_factors),
+        tune_seeds=tuple(args.tune_seeds),
     )
     seeds = args.seeds or load_preset(PRESET).seeds
     rows = calibrate_families(backbone, datasets, seeds, settings)
@@ -312,7 +368,16 @@ def main(argv: list[str] | None = None) -> str:
     head = (
         f"Made by `{command.strip()}`; checkpoint `{Path(checkpoint).name}` (sha256 `{file_sha256(checkpoint)}`), "
         f"world version {version}. Every family trained as the `{PRESET}` preset's central row (its run "
-        "settings" + (", 1 round (--quick)" if args.quick else "") + ", its tuned lr under the central rule), seeds "
+        "settings"
+        + (", 1 round (--quick)" if args.quick else "")
+        + ", "
+        + (
+            f"its lr chosen per dataset from the preset's times {', '.join(f'{f:g}' for f in settings.lr_factors)} by "
+            f"validation HM at seeds {', '.join(map(str, settings.tune_seeds))}"
+            if settings.lr_factors
+            else "its tuned lr"
+        )
+        + " under the central rule), seeds "
         f"{', '.join(map(str, seeds))}; style headroom: {settings.headroom_steps} Adam steps (lr {HEADROOM_LR:g}, "
         f"batch {HEADROOM_BATCH}) of the image tower alone. Accuracies in %, test split."
     )

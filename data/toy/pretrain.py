@@ -99,6 +99,9 @@ class Recipe:
     rare_domains: tuple[str, ...] = ()
     rare_rate: float = 0.0
     mention: tuple[tuple[str, float], ...] = ()  # (attribute, rate) overrides of MENTION
+    # the attributes a batch group shares (() : colour, version 6's); a group sharing colour
+    # and pattern differs mostly in shape, the hard negatives a shape needs to be learned
+    group_on: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property
@@ -111,6 +114,8 @@ class Recipe:
         if self.world_version == 6:
             for key in _V7_FIELDS:
                 recipe.pop(key)
+        if not self.group_on:  # the fields added after a recipe was shipped: absent at their default
+            recipe.pop("group_on")
         return {
             "recipe": recipe,
             "model_config": config,
@@ -274,14 +279,22 @@ def pretrain_attrs(n: int, g: torch.Generator) -> world.Attrs:
     return world.random_attrs(n, g)
 
 
-def grouped_attrs(n: int, group: int, g: torch.Generator) -> world.Attrs:
+def grouped_attrs(n: int, group: int, g: torch.Generator, group_on: tuple[str, ...] = ()) -> world.Attrs:
     """`n` pretraining objects in consecutive groups of `group` that share a colour (and so
     differ mostly in shape, pattern, size): every caption naming a shape then has
-    same-colour hard negatives in its batch."""
+    same-colour hard negatives in its batch. `group_on` ("colour", "pattern"): groups share
+    both where the pool allows, and so differ mostly in shape and size."""
     pool = pretrain_attrs(4 * n, g)
     if group <= 1:
         return world.Attrs(*(pool.get(a)[:n] for a in world.ATTRIBUTES))
-    order = torch.argsort(pool.colour.double() + torch.rand(len(pool), generator=g, dtype=torch.float64))
+    if group_on:
+        key = torch.zeros(len(pool), dtype=torch.float64)
+        for a in group_on:
+            key = key * 16 + pool.get(a).double()
+        jitter = 0.5  # below 1: objects of one key stay together, in random order
+    else:
+        key, jitter = pool.colour.double(), 1.0
+    order = torch.argsort(key + jitter * torch.rand(len(pool), generator=g, dtype=torch.float64))
     starts = torch.randint(0, len(pool) - group + 1, (n // group + 1,), generator=g)
     idx = order[(starts.view(-1, 1) + torch.arange(group).view(1, -1)).flatten()][:n]
     return world.Attrs(*(pool.get(a)[idx] for a in world.ATTRIBUTES))
@@ -372,7 +385,7 @@ def _train(recipe: Recipe, progress: bool):
     start = time.time()
     bar = tqdm(range(recipe.steps), desc=f"pretraining {recipe.model}", disable=not progress, mininterval=2.0)
     for step in bar:
-        attrs = grouped_attrs(recipe.batch_size, recipe.group, g)
+        attrs = grouped_attrs(recipe.batch_size, recipe.group, g, recipe.group_on)
         doms = torch.randint(0, len(recipe.domains), (recipe.batch_size,), generator=g)
         names = [recipe.domains[int(d)] for d in doms]
         if recipe.rare_rate > 0:  # version 7: some images in a downstream style (draws only then)

@@ -42,6 +42,34 @@ def test_the_family_calibration_runs_every_family_and_checks_every_target(tmp_pa
         main(["--test", "--quick", "--seeds", "1"])
 
 
+def test_each_family_chooses_its_lr_on_validation_runs_of_other_seeds(monkeypatch, toy_test_checkpoint):
+    from benchmark.runs import runner
+    from benchmark.sweeps import toy_calibration
+
+    seen = []
+    real = runner.run_experiment
+
+    def recording(config, **kwargs):
+        seen.append((config.method, config.seed, config.eval_split, config.method_args.get("lr")))
+        return real(config, **kwargs)
+
+    monkeypatch.setattr(toy_calibration, "run_experiment", recording)
+    text = toy_calibration.main(
+        ["--test", "--quick", "--seeds", "1", "2", "--datasets", "toy", "--lr-factors", "0.5", "2", "--tune-seeds", "7"]
+    )
+    for family, method in toy_calibration.FAMILIES.items():
+        trials = [(lr, split) for m, seed, split, lr in seen if m == method and seed == 7]
+        reported = [(lr, split) for m, seed, split, lr in seen if m == method and seed in (1, 2)]
+        assert {split for _, split in trials} == {"val"} and {split for _, split in reported} == {"test"}
+        (chosen,) = {lr for lr, _ in reported}
+        assert chosen in {lr for lr, _ in trials} and len(trials) == 2
+        (line,) = [x for x in text.splitlines() if x.startswith(f"- {toy_calibration.FAMILY_NAMES[family]}: ")]
+        curve = [pair.split(" → ") for pair in line.split(": ", 1)[1].split(", ")]
+        assert len(curve) == 2 and max(curve, key=lambda p: float(p[1]))[0] == f"{chosen:.3g}"
+    with pytest.raises(SystemExit):
+        toy_calibration.main(["--test", "--quick", "--seeds", "1", "2", "--lr-factors", "2", "--tune-seeds", "2"])
+
+
 def _family_row(**gains):
     """A calibration row of constructed numbers: (mean, std) per family quantity."""
     families = {
