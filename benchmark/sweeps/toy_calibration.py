@@ -84,6 +84,7 @@ class Settings:
     # dataset, by validation HM at `tune_seeds` (never the test split): empty, the preset's lr
     lr_factors: tuple[float, ...] = ()
     tune_seeds: tuple[int, ...] = (101, 102)
+    lr_extensions: int = 2  # steps past an end of `lr_factors` while the best sits there
 
 
 def demo_datasets() -> list[str]:
@@ -121,18 +122,33 @@ def with_lr(config, lr: float):
 def choose_lr(config, settings: Settings) -> tuple[float, dict[float, float]]:
     """The learning rate of `config`'s family on its dataset: of the preset's lr times each of
     `settings.lr_factors`, the one with the best mean validation HM over `settings.tune_seeds`
-    (the objective `fedbench tune` uses for every row; the test split is never read).
-    Returns (lr, {lr: mean validation HM})."""
+    (the objective `fedbench tune` uses for every row; the test split is never read). While
+    the best sits at an end of the factors tried, one more step past that end (the ratio of
+    the two factors there) is tried, up to `settings.lr_extensions` times, as `fedbench tune`
+    extends a range. Returns (lr, {lr: mean validation HM}, in the order tried)."""
     lr0 = config.method_args["lr"]
-    curve = {}
-    for factor in settings.lr_factors:
-        lr = lr0 * factor
+    curve: dict[float, float] = {}
+
+    def trial(factor: float) -> None:
         values = []
         for seed in settings.tune_seeds:
-            trial = dataclasses.replace(with_lr(config, lr), seed=seed, eval_split="val")
-            values.append(run_experiment(trial, write=False, progress=False).summary["metrics"]["HM"])
-        curve[lr] = statistics.mean(values)
-    return max(curve, key=curve.get), curve
+            run = dataclasses.replace(with_lr(config, lr0 * factor), seed=seed, eval_split="val")
+            values.append(run_experiment(run, write=False, progress=False).summary["metrics"]["HM"])
+        curve[factor] = statistics.mean(values)
+
+    for factor in sorted(settings.lr_factors):
+        trial(factor)
+    for _ in range(settings.lr_extensions if len(curve) > 1 else 0):
+        tried = sorted(curve)
+        best = max(curve, key=curve.get)
+        if best == tried[0]:
+            trial(tried[0] * tried[0] / tried[1])
+        elif best == tried[-1]:
+            trial(tried[-1] * tried[-1] / tried[-2])
+        else:
+            break
+    best = max(curve, key=curve.get)
+    return lr0 * best, {lr0 * f: hm for f, hm in curve.items()}
 
 
 def _spread(values: list[float]) -> tuple[float, float]:
@@ -304,9 +320,13 @@ def families_markdown(rows: list[dict], head: str) -> str:
             )
         curves = {f: c["lr_curve"] for f, c in row["families"].items() if c.get("lr_curve")}
         if curves:
-            lines += ["", "Validation HM by lr (the lr chosen: the best):", ""]
+            lines += ["", "Validation HM by lr (in bold the lr chosen, the best; an end's best extends the range):", ""]
             lines += [
-                f"- {FAMILY_NAMES[f]}: " + ", ".join(f"{lr:.3g} → {hm:.1f}" for lr, hm in c.items())
+                f"- {FAMILY_NAMES[f]}: "
+                + ", ".join(
+                    (f"**{lr:.3g} → {hm:.2f}**" if lr == row["families"][f]["lr"] else f"{lr:.3g} → {hm:.2f}")
+                    for lr, hm in sorted(c.items())
+                )
                 for f, c in curves.items()
             ]
         missed = [k for k, ok in row["checks"].items() if not ok]
@@ -341,6 +361,12 @@ def main(argv: list[str] | None = None) -> str:
         "validation HM at --tune-seeds (default: the preset's lr, no choice)",
     )
     parser.add_argument(
+        "--lr-extensions",
+        type=int,
+        default=2,
+        help="steps past an end of --lr-factors while the best lr sits there (default: 2)",
+    )
+    parser.add_argument(
         "--tune-seeds", nargs="+", type=int, default=[101, 102], help="seeds of the lr choice (default: 101 102)"
     )
     args = parser.parse_args(argv)
@@ -359,6 +385,7 @@ def main(argv: list[str] | None = None) -> str:
         pretrained=pretrained,
         lr_factors=tuple(args.lr_factors),
         tune_seeds=tuple(args.tune_seeds),
+        lr_extensions=args.lr_extensions,
     )
     seeds = args.seeds or load_preset(PRESET).seeds
     rows = calibrate_families(backbone, datasets, seeds, settings)

@@ -145,10 +145,12 @@ TEST_RECIPE = Recipe(steps=250, batch_size=96, warmup=20)
 # ten rendered in a downstream style, and shape named in more captions (the shape families
 # need a CLIP that knows shapes; version 6's barely does).
 V7_RECIPE = Recipe(
+    steps=3000,
     world_version=7,
     rare_domains=world.V7_RARE_DOMAINS,
     rare_rate=0.1,
-    mention=(("pattern", 0.8), ("shape", 0.6)),
+    mention=(("pattern", 0.8), ("shape", 0.9)),
+    group_on=("colour", "pattern"),
 )
 
 

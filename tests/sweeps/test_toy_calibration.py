@@ -4,6 +4,7 @@ No expected metric is asserted; the target check is tested on constructed number
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -55,17 +56,37 @@ def test_each_family_chooses_its_lr_on_validation_runs_of_other_seeds(monkeypatc
 
     monkeypatch.setattr(toy_calibration, "run_experiment", recording)
     text = toy_calibration.main(
-        ["--test", "--quick", "--seeds", "1", "2", "--datasets", "toy", "--lr-factors", "0.5", "2", "--tune-seeds", "7"]
+        [
+            "--test",
+            "--quick",
+            "--seeds",
+            "1",
+            "2",
+            "--datasets",
+            "toy",
+            "--lr-factors",
+            "0.5",
+            "2",
+            "--tune-seeds",
+            "7",
+            "--lr-extensions",
+            "1",
+        ]
     )
     for family, method in toy_calibration.FAMILIES.items():
         trials = [(lr, split) for m, seed, split, lr in seen if m == method and seed == 7]
         reported = [(lr, split) for m, seed, split, lr in seen if m == method and seed in (1, 2)]
         assert {split for _, split in trials} == {"val"} and {split for _, split in reported} == {"test"}
         (chosen,) = {lr for lr, _ in reported}
-        assert chosen in {lr for lr, _ in trials} and len(trials) == 2
+        # two points are both ends: the better one's side gets one more step (x4 or /4), then stops
+        (low, _), (high, _), (extra, _) = trials
+        assert math.isclose(extra, high * 4) or math.isclose(extra, low / 4)
+        assert chosen in {lr for lr, _ in trials}
         (line,) = [x for x in text.splitlines() if x.startswith(f"- {toy_calibration.FAMILY_NAMES[family]}: ")]
-        curve = [pair.split(" → ") for pair in line.split(": ", 1)[1].split(", ")]
-        assert len(curve) == 2 and max(curve, key=lambda p: float(p[1]))[0] == f"{chosen:.3g}"
+        curve = [pair.strip("*").split(" → ") for pair in line.split(": ", 1)[1].split(", ")]
+        (bold,) = re.findall(r"\*\*([^*]+) → ([^*]+)\*\*", line)
+        assert len(curve) == len(trials) and bold[0] == f"{chosen:.3g}"
+        assert float(bold[1]) == max(float(hm) for _, hm in curve)
     with pytest.raises(SystemExit):
         toy_calibration.main(["--test", "--quick", "--seeds", "1", "2", "--lr-factors", "2", "--tune-seeds", "2"])
 
