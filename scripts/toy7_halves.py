@@ -10,7 +10,10 @@ hard the family is in that rendering), and the split with the smallest |Base - N
 mean lies in 60-75, with its Base and Novel. Zero-shot only: nothing here is trained, and no
 adaptation result is read.
 
-    PYTHONPATH=. python scripts/toy7_halves.py [--candidates crowded:0 pale:1 ...] [--families colour:pattern ...]
+    PYTHONPATH=. python scripts/toy7_halves.py [--candidates crowded:0 pale:1 cluttered:1:24 ...] [--families colour:pattern ...]
+
+A candidate is style:size[:hue]: size 0 (small), 1 (large) or - (both); hue, degrees every colour's
+shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def halves(k: int = 8):
 
 
 @torch.no_grad()
-def family_scores(backbone, first: str, second: str, domain: str, size: int | None):
+def family_scores(backbone, first: str, second: str, domain: str, size: int | None, hue: float = 0.0):
     combos = [(i, j) for i in range(8) for j in range(8)]
     labels = torch.arange(len(combos)).repeat_interleave(PER_CLASS)
     g = torch.Generator().manual_seed(PROBE_SEED)
@@ -48,7 +51,8 @@ def family_scores(backbone, first: str, second: str, domain: str, size: int | No
     cols[second] = torch.tensor([c[1] for c in combos])[labels]
     if size is not None:
         cols["size"] = torch.full_like(cols["size"], size)
-    images = world.render(world.Attrs(**cols), domain, 32, seed=PROBE_SEED + 1)
+    colours = world.shaded_colours(hue) if hue else None  # a dataset's own shades (ToySpec.hue_shift)
+    images = world.render(world.Attrs(**cols), domain, 32, seed=PROBE_SEED + 1, colours=colours)
     x = normalize_images(images, backbone.image_mean, backbone.image_std)
     img = F.normalize(torch.cat([backbone.encode_image(x[i : i + 512]) for i in range(0, len(x), 512)]), dim=-1)
     names = [world.object_name(**{first: i, second: j}) for i, j in combos]
@@ -78,14 +82,15 @@ def main() -> None:
         for family in args.families:
             first, second = family.split(":")
             for candidate in args.candidates:
-                domain, _, size_text = candidate.partition(":")
+                domain, size_text, hue_text = (candidate.split(":") + ["", ""])[:3]
                 size = None if size_text in ("", "-") else int(size_text)
-                rows = family_scores(backbone, first, second, domain, size)
+                rows = family_scores(backbone, first, second, domain, size, float(hue_text or 0))
                 mean = sum((b + n) / 2 for *_, b, n in rows) / len(rows)
                 fits = [r for r in rows if 60 <= (r[2] + r[3]) / 2 <= 75] or rows
                 best = min(fits, key=lambda r: abs(r[2] - r[3]))
                 print(
-                    f"{first} x {second} | {domain} size {size_text or '-'} | mean over splits {mean:.1f} | "
+                    f"{first} x {second} | {domain} size {size_text or '-'} hue {hue_text or 0} | "
+                    f"mean over splits {mean:.1f} | "
                     f"most balanced: {first} {best[0]} {second} {best[1]} Base {best[2]:.1f} Novel {best[3]:.1f}",
                     flush=True,
                 )
