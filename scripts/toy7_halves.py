@@ -13,7 +13,9 @@ adaptation result is read.
     PYTHONPATH=. python scripts/toy7_halves.py [--candidates crowded:0 pale:1 cluttered:1:24 ...] [--families colour:pattern ...]
 
 A candidate is style:size[:hue]: size 0 (small), 1 (large) or - (both); hue, degrees every colour's
-shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0).
+shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0). With a turn, only
+the splits whose colour halves each hold two values turned each way are kept: a half turned one
+way alone would share one correction, the label-free headroom version 7 removed.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ def main() -> None:
                 size = None if size_text in ("", "-") else int(size_text)
                 rows = family_scores(backbone, first, second, domain, size, float(hue_text or 0))
                 mean = sum((b + n) / 2 for *_, b, n in rows) / len(rows)
+                if hue_text and first == "colour":  # each half holds both turns (module doc)
+                    rows = [r for r in rows if sum(k % 2 for k in r[0][0]) == 2]
                 fits = [r for r in rows if 60 <= (r[2] + r[3]) / 2 <= 75] or rows
                 best = min(fits, key=lambda r: abs(r[2] - r[3]))
                 print(
