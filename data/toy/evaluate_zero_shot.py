@@ -2,8 +2,10 @@
 
     python -m data.toy.evaluate_zero_shot                 # default model (the shipped checkpoint)
     python -m data.toy.evaluate_zero_shot --test          # the test suite's small model
+    python -m data.toy.evaluate_zero_shot --datasets toy7 toy7_shapes toy7_patterns   # version 7, its CLIP
 
-Prints, for `toy`, `toy_shapes` and `toy_patterns` (prompt "a photo of a {class name}."):
+Prints, for `toy`, `toy_shapes` and `toy_patterns` (or `--datasets` of one world version, on
+that version's toy CLIP; prompt "a photo of a {class name}."):
 Base / Novel / Local as the protocol defines them (Local: 10 clients, each its own base
 classes' test images classified over all base classes), accuracy among classes that share
 one attribute and differ in the other, and single-attribute accuracies (prompt names only
@@ -45,7 +47,7 @@ def _acc(pred: torch.Tensor, true: torch.Tensor) -> float:
 
 @torch.no_grad()
 def evaluate(backbone, dataset: str = "toy", num_clients: int = 10) -> dict:
-    spec = world.toy_specs()[dataset]
+    spec = world.all_toy_specs()[dataset]
     img, labels, attrs = _image_features(backbone, dataset)
     y = torch.tensor(labels)
     txt = _text_features(backbone, spec.class_names)
@@ -104,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     from benchmark.backbone import load_backbone
 
-    name, pretrained = "fedbench-toy-vit", ("fedbench-toy-test" if args.test else "fedbench-toy")
+    _, pretrained = world.measured_world("evaluate_zero_shot", args.datasets, args.test)
+    name = "fedbench-toy-vit"
     t0 = time.time()
     backbone = load_backbone(name, pretrained)
     print(f"load_backbone({name!r}, {pretrained!r}): {time.time() - t0:.1f} s")
