@@ -81,6 +81,8 @@ class RunConfig:
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_split: str = "test"  # test | val: score on the validation split instead (`fedbench tune`; the test split is then never read)
     eval_batch_size: int = field(default=256, metadata=NO_NUMBER)  # evaluation batch size
+    # Hashed when set: a run with extra metrics records more (its cells are new), and the cells without them keep their identity.
+    metrics: str = field(default="", metadata={"identity": WHEN_SET})  # extra torchmetrics metrics scored on every request beside the accuracy, joined by ',': macro_accuracy, calibration_error or a torchmetrics class path taking num_classes (torchmetrics.classification.MulticlassF1Score); reported as <request>/<name> per client and as the mean over clients (benchmark.evaluation.metrics); none by default
     # Evaluating more rounds adds rows to metrics.csv, never changes a number (tested).
     eval_every: int = field(default=0, metadata=NO_NUMBER)  # evaluate every K rounds into metrics.csv / W&B / curves (0 = about 5 points per run; the last round always)
     data_root: str = field(default="", metadata=OWN_FILES)  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
@@ -136,6 +138,12 @@ class RunConfig:
         for ok, name, expected in checks:
             if not ok:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
+        names = [n.strip() for n in self.metrics.split(",")] if self.metrics.strip() else []
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise ConfigError(
+                f"metrics = {self.metrics!r} is invalid: expected metric names joined by ',', each once, "
+                "e.g. macro_accuracy,calibration_error"
+            )
         if self.augment_backend not in AUGMENT_BACKENDS:
             raise ConfigError(
                 f"augment_backend = {self.augment_backend!r} is invalid: expected {' | '.join(AUGMENT_BACKENDS)}"
@@ -176,9 +184,7 @@ class RunConfig:
         hashed = {f.name: f.metadata.get("identity", True) for f in fields(self)}
         defaults = {f.name: f.default for f in fields(self)}
         return {
-            k: v
-            for k, v in self.to_dict().items()
-            if hashed[k] is True or (hashed[k] == WHEN_SET and v != defaults[k])
+            k: v for k, v in self.to_dict().items() if hashed[k] is True or (hashed[k] == WHEN_SET and v != defaults[k])
         }
 
 
