@@ -6,7 +6,8 @@ One W&B run per experiment:
   tags     what distinguishes runs of one group: the preset, filters, `--set` overrides;
   history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, the lr
            (`lr/mean`, `lr/min`, `lr/max` over clients of the mean lr of each one's steps), and
-           Local / Base / Novel / HM (or the protocol's metrics) at every evaluated round;
+           Local / Base / Novel / HM (or the protocol's metrics, then `--metrics`' extras as
+           `<request>/<name>`) at every evaluated round;
            per-client numbers go in the `per_client` table, never one key per client;
   summary  the final metrics (the last evaluated round), parameter counts, bytes, wall time;
   artifact the run folder (config.yaml, metrics.csv, summary.json, ...).
