@@ -36,6 +36,22 @@ OPTIMIZER_STATES = ("per_client", "shared")  # run option `optimizer_state` (ben
 ROUND_SELECTIONS = ("final", "best_local_test")  # run option `select_round` (benchmark.evaluation.round_selection)
 
 
+# What a run option is to the three places that sort them, as metadata on RunConfig's fields
+# (`dataclasses.field(metadata=...)`), read through `fields_where`; True where a field says nothing:
+#   identity  it can change a number: hashed into the cell's identity (`RunConfig.result_key`,
+#             benchmark.runs.identity), so `reproduce` reuses a run folder only for the same
+#             values; WHEN_SET: hashed only away from its default, so an option added later keeps
+#             every earlier cell's identity (and its shipped run folders)
+#   logged    W&B's run config carries it (benchmark.runs.tracking)
+#   compared  `fedbench runs` shows it among the settings that differ between runs
+#             (benchmark.sweeps.compare)
+MARKS = ("identity", "logged", "compared")
+WHEN_SET = "when_set"
+OWN_FILES = {"identity": False, "logged": False, "compared": False}  # where files go, W&B's own settings
+WHERE_IT_RAN = {"identity": False, "compared": False}  # where a run ran or read from, not what ran
+NO_NUMBER = {"identity": False}  # how a run went about it, no number changes (tested)
+
+
 @dataclass
 class RunConfig:
     """One run: a method on a dataset under a protocol. Field docs become `--help` texts."""
@@ -64,12 +80,16 @@ class RunConfig:
     pretrained: str = "fedbench-toy"  # open_clip tag, local checkpoint path, or 'none'
     augment: bool = False  # random-resized-crop + flip for training (the CLIP protocol uses it)
     eval_split: str = "test"  # test | val: score on the validation split instead (`fedbench tune`; the test split is then never read)
-    eval_batch_size: int = 256  # evaluation batch size
-    eval_every: int = 0  # evaluate every K rounds into metrics.csv / W&B / curves (0 = about 5 points per run; the last round always)
-    data_root: str = ""  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
-    attributes: str = ""  # class attribute files folder, <dataset>.json ('' = <data root>/attributes)
-    out: str = "runs"  # folder receiving the run folder
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    eval_batch_size: int = field(default=256, metadata=NO_NUMBER)  # evaluation batch size
+    # Hashed when set: a run with extra metrics records more (its cells are new), and the cells without them keep their identity.
+    metrics: str = field(default="", metadata={"identity": WHEN_SET})  # extra torchmetrics metrics scored on every request beside the accuracy, joined by ',': macro_accuracy, calibration_error or a torchmetrics class path taking num_classes (torchmetrics.classification.MulticlassF1Score); reported as <request>/<name> per client and as the mean over clients (benchmark.evaluation.metrics); none by default
+    # Evaluating more rounds adds rows to metrics.csv, never changes a number (tested).
+    eval_every: int = field(default=0, metadata=NO_NUMBER)  # evaluate every K rounds into metrics.csv / W&B / curves (0 = about 5 points per run; the last round always)
+    data_root: str = field(default="", metadata=OWN_FILES)  # dataset root ('' = $FEDBENCH_DATA or ~/.cache/fedbench/data)
+    # A folder: the attribute file read there is hashed into the identity instead.
+    attributes: str = field(default="", metadata=WHERE_IT_RAN)  # class attribute files folder, <dataset>.json ('' = <data root>/attributes)
+    out: str = field(default="runs", metadata=OWN_FILES)  # folder receiving the run folder
+    device: str = field(default="auto", metadata=WHERE_IT_RAN)  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto (on a GPU the method's choice, its gpu_precision: `fedbench methods --describe M`; 32-true on CPU) | 32-true | bf16-mixed | 16-mixed
     shortcuts: bool = True  # exact compute shortcuts: the text tower stops at the longest prompt, frozen prefixes are computed once (docs/performance.md); false (--no-shortcuts) runs the plain path, equal up to float rounding
     batched_evaluation: bool = False  # score a round's clients in one vmapped pass where the method allows (its batched_evaluation), equal up to float rounding; off by default: on this suite's CPU it was slower for pFedMMA and PromptFL, faster for LoRA (results/perf.md)
@@ -77,16 +97,17 @@ class RunConfig:
     augment_backend: str = "auto"  # auto (device on a GPU when augment is on, else pil; recorded resolved in the identity) | device (images decoded once and kept on the device, RandomResizedCrop + flip from pil's seeded draws, resized as PIL resizes in one batched pass: pil's pixels in most views, docs/performance.md) | pil (torchvision on PIL images, per image: exact reproduction of earlier numbers)
     compile_blocks: bool = False  # run the CLIP towers' residual blocks compiled with torch.compile (fused kernels: fewer launches on a GPU), equal up to float rounding and part of the identity; off by default (the shipped tables are eager); not with the batched passes
     tf32: bool = False  # let 32-bit matrix products and convolutions use TF32 on CUDA (faster, 10-bit mantissas); off by default, and part of the identity; no effect on CPU
-    num_workers: int = 0  # data-loader workers
-    checkpoint_every: int = -1  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
-    keep_checkpoints: bool = False  # keep the round checkpoint after the run folder is written
-    evaluate_from: str = ""  # a finished run folder whose saved clients are scored without training (`fedbench evaluate RUN_DIR`); its name is in the identity
-    wandb: str = "auto"  # auto (online when logged in, else offline) | online | offline | disabled
-    wandb_project: str = ""  # W&B project ('' = $WANDB_PROJECT, else fedbench)
-    wandb_entity: str = ""  # W&B entity, a user or team ('' = $WANDB_ENTITY, else your default entity)
-    wandb_group: str = ""  # W&B group ('' = $WANDB_RUN_GROUP, else PROTOCOL-DATASET; `fedbench reproduce`: the table name)
-    wandb_tags: str = ""  # W&B tags, joined by ',', added to the suite's own ('' = $WANDB_TAGS)
-    wandb_name: str = ""  # W&B run name ('' = $WANDB_NAME, else the run folder's name)
+    num_workers: int = field(default=0, metadata=WHERE_IT_RAN)  # data-loader workers
+    checkpoint_every: int = field(default=-1, metadata=NO_NUMBER)  # save a round checkpoint every K rounds, to resume after a kill or preemption (0 = never; -1 = when 5 minutes passed since the last)
+    keep_checkpoints: bool = field(default=False, metadata=NO_NUMBER)  # keep the round checkpoint after the run folder is written
+    # A path: the identity names the source run by its folder name (benchmark.runs.identity).
+    evaluate_from: str = field(default="", metadata=NO_NUMBER)  # a finished run folder whose saved clients are scored without training (`fedbench evaluate RUN_DIR`); its name is in the identity
+    wandb: str = field(default="auto", metadata=OWN_FILES)  # auto (online when logged in, else offline) | online | offline | disabled
+    wandb_project: str = field(default="", metadata=OWN_FILES)  # W&B project ('' = $WANDB_PROJECT, else fedbench)
+    wandb_entity: str = field(default="", metadata=OWN_FILES)  # W&B entity, a user or team ('' = $WANDB_ENTITY, else your default entity)
+    wandb_group: str = field(default="", metadata=OWN_FILES)  # W&B group ('' = $WANDB_RUN_GROUP, else PROTOCOL-DATASET; `fedbench reproduce`: the table name)
+    wandb_tags: str = field(default="", metadata=OWN_FILES)  # W&B tags, joined by ',', added to the suite's own ('' = $WANDB_TAGS)
+    wandb_name: str = field(default="", metadata=OWN_FILES)  # W&B run name ('' = $WANDB_NAME, else the run folder's name)
     method_args: dict[str, Any] = field(default_factory=dict)  # the method's hyperparameters
     protocol_args: dict[str, Any] = field(default_factory=dict)  # the protocol's options, every one resolved
     # fmt: on
@@ -117,6 +138,12 @@ class RunConfig:
         for ok, name, expected in checks:
             if not ok:
                 raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: expected {expected}")
+        names = [n.strip() for n in self.metrics.split(",")] if self.metrics.strip() else []
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise ConfigError(
+                f"metrics = {self.metrics!r} is invalid: expected metric names joined by ',', each once, "
+                "e.g. macro_accuracy,calibration_error"
+            )
         if self.augment_backend not in AUGMENT_BACKENDS:
             raise ConfigError(
                 f"augment_backend = {self.augment_backend!r} is invalid: expected {' | '.join(AUGMENT_BACKENDS)}"
@@ -149,35 +176,27 @@ class RunConfig:
 
         return protocol_class(self.protocol).test_datasets(self.protocol_args)
 
-    # What changes results, hashed to name runs and to let `reproduce` skip finished ones.
-    NON_RESULT_FIELDS: typing.ClassVar[frozenset[str]] = frozenset(
-        {
-            "data_root",
-            "attributes",
-            "out",
-            "device",
-            "num_workers",
-            "wandb",
-            "wandb_project",
-            "wandb_entity",
-            "wandb_group",
-            "wandb_tags",
-            "wandb_name",
-            "eval_batch_size",
-            "checkpoint_every",
-            "keep_checkpoints",
-            # evaluating more rounds adds rows to metrics.csv, never changes a number (tested)
-            "eval_every",
-            # a path: the identity names the source run by its folder name (benchmark.runs.identity)
-            "evaluate_from",
-        }
-    )
-
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def result_key(self) -> dict[str, Any]:
-        return {k: v for k, v in self.to_dict().items() if k not in self.NON_RESULT_FIELDS}
+        """The options that can change a number (`identity` marks): what a cell's identity hashes."""
+        hashed = {f.name: f.metadata.get("identity", True) for f in fields(self)}
+        defaults = {f.name: f.default for f in fields(self)}
+        return {
+            k: v for k, v in self.to_dict().items() if hashed[k] is True or (hashed[k] == WHEN_SET and v != defaults[k])
+        }
+
+
+def fields_where(**marks: Any) -> tuple[str, ...]:
+    """The names of RunConfig's fields whose marks (`MARKS`, True where a field's metadata
+    says nothing) are as given: `fields_where(logged=False)` are the options W&B never sees."""
+    unknown = sorted(set(marks) - set(MARKS))
+    if unknown:
+        raise ValueError(f"no run option mark {unknown[0]!r}; the marks are {', '.join(MARKS)}")
+    return tuple(
+        f.name for f in fields(RunConfig) if all(f.metadata.get(mark, True) == want for mark, want in marks.items())
+    )
 
 
 def config_fields() -> list[dataclasses.Field]:

@@ -141,3 +141,22 @@ class FixedClassTexts:
         """`class_inputs` of a method whose class features are these: the features of each
         list stacked (its `encode_class_inputs` returns its row as it is)."""
         return (torch.stack([self(names, device) for names in class_lists]),)
+
+
+class FrozenClassTexts:
+    """The three class hooks of a method whose class features are a fixed template's through
+    the frozen text tower (CLIP-Adapter, FedCLIP, FedVPT): list it before `FederatedMethod`
+    (`class M(FrozenClassTexts, FederatedMethod)`) and set `self._text = FixedClassTexts(
+    backbone, template)` in `__init__`. One copy, so the three cannot drift apart."""
+
+    _text: FixedClassTexts
+    device: torch.device  # the LightningModule's
+
+    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
+        return self._text(class_names, self.device)
+
+    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
+        return self._text.stacked(class_lists, self.device)
+
+    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
+        return inputs[0]  # the text is frozen: the features themselves

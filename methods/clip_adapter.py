@@ -23,8 +23,6 @@ over the local steps.
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -32,7 +30,7 @@ from benchmark.backbone import Backbone
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.method_registration import register_method
 from benchmark.optim import COSINE_OVER_LOCAL_STEPS, sgd_with_cosine
-from benchmark.prompts import FixedClassTexts
+from benchmark.prompts import FixedClassTexts, FrozenClassTexts
 
 
 def residual_blend(features: Tensor, adapter: nn.Module, ratio: float) -> Tensor:
@@ -41,7 +39,7 @@ def residual_blend(features: Tensor, adapter: nn.Module, ratio: float) -> Tensor
 
 
 @register_method("clip_adapter")
-class CLIPAdapter(FederatedMethod):
+class CLIPAdapter(FrozenClassTexts, FederatedMethod):
     """Visual residual adapter; uploaded whole (global) unless `personalized`."""
 
     tunable = {"lr": LogUniform.around(0.002)}  # around the paper's lr, the default below
@@ -79,15 +77,6 @@ class CLIPAdapter(FederatedMethod):
             nn.ReLU(),
         )
         self._text = FixedClassTexts(backbone, template)
-
-    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return self._text(class_names, self.device)
-
-    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
-        return self._text.stacked(class_lists, self.device)
-
-    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
-        return inputs[0]  # the text is frozen: the features themselves
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         blended = F.normalize(residual_blend(image_features, self.adapter, self.hparams.ratio), dim=-1)

@@ -18,8 +18,6 @@ is personal. Optimizer: the federated harness's SGD lr 0.003, momentum 0.9, weig
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -27,11 +25,11 @@ from benchmark.backbone import Backbone, full_precision
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform
 from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
-from benchmark.prompts import FixedClassTexts
+from benchmark.prompts import FixedClassTexts, FrozenClassTexts
 
 
 @register_method("fedclip")
-class FedCLIP(FederatedMethod):
+class FedCLIP(FrozenClassTexts, FederatedMethod):
     """Softmax attention over the image embedding's dimensions; uploaded whole, fixed text."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
@@ -60,15 +58,6 @@ class FedCLIP(FederatedMethod):
 
     def encode_images(self, images: Tensor) -> Tensor:
         return self.backbone.encode_image(images)  # raw: the adapter needs the feature's scale
-
-    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return self._text(class_names, self.device)
-
-    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
-        return self._text.stacked(class_lists, self.device)
-
-    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
-        return inputs[0]  # the text is frozen: the features themselves
 
     def classify(self, image_features: Tensor, class_features: Tensor) -> Tensor:
         with full_precision(image_features.device.type):  # the head and the logits in fp32

@@ -20,8 +20,6 @@ momentum 0.9, weight decay 1e-5, with its per-client cosine over rounds
 
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -30,11 +28,11 @@ from benchmark.backbone import Backbone, BlockWrappers
 from benchmark.method import OPTIMIZER_RANGES, FederatedMethod, LogUniform, Range
 from benchmark.method_registration import register_method
 from benchmark.optim import PER_CLIENT_COSINE, sgd_per_client_cosine
-from benchmark.prompts import FixedClassTexts, deep_prompt
+from benchmark.prompts import FixedClassTexts, FrozenClassTexts, deep_prompt
 
 
 @register_method("fedvpt")
-class FedVPT(FederatedMethod):
+class FedVPT(FrozenClassTexts, FederatedMethod):
     """Deep visual prompts [depth, n_ctx, vision width]; uploaded whole, fixed text."""
 
     tunable = {"lr": LogUniform.around(0.003)}  # around the paper's lr, the default below
@@ -83,15 +81,6 @@ class FedVPT(FederatedMethod):
     def encode_images(self, images: Tensor) -> Tensor:
         features = self.backbone.encode_image(images, self.block_wrappers(), prompts=self.prompts[0])
         return F.normalize(features, dim=-1)
-
-    def encode_classes(self, class_names: Sequence[str]) -> Tensor:
-        return self._text(class_names, self.device)
-
-    def class_inputs(self, class_lists: Sequence[Sequence[str]]) -> tuple[Tensor]:
-        return self._text.stacked(class_lists, self.device)
-
-    def encode_class_inputs(self, inputs: tuple[Tensor]) -> Tensor:
-        return inputs[0]  # the text is frozen: the features themselves
 
     def configure_optimizers(self):
         hp = self.hparams

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
+from torchmetrics import Metric
 
 from benchmark import flops
 from benchmark.evaluation.inputs import input_batches, targets
+from benchmark.evaluation.metrics import ACCURACY, computed, empty, request_metrics
 from benchmark.federation.features import FeatureCache
 from benchmark.federation.stacked import (
     BatchingProbe,
@@ -105,9 +107,9 @@ def _as_calls_state(stacked: State) -> State:
 
 
 class BatchedScorer:
-    """Scores K client states of `method` at once: `accuracies(states, indices, class_ids)`
-    returns each state's top-1 accuracy (%), as `benchmark.evaluation.accuracy.accuracy`
-    would for each state loaded in turn."""
+    """Scores K client states of `method` at once: `measures(states, indices, class_ids)`
+    returns each state's top-1 accuracy (%) and extra metrics, as
+    `benchmark.evaluation.accuracy.measure` would for each state loaded in turn."""
 
     def __init__(
         self,
@@ -157,21 +159,33 @@ class BatchedScorer:
         with batchable_attention():
             return vmap(one)(_as_calls_state(stacked), classes.tensors)
 
-    @torch.no_grad()
     def accuracies(self, states: Sequence[State], indices: Sequence[int], class_ids: Sequence[int]) -> list[float]:
+        return [values[ACCURACY] for values in self.measures(states, indices, class_ids)]
+
+    @torch.no_grad()
+    def measures(
+        self,
+        states: Sequence[State],
+        indices: Sequence[int],
+        class_ids: Sequence[int],
+        extra: Mapping[str, Callable[[int], Metric]] | None = None,
+    ) -> list[dict[str, float]]:
+        """Each state's `benchmark.evaluation.accuracy.measure`: its accuracy and `extra` metrics."""
+        extra = extra or {}
         indices = list(indices)
         if not indices:
-            return [float("nan")] * len(states)
-        wanted = targets(self.split, indices, class_ids)
+            return [empty(extra) for _ in states]
+        wanted = targets(self.split, indices, class_ids).to(self.method.device)
         stacked = stack_states(states)
         with flops.charge("evaluation"):
             classes = self.class_features(stacked, class_ids)
-        correct = torch.zeros(len(states), dtype=torch.long)
+        metrics = [request_metrics(len(class_ids), extra, self.method.device) for _ in states]
         for inputs, start in self.batches(indices):
             with flops.charge("evaluation"):
-                predicted = self.logits(stacked, inputs, classes).argmax(-1).cpu()
-            correct += (predicted == wanted[start : start + predicted.shape[1]]).sum(-1)
-        return [100.0 * c / len(indices) for c in correct.tolist()]
+                logits = self.logits(stacked, inputs, classes)
+            for k, state_metrics in enumerate(metrics):
+                state_metrics.update(logits[k], wanted[start : start + logits.shape[1]])
+        return [computed(m) for m in metrics]
 
     def batches(self, indices: list[int]) -> Iterator[tuple[Any, int]]:
         return input_batches(self.method, self.split, indices, self.cache, self.batch_size, self.num_workers)

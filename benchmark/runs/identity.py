@@ -30,7 +30,7 @@ or the layout keeps every cell; any change to the code makes new ones. Data file
 by their bytes.
 Settings that cannot change a number (paths -- the data root and the attribute folder name
 places; the files read there are hashed --, device, W&B, evaluation batch size) are left
-out: see `RunConfig.NON_RESULT_FIELDS`.
+out: the run options marked `identity: False` (`benchmark.config.MARKS`).
 """
 
 from __future__ import annotations

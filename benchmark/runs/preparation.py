@@ -159,6 +159,7 @@ class PreparedRun:
             self.config.eval_batch_size,
             self.config.num_workers,
             batched=self.config.batched_evaluation,
+            metrics=self.config.metrics,
         )
 
 

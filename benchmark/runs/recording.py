@@ -4,6 +4,7 @@ chooses the reported one from (`benchmark.evaluation.round_selection`)."""
 from __future__ import annotations
 
 from benchmark.evaluation.client_metrics import evaluate_clients
+from benchmark.evaluation.metrics import extra_metrics, protocol_metrics, summarize
 from benchmark.evaluation.round_selection import RoundSelection
 from benchmark.federation.simulator import FederationResult, RoundLog
 from benchmark.memory import PeakMemory
@@ -53,8 +54,9 @@ class RunRecord:
         """Record an evaluated round's per-client metrics and the protocol's summary of them,
         and offer the round (its `states`: none where they stay on the engine's clients)."""
         protocol, partition = self.run.protocol, self.run.partition
-        summary_metrics = protocol.summarize(per_client, partition)
-        details = protocol.details(per_client, partition)
+        extras = list(extra_metrics(self.run.config.metrics))  # `--metrics`: after the protocol's own
+        summary_metrics = summarize(protocol, per_client, partition, extras)
+        details = protocol.details(protocol_metrics(per_client, extras), partition)
         for cid, metrics in per_client.items():
             self.rows.extend(MetricRow(round_number, cid, m, v) for m, v in metrics.items())
         extra = {**summary_metrics, **details}

@@ -10,6 +10,7 @@ from typing import Any
 
 from benchmark import flops
 from benchmark.errors import SetupWarning
+from benchmark.evaluation.metrics import extra_metrics, protocol_metrics
 from benchmark.evaluation.round_selection import EvaluatedRound
 from benchmark.evaluation.spread import client_spread, states_differ
 from benchmark.federation.simulator import FederationResult, describe_sampling
@@ -55,6 +56,7 @@ def run_summary(
     """summary.json: the run, its reported round's metrics, and what the federation moved."""
     config, partition, attributes = run.config, run.partition, run.attributes
     per_client, summary_metrics, details = chosen.evaluation
+    plain = protocol_metrics(per_client, list(extra_metrics(config.metrics)))
     rounds = federation.rounds
     return {
         "method": config.method,
@@ -70,8 +72,9 @@ def run_summary(
         "eval_split": config.eval_split,
         "metrics": summary_metrics,
         **({"details": details} if details else {}),
-        # spread of every metric when the scored models are the clients' own (states_differ)
-        **({"spread": spread} if (spread := client_spread(per_client, states_differ(chosen.states))) else {}),
+        # spread of every protocol metric when the scored models are the clients' own (states_differ);
+        # not of `--metrics`' extras, whose worst need not be their lowest (a calibration error)
+        **({"spread": spread} if (spread := client_spread(plain, states_differ(chosen.states))) else {}),
         **({"evaluated_from": Path(config.evaluate_from).name} if config.evaluate_from else {}),
         "clients": len(partition.clients),
         **run.server.parameter_counts(run.method),

@@ -6,7 +6,8 @@ One W&B run per experiment:
   tags     what distinguishes runs of one group: the preset, filters, `--set` overrides;
   history  keyed by `round` (`define_metric`): train loss (mean over clients), bytes, the lr
            (`lr/mean`, `lr/min`, `lr/max` over clients of the mean lr of each one's steps), and
-           Local / Base / Novel / HM (or the protocol's metrics) at every evaluated round;
+           Local / Base / Novel / HM (or the protocol's metrics, then `--metrics`' extras as
+           `<request>/<name>`) at every evaluated round;
            per-client numbers go in the `per_client` table, never one key per client;
   summary  the final metrics (the last evaluated round), parameter counts, bytes, wall time;
   artifact the run folder (config.yaml, metrics.csv, summary.json, ...).
@@ -25,23 +26,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from benchmark.config import RunConfig
+from benchmark.config import RunConfig, fields_where
 from benchmark.runs.checkpoints import saved_wandb_run_id
 from benchmark.runs.identity import cell_hash, cell_identity, resolved_config, run_name
 from benchmark.runs.preparation import resolve_device
 
 ROUND = "round"
-# Run options that are paths or W&B's own settings: not part of what a run *is*.
-UNLOGGED_FIELDS = (
-    "out",
-    "data_root",
-    "wandb",
-    "wandb_project",
-    "wandb_entity",
-    "wandb_group",
-    "wandb_tags",
-    "wandb_name",
-)
 DEFAULT_PROJECT = "fedbench"
 
 
@@ -182,7 +172,8 @@ def wandb_config(config: RunConfig) -> dict[str, Any]:
     """What a W&B run records as its config: the resolved run, the device actually used,
     the hash naming its run folder and the rest of its identity."""
 
-    values = {k: v for k, v in resolved_config(config).to_dict().items() if k not in UNLOGGED_FIELDS}
+    unlogged = fields_where(logged=False)  # paths and W&B's own settings: not what a run is
+    values = {k: v for k, v in resolved_config(config).to_dict().items() if k not in unlogged}
     values["device"], values["precision"] = resolve_device(config)
     identity = cell_identity(config)
     values.update(

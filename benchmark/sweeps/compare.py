@@ -20,7 +20,7 @@ from typing import Any
 
 import pandas as pd
 
-from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, parse_yaml
+from benchmark.config import IDENTITY_KEY, ConfigError, RunConfig, build_config, fields_where, parse_yaml
 from benchmark.files import atomic_write
 from benchmark.runs.checkpoints import read_sidecar
 from benchmark.runs.reporting import config_label
@@ -33,20 +33,6 @@ from benchmark.sweeps.tables import markdown_table
 
 FAILED_SUFFIX = ".failed.json"
 CHECKPOINT_SUFFIX = ".checkpoint.pt"
-# Settings never shown as a difference: where files went, not what ran.
-NOT_SETTINGS = (
-    "out",
-    "data_root",
-    "attributes",
-    "wandb",
-    "wandb_project",
-    "wandb_entity",
-    "wandb_group",
-    "wandb_tags",
-    "wandb_name",
-    "device",
-    "num_workers",
-)
 STATES = ("finished", "resumable", "failed")
 
 
@@ -68,7 +54,8 @@ class RunEntry:
         if self.config is None:
             return {}
         nested = ("method_args", "protocol_args")
-        flat = {k: v for k, v in self.config.items() if k not in (*nested, IDENTITY_KEY, *NOT_SETTINGS)}
+        hidden = fields_where(compared=False)  # where files went and where it ran, not what ran
+        flat = {k: v for k, v in self.config.items() if k not in (*nested, IDENTITY_KEY, *hidden)}
         for key in nested:
             flat.update(self.config.get(key) or {})
         return flat

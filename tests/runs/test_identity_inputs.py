@@ -134,7 +134,7 @@ def test_editing_the_attribute_file_makes_new_cells(tmp_path, fake_data_root):
     table["texture a"] = ["a brighter colour", "pattern 0"]
     attribute_file.write_text(json.dumps(table))
     assert cell_hash(config) != before
-    # The folder's path is not a result (`NON_RESULT_FIELDS`): the same file elsewhere is the same cell.
+    # The folder's path is not a result (marked `identity: False`): the same file elsewhere is the same cell.
     assert cell_hash(method_config("fedmvp", fake_data_root, tmp_path, attributes=str(other_place))) == before
 
 
