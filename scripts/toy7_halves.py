@@ -12,7 +12,8 @@ adaptation result is read.
 
     PYTHONPATH=. python scripts/toy7_halves.py [--candidates crowded:0 pale:1 cluttered:1:24 ...] [--families colour:pattern ...]
 
-A candidate is style:size[:hue]: size 0 (small), 1 (large) or - (both); hue, degrees every colour's
+A candidate is style:size[:hue[:stretch]]: size 0 (small), 1 (large) or - (both); stretch, each
+shape's proportion (`world.stretch_factors`, as `ToySpec.shape_stretch`); hue, degrees every colour's
 shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0). With a turn, only
 the splits whose colour halves each hold two values turned each way are kept: a half turned one
 way alone would share one correction, the label-free headroom version 7 removed.
@@ -43,7 +44,9 @@ def halves(k: int = 8):
 
 
 @torch.no_grad()
-def family_scores(backbone, first: str, second: str, domain: str, size: int | None, hue: float = 0.0):
+def family_scores(
+    backbone, first: str, second: str, domain: str, size: int | None, hue: float = 0.0, stretch: float = 0.0
+):
     combos = [(i, j) for i in range(8) for j in range(8)]
     labels = torch.arange(len(combos)).repeat_interleave(PER_CLASS)
     g = torch.Generator().manual_seed(PROBE_SEED)
@@ -54,7 +57,7 @@ def family_scores(backbone, first: str, second: str, domain: str, size: int | No
     if size is not None:
         cols["size"] = torch.full_like(cols["size"], size)
     colours = world.shaded_colours(hue) if hue else None  # a dataset's own shades (ToySpec.hue_shift)
-    images = world.render(world.Attrs(**cols), domain, 32, seed=PROBE_SEED + 1, colours=colours)
+    images = world.render(world.Attrs(**cols), domain, 32, seed=PROBE_SEED + 1, colours=colours, stretch=stretch)
     x = normalize_images(images, backbone.image_mean, backbone.image_std)
     img = F.normalize(torch.cat([backbone.encode_image(x[i : i + 512]) for i in range(0, len(x), 512)]), dim=-1)
     names = [world.object_name(**{first: i, second: j}) for i, j in combos]
@@ -84,16 +87,20 @@ def main() -> None:
         for family in args.families:
             first, second = family.split(":")
             for candidate in args.candidates:
-                domain, size_text, hue_text = (candidate.split(":") + ["", ""])[:3]
+                domain, size_text, hue_text, stretch_text = (candidate.split(":") + ["", "", ""])[:4]
                 size = None if size_text in ("", "-") else int(size_text)
-                rows = family_scores(backbone, first, second, domain, size, float(hue_text or 0))
+                stretch = float(stretch_text or 0)
+                rows = family_scores(backbone, first, second, domain, size, float(hue_text or 0), stretch)
                 mean = sum((b + n) / 2 for *_, b, n in rows) / len(rows)
-                if hue_text and first == "colour":  # each half holds both turns (module doc)
+                if float(hue_text or 0) and first == "colour":  # each half holds both turns (module doc)
                     rows = [r for r in rows if sum(k % 2 for k in r[0][0]) == 2]
+                if stretch:  # the same for the shapes' proportions: shape is always the second
+                    rows = [r for r in rows if sum(k % 2 for k in r[1][0]) == 2]
                 fits = [r for r in rows if 60 <= (r[2] + r[3]) / 2 <= 75] or rows
                 best = min(fits, key=lambda r: abs(r[2] - r[3]))
                 print(
-                    f"{first} x {second} | {domain} size {size_text or '-'} hue {hue_text or 0} | "
+                    f"{first} x {second} | {domain} size {size_text or '-'} hue {hue_text or 0} "
+                    f"stretch {stretch:g} | "
                     f"mean over splits {mean:.1f} | "
                     f"most balanced: {first} {best[0]} {second} {best[1]} Base {best[2]:.1f} Novel {best[3]:.1f}",
                     flush=True,

@@ -23,7 +23,8 @@ Style headroom (label-free): a copy of the toy CLIP whose image tower alone is t
 each base-class training object, rendered in the dataset's style, maps onto the frozen
 CLIP's feature of the same object (attributes, position, size, rotation, colour jitter,
 background) rendered in a pretraining style (`world.PRETRAIN_DOMAINS[0]`) and in
-pretraining's shades of its colours (a dataset may show its own: `ToySpec.hue_shift`); no
+pretraining's shades of its colours and proportions of its shapes (a dataset may show its own:
+`ToySpec.hue_shift`, `ToySpec.shape_stretch`); no
 label is read. Its gain in zero-shot Novel is what a correction every class shares gives for free:
 real CLIP's base-to-novel has no such headroom.
 """
@@ -205,14 +206,17 @@ def _normalized(images: torch.Tensor, backbone) -> torch.Tensor:
     return normalize_images(images, backbone.image_mean, backbone.image_std)
 
 
-def _rendered(attrs: world.Attrs, style: str, seed: int, image_size: int, colours=None) -> torch.Tensor:
-    """`attrs` rendered in `style` (in `colours`' shades; None: pretraining's), one render per
+def _rendered(
+    attrs: world.Attrs, style: str, seed: int, image_size: int, colours=None, stretch: float = 0.0
+) -> torch.Tensor:
+    """`attrs` rendered in `style` (in `colours`' shades and `stretch`'s proportions; None and 0:
+    pretraining's), one render per
     chunk from the chunk's own seed: the geometry, colour jitter and background are drawn
     before any style effect, so two styles give the same objects."""
     chunks = []
     for k, start in enumerate(range(0, len(attrs), world.RENDER_CHUNK)):
         part = world.Attrs(*(attrs.get(a)[start : start + world.RENDER_CHUNK] for a in world.ATTRIBUTES))
-        chunks.append(world.render(part, style, image_size, seed=seed * 1000 + k, colours=colours))
+        chunks.append(world.render(part, style, image_size, seed=seed * 1000 + k, colours=colours, stretch=stretch))
     return torch.cat(chunks)
 
 
@@ -232,7 +236,8 @@ def style_headroom(backbone, spec: world.ToySpec, seed: int, steps: int) -> floa
     objects = world.Attrs(*(attrs.get(a)[base] for a in world.ATTRIBUTES))
     size = backbone.image_size
     (style,) = spec.domains
-    source = _normalized(_rendered(objects, style, seed, size, spec.colours), backbone)  # as the dataset shows them
+    # as the dataset shows them; the target: as pretraining does
+    source = _normalized(_rendered(objects, style, seed, size, spec.colours, spec.shape_stretch), backbone)
     target_images = _normalized(_rendered(objects, world.PRETRAIN_DOMAINS[0], seed, size), backbone)
     with torch.no_grad():
         target = F.normalize(backbone.encode_image(target_images), dim=-1)

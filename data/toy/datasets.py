@@ -90,7 +90,9 @@ def generate_spec_split(spec: world.ToySpec, split: str, seed: int = TOY_SEED, i
     labels, domains = split_labels(spec, split)
     label_t = torch.tensor(labels)
     attrs = world.sample_class_attrs(spec, label_t, g)
-    images = world.render(attrs, domains, image_size, seed=split_seed + 1, colours=spec.colours)
+    images = world.render(
+        attrs, domains, image_size, seed=split_seed + 1, colours=spec.colours, stretch=spec.shape_stretch
+    )
     return images, labels, domains, attrs
 
 
@@ -128,8 +130,11 @@ def load_toy(
 
 
 def _shade_key(spec: world.ToySpec) -> str:
-    """What of a dataset's shades its cached features' key must name (nothing at pretraining's)."""
-    return f"-hue{spec.hue_shift:g}" if spec.hue_shift else ""
+    """What of a dataset's own shades and proportions its cached features' key must name
+    (nothing at pretraining's)."""
+    return (f"-hue{spec.hue_shift:g}" if spec.hue_shift else "") + (
+        f"-stretch{spec.shape_stretch:g}" if spec.shape_stretch else ""
+    )
 
 
 def toy_attributes(name: str) -> dict[str, list[str]]:

@@ -271,12 +271,19 @@ RENDER_CHUNK = 256  # images rendered per vectorized pass (part of the world: fi
 
 
 def render(
-    attrs: Attrs, domain: str | list[str], image_size: int = 32, seed: int = 0, colours: torch.Tensor | None = None
+    attrs: Attrs,
+    domain: str | list[str],
+    image_size: int = 32,
+    seed: int = 0,
+    colours: torch.Tensor | None = None,
+    stretch: float = 0.0,
 ) -> torch.Tensor:
     """uint8 images [N, H, W, 3] of `attrs` in rendering style `domain` (one name or one per
     image). Nuisances (position, rotation, colour jitter, background, noise) are drawn from
     `seed`; same arguments, same pixels. `colours`: the RGB (0-255) of each colour value, as
-    the dataset shows it (`shaded_colours`); None: `COLOURS`, the shades pretraining shows."""
+    the dataset shows it (`shaded_colours`); None: `COLOURS`, the shades pretraining shows.
+    `stretch`: each shape value drawn in a proportion of its own (`stretch_factors`); 0: as
+    pretraining draws it."""
     n = len(attrs)
     domains = [domain] * n if isinstance(domain, str) else list(domain)
     if len(domains) != n:
@@ -286,14 +293,19 @@ def render(
     for start in range(0, n, RENDER_CHUNK):
         sl = slice(start, start + RENDER_CHUNK)
         part = Attrs(attrs.colour[sl], attrs.shape[sl], attrs.pattern[sl], attrs.size[sl])
-        chunks.append(_render_chunk(part, domains[sl], image_size, g, colours))
+        chunks.append(_render_chunk(part, domains[sl], image_size, g, colours, stretch))
     if not chunks:
         return torch.zeros(0, image_size, image_size, 3, dtype=torch.uint8)
     return torch.cat(chunks)
 
 
 def _render_chunk(
-    attrs: Attrs, domains: list[str], image_size: int, g: torch.Generator, colours: torch.Tensor | None = None
+    attrs: Attrs,
+    domains: list[str],
+    image_size: int,
+    g: torch.Generator,
+    colours: torch.Tensor | None = None,
+    stretch: float = 0.0,
 ) -> torch.Tensor:
     n = len(attrs)
     styles = {d: style(d) for d in set(domains)}
@@ -320,7 +332,11 @@ def _render_chunk(
     ru = c * dx + s * dy
     rv = -s * dx + c * dy
     r = radius.view(n, 1, 1)
-    inside = _shape_masks(ru / r, rv / r, attrs.shape)
+    if stretch:  # a dataset's own proportions of its shapes (versions before never pass one)
+        f = stretch_factors(stretch)[attrs.shape].view(n, 1, 1)
+        inside = _shape_masks(ru / r / f, rv / r * f, attrs.shape)
+    else:
+        inside = _shape_masks(ru / r, rv / r, attrs.shape)
     period = 6.0 * unit
     marks = _pattern_masks(ru + 100 * period, rv + 100 * period, attrs.pattern, period, 100 * period) & inside
 
@@ -435,6 +451,15 @@ def shaded_colours(hue_shift: float) -> torch.Tensor:
     return torch.tensor(out, dtype=torch.float32)
 
 
+def stretch_factors(stretch: float) -> torch.Tensor:
+    """[len(SHAPES)] width factor of each shape value: a dataset that draws each shape in a
+    proportion of its own, even-indexed values widened by sqrt(1 + stretch) and heightened by
+    its inverse, odd-indexed ones the other way (area kept): the shape counterpart of
+    `shaded_colours`, for a family without colour (docs/toy-world.md, World version 7)."""
+    f = math.sqrt(1.0 + stretch)
+    return torch.tensor([f if k % 2 == 0 else 1.0 / f for k in range(len(SHAPES))], dtype=torch.float32)
+
+
 # -- the toy datasets' class definitions (pure data; data/toy/datasets.py registers them) --
 @dataclass(frozen=True)
 class ToyClass:
@@ -461,6 +486,9 @@ class ToySpec:
     object_size: int | None = None  # every object this size (a dataset of close-ups), else drawn per image
     world: int = 6  # the world version it belongs to (its CLIP: `world_pretrained`)
     hue_shift: float = 0.0  # version 7: each colour shown in a shade of its own (`shaded_colours`); 0: as pretraining
+    shape_stretch: float = (
+        0.0  # version 7: each shape in a proportion of its own (`stretch_factors`); 0: as pretraining
+    )
 
     @property
     def colours(self) -> torch.Tensor | None:
@@ -611,8 +639,8 @@ HALVES_V7: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 V7_DATASETS: dict[str, tuple[str, str, str, int | None]] = {
     # large objects the pixels show clearly; its gap comes from its own shades (`V7_HUE_SHIFT`)
     "toy7": ("colour", "pattern", "cluttered", 1),
-    "toy7_shapes": ("colour", "shape", "cluttered", None),
-    "toy7_patterns": ("pattern", "shape", "crowded", 1),
+    "toy7_shapes": ("colour", "shape", "cluttered", 1),
+    "toy7_patterns": ("pattern", "shape", "cluttered", 1),
 }
 # Datasets that show each colour in a shade of their own (`shaded_colours`, degrees). toy7's
 # rendering was crowded small objects until the per-family calibration showed that no family
@@ -622,7 +650,11 @@ V7_DATASETS: dict[str, tuple[str, str, str, int | None]] = {
 # that learns shape: of 0, 15, 20, 24 and 30 degrees, mean zero-shot over the halvings 92.3, 81.9,
 # 72.2, 66.3, 50.2; 20 is nearer 69.3 by 0.1 but its most balanced halves (each half holding
 # both turns) sit 78.3 / 63.7, outside the zero-shot gap target; 24's sit 72.3 / 72.5.
-V7_HUE_SHIFT: dict[str, float] = {"toy7": 24.0}
+V7_HUE_SHIFT: dict[str, float] = {"toy7": 24.0, "toy7_shapes": 15.0}
+# Datasets that draw each shape in a proportion of its own (`stretch_factors`): the family
+# without colour (pattern x shape) gets its gap from its own shapes, as the colour families do
+# from their own shades; chosen by zero-shot alone, as the hue turns are.
+V7_SHAPE_STRETCH: dict[str, float] = {"toy7_patterns": 0.3}
 V7_DATASET_HALVES: dict[str, dict[str, tuple[tuple[int, ...], tuple[int, ...]]]] = {
     # The rendering of each family and its halves, chosen on the version 7 CLIP by zero-shot
     # alone (scripts/toy7_halves.py, 30 probe images of each of the 64 combinations; nothing
@@ -630,8 +662,8 @@ V7_DATASET_HALVES: dict[str, dict[str, tuple[tuple[int, ...], tuple[int, ...]]]]
     # nearest to real CLIP's 69.3 and whose most balanced halves meet the zero-shot targets,
     # then those halves (docs/toy-world.md, World version 7).
     "toy7": {"colour": ((0, 1, 3, 6), (2, 4, 5, 7)), "pattern": ((0, 2, 5, 7), (1, 3, 4, 6))},  # 72.3 / 72.5
-    "toy7_shapes": {"colour": ((0, 1, 4, 5), (2, 3, 6, 7)), "shape": ((0, 4, 5, 7), (1, 2, 3, 6))},  # 74.6 / 74.6
-    "toy7_patterns": {"pattern": ((0, 1, 2, 3), (4, 5, 6, 7)), "shape": ((0, 2, 4, 7), (1, 3, 5, 6))},  # 69.4 / 69.4
+    "toy7_shapes": {"colour": ((0, 1, 2, 5), (3, 4, 6, 7)), "shape": ((0, 3, 5, 6), (1, 2, 4, 7))},  # 67.5 / 67.9
+    "toy7_patterns": {"pattern": ((0, 1, 2, 6), (3, 4, 5, 7)), "shape": ((0, 1, 2, 7), (3, 4, 5, 6))},  # 64.8 / 64.8
 }
 
 
@@ -644,6 +676,8 @@ def toy7_specs() -> dict[str, ToySpec]:
         size_text = "" if size is None else f", {SIZES[size]} objects"
         if V7_HUE_SHIFT.get(name):
             size_text += f", its own shades of every colour (hue turned {V7_HUE_SHIFT[name]:g} degrees)"
+        if V7_SHAPE_STRETCH.get(name):
+            size_text += f", its own proportions of every shape (stretched {V7_SHAPE_STRETCH[name]:g})"
         out[name] = ToySpec(
             name,
             tuple(base + novel),
@@ -656,6 +690,7 @@ def toy7_specs() -> dict[str, ToySpec]:
             object_size=size,
             world=7,
             hue_shift=V7_HUE_SHIFT.get(name, 0.0),
+            shape_stretch=V7_SHAPE_STRETCH.get(name, 0.0),
         )
     return out
 

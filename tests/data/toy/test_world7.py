@@ -143,3 +143,17 @@ def test_a_dataset_can_show_each_colour_in_a_shade_of_its_own():
     two, labels_two, _, attrs_two = generate_spec_split(plain, "train")
     assert labels == labels_two and torch.equal(attrs.colour, attrs_two.colour) and not torch.equal(one, two)
     assert _shade_key(shaded) != _shade_key(plain) == ""  # cached features name the shades
+
+
+def test_a_dataset_can_draw_each_shape_in_a_proportion_of_its_own():
+    factors = world.stretch_factors(0.3)
+    assert torch.equal(world.stretch_factors(0.0), torch.ones(len(world.SHAPES)))
+    assert torch.allclose(factors[0::2] * factors[1::2], torch.ones(len(world.SHAPES) // 2))  # area kept
+    assert bool((factors[0::2] > 1).all())  # neighbours stretched opposite ways
+    stretched = dataclasses.replace(world.toy7_specs()["toy7_patterns"], train_per_class=1, test_per_class=1)
+    assert stretched.shape_stretch > 0 and all(s.shape_stretch == 0 for s in world.toy_specs().values())
+    plain = dataclasses.replace(stretched, shape_stretch=0.0)
+    one, labels, _, attrs = generate_spec_split(stretched, "train")
+    two, labels_two, _, attrs_two = generate_spec_split(plain, "train")
+    assert labels == labels_two and torch.equal(attrs.shape, attrs_two.shape) and not torch.equal(one, two)
+    assert _shade_key(stretched) != _shade_key(plain) == ""  # cached features name the proportions
