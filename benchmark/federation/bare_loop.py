@@ -7,7 +7,7 @@ schedule as `FederatedSimulator` (its final client states are equal, bit for bit
 download, the aggregation, the bank and the aggregate's finiteness check, the one
 per-round check it keeps), and leaves out everything the framework adds around that: the
 Lightning hooks, the loss and client-state checks, the FLOP ledger, progress, round logs,
-snapshots, byte counts and timing of its own. What a client-round costs here beyond the
+the round loop's checkpointed state, byte counts and timing of its own. What a client-round costs here beyond the
 model's steps, the data and `configure_optimizers` is what any loop pays (seeding,
 loading and copying out the client's state, stepping the scheduler, cold caches after
 the model's step); the simulator's excess over it is the framework's own cost.

@@ -104,8 +104,17 @@ class Server:
         self.rounds_trained: dict[int, int] = {cid: 0 for cid in self.sizes}
 
     def restore(self, aggregate: State, bank: dict[int, State], rounds_trained: dict[int, int]) -> None:
-        """Continue from a round checkpoint's server state."""
+        """Hold `aggregate`, `bank` and `rounds_trained`, as after the rounds that left them."""
         self.aggregate, self.bank, self.rounds_trained = aggregate, dict(bank), dict(rounds_trained)
+
+    def state_dict(self) -> dict:
+        """What the server keeps between rounds (the round loop's checkpoint holds it); shallow
+        copies: a later round replaces entries, never tensors in place."""
+        return {"aggregate": self.aggregate, "bank": dict(self.bank), "rounds_trained": dict(self.rounds_trained)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a `state_dict()`."""
+        self.restore(state["aggregate"], state["bank"], state["rounds_trained"])
 
     def download(self, cid: int, round_index: int) -> State | None:
         """What client `cid` receives before training in round `round_index` (0-based):

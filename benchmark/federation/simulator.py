@@ -1,9 +1,12 @@
 """The federated simulator: rounds x sampled clients x local epochs, one resident module.
 
-Each round: every sampled client gets its own state swapped into the one resident
-method module, receives the server's download, trains (`benchmark.federation.client_loop`: the
-module's Lightning hooks with a fresh optimizer and scheduler, so nothing leaks from the
-previous client), and uploads. The server (`benchmark.federation.server.Server`, the one
+The rounds are a loop object with its own state (`benchmark.federation.round_loop.RoundLoop`:
+the round counter, the clients' states, the server's, the RNG states; a round checkpoint is
+its `state_dict()`); the simulator is what it runs them with. Each round: every sampled
+client gets its own state swapped into the one resident method module, receives the
+server's download, trains (`benchmark.federation.client_loop`: the module's Lightning hooks
+with a fresh optimizer and scheduler, so nothing leaks from the previous client; its
+batches: `benchmark.federation.client_batches`), and uploads. The server (`benchmark.federation.server.Server`, the one
 object whose rules Flower's strategy and the bare loop call too) aggregates the uploads
 (the method's `aggregate`) and keeps a bank of each client's latest upload. State is plain
 name -> tensor dicts throughout.
@@ -19,28 +22,31 @@ own to evaluate; the run flags it (`rounds_trained` = 0 in metrics.csv,
 
 from __future__ import annotations
 
-import random
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from benchmark import flops
 from benchmark.backbone import computing_key
 from benchmark.config import SAMPLING_RULES
 from benchmark.federation.batched_training import BatchedTraining, BatchingRefused, ClientDiverged, probe
+from benchmark.federation.client_batches import (
+    ClientBatches,
+    ClientSets,
+    ClientTrainSet,
+    EpochTaggedSampler,
+    StreamBatches,
+)
 from benchmark.federation.client_loop import ClientLoop, ClientRoundTraining, NonFiniteLoss
 from benchmark.federation.features import ViewFeatures
-from benchmark.federation.loading import ScheduleStream, steps_per_epoch
+from benchmark.federation.loading import ScheduleStream
+from benchmark.federation.round_loop import ClientRound, FederationResult, RoundHooks, RoundLoop
 from benchmark.federation.server import Server, check_finite, divergence
 from benchmark.federation.servers.fedavg import FedAvgServer
 from benchmark.federation.stacked import BatchingProbe
 from benchmark.method import ClientContext, FederatedMethod, State, state_bytes
-from benchmark.progress import progress_bar
-from data.augmentation import view_seed
 from data.base import LabeledImages
 from data.decoded import DeviceImages
 from data.partition import ClientShard
@@ -94,6 +100,28 @@ def client_seed(seed: int, round_index: int, client_id: int) -> int:
     return int(np.random.SeedSequence([seed, round_index, client_id]).generate_state(1)[0])
 
 
+def schedule_seeds(schedule: list[list[int]], seed: int) -> dict[tuple[int, int], int]:
+    """Every client-round's seed, (round index, client id) -> seed, drawn up front: numpy's
+    SeedSequence costs ~100 us when it runs between training steps (their compute evicts its
+    code and data from the caches), ~7 us in a row."""
+    return {
+        (round_index, cid): client_seed(seed, round_index, cid)
+        for round_index, sampled in enumerate(schedule)
+        for cid in sampled
+    }
+
+
+def schedule_participations(schedule: list[list[int]]) -> dict[tuple[int, int], int]:
+    """How many rounds each client trained in before each of its rounds, (round index, client
+    id) -> count: a function of the fixed schedule, so a Flower node knows it without keeping count."""
+    participations, counts = {}, {}
+    for round_index, sampled in enumerate(schedule):
+        for cid in sampled:
+            participations[round_index, cid] = counts.get(cid, 0)
+            counts[cid] = counts.get(cid, 0) + 1
+    return participations
+
+
 def seed_torch(seed: int) -> None:
     """`torch.manual_seed` for the devices a run uses: the CPU and, once a run has put its
     model there, CUDA. Cheaper per client-round than torch.manual_seed, which queues a lazy
@@ -102,230 +130,6 @@ def seed_torch(seed: int) -> None:
     torch.default_generator.manual_seed(seed)
     if torch.cuda.is_initialized():
         torch.cuda.manual_seed_all(seed)
-
-
-class ClientTrainSet(Dataset):
-    """A client's training images with labels mapped into its own label space.
-
-    Items are fetched by (epoch, position) (see `EpochTaggedSampler`). An image's random
-    augmentation is drawn from a generator seeded by (client-round seed, epoch, position),
-    never from whatever RNG state the loading process has, so results are the same with
-    any `num_workers` (each worker's RNG would otherwise depend on the worker layout).
-    """
-
-    def __init__(
-        self,
-        images: LabeledImages | torch.Tensor | DeviceImages,
-        labels: Sequence[int],
-        shard: ClientShard,
-        seed: int = 0,
-    ) -> None:
-        # a LabeledImages split, precomputed features [N, D], or the split decoded on the device
-        # (`--augment-backend device`: augmented a batch at a time there, `data.decoded`)
-        self.images = images
-        # (cache, key prefix, encoder): features of augmented batches shared across methods
-        # (`features.ViewFeatures`); set by the simulator for frozen-image-tower methods
-        self.shared: tuple[ViewFeatures, tuple, Callable[[torch.Tensor], torch.Tensor]] | None = None
-        self.indices = list(shard.train_indices)
-        to_local = {c: i for i, c in enumerate(shard.train_classes)}
-        self.labels = [to_local[labels[i]] for i in self.indices]
-        self.seed = seed
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def __getitem__(self, key: int | tuple[int, int]):
-        epoch, i = key if isinstance(key, tuple) else (0, key)
-        index = self.indices[i]
-        if isinstance(self.images, torch.Tensor):  # cached features: nothing random
-            return self.images[index], self.labels[i]
-        if isinstance(self.images, DeviceImages):  # one view, as a batch of one
-            return self.images.views(self.seed, [(epoch, i, index)])[0], self.labels[i]
-        with torch.random.fork_rng(devices=[]):  # torchvision's random transforms draw from torch's CPU RNG
-            torch.default_generator.manual_seed(view_seed(self.seed, epoch, i))
-            image = self.images.load(index)
-        return image, self.labels[i]
-
-    def batch(self, keys: Sequence[tuple[int, int]]):
-        """The items of `keys` collated as a DataLoader collates them; cached features are
-        gathered in one indexing instead of one tensor per item. With `shared` set, the
-        batch's frozen features in place of its images, computed once per process."""
-        if self.shared is not None and not isinstance(self.images, torch.Tensor):
-            cache, prefix, encode = self.shared
-            key = (*prefix, self.seed, tuple((epoch, i, self.indices[i]) for epoch, i in keys))
-            features = cache.batch(key, lambda: encode(self._images(keys)[0]), pool=prefix[1])  # the feature kind
-            return [features, torch.tensor([self.labels[i] for _, i in keys])]
-        return self._images(keys)
-
-    def _images(self, keys: Sequence[tuple[int, int]]):
-        if isinstance(self.images, torch.Tensor):
-            positions = [i for _, i in keys]
-            inputs = self.images[[self.indices[i] for i in positions]]
-            return [inputs, torch.tensor([self.labels[i] for i in positions])]
-        if isinstance(self.images, DeviceImages):  # every view of the batch in one resample on the device
-            views = [(epoch, i, self.indices[i]) for epoch, i in keys]
-            return [self.images.views(self.seed, views), torch.tensor([self.labels[i] for _, i in keys])]
-        return default_collate([self[key] for key in keys])
-
-
-class EpochTaggedSampler(Sampler):
-    """Yields (epoch, position) in a shuffled order that is a function of (seed, epoch) only --
-    not of how many iterators the loader made or of generator draws that depend on the
-    worker layout -- so each local epoch gets its own order and its own augmentations.
-    Lightning calls `set_epoch` at the start of every epoch; without it, passes are counted."""
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed, self.epoch = size, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self):
-        epoch, self.epoch = self.epoch, self.epoch + 1
-        order_seed = int(np.random.SeedSequence([self.seed, epoch]).generate_state(1, np.uint64)[0])
-        for position in torch.randperm(self.size, generator=torch.Generator().manual_seed(order_seed)).tolist():
-            yield epoch, position
-
-
-class ClientBatches:
-    """A client-round's training batches, one pass per iteration: the order of
-    `EpochTaggedSampler`, collated as a DataLoader collates. With `num_workers` > 0 a
-    DataLoader's worker processes load them; in this process (0) they are collated
-    directly, without a DataLoader iterator's per-pass setup (~0.1 ms a pass)."""
-
-    def __init__(self, dataset: ClientTrainSet, batch_size: int, seed: int, num_workers: int) -> None:
-        self.dataset, self.batch_size = dataset, batch_size
-        self.sampler = EpochTaggedSampler(len(dataset), seed)
-        self.loader = None
-        if num_workers > 0 and not isinstance(dataset.images, DeviceImages):  # device images: no worker
-            self.loader = DataLoader(
-                dataset,
-                batch_size=batch_size,
-                sampler=self.sampler,
-                num_workers=num_workers,
-                generator=torch.Generator().manual_seed(seed),  # seeds the workers' RNGs, which nothing here draws from
-            )
-
-    def __len__(self) -> int:
-        return steps_per_epoch(len(self.dataset), self.batch_size)
-
-    def __iter__(self):
-        if self.loader is not None:
-            yield from self.loader
-            return
-        keys = list(self.sampler)
-        for start in range(0, len(keys), self.batch_size):
-            yield self.dataset.batch(keys[start : start + self.batch_size])
-
-
-class ClientSets:
-    """(round index, client id) -> that client-round's `ClientTrainSet`: what a worker of the
-    schedule's one loader (`benchmark.federation.loading`) builds its items from."""
-
-    def __init__(self, images, labels: Sequence[int], shards: dict[int, ClientShard], seeds: dict) -> None:
-        self.images, self.labels, self.shards, self.seeds = images, list(labels), shards, seeds
-
-    def __call__(self, round_index: int, cid: int) -> ClientTrainSet:
-        return ClientTrainSet(self.images, self.labels, self.shards[cid], self.seeds[round_index, cid])
-
-
-class StreamBatches:
-    """`steps` batches per iteration (one local epoch of a central run's client), drawn from
-    consecutive shuffled passes over its images (`EpochTaggedSampler`'s passes 0, 1, ...)
-    that go on across the iterations of one client-round. When the steps are one pass (the
-    clients' sizes multiples of the batch size) an epoch is the same as a one-client
-    federation's epoch on the union, batch for batch."""
-
-    def __init__(self, dataset, batch_size: int, seed: int, steps: int) -> None:
-        self.dataset, self.batch_size, self.steps = dataset, batch_size, steps
-        self._keys = self._stream(EpochTaggedSampler(len(dataset), seed))
-
-    def __len__(self) -> int:
-        return self.steps
-
-    @staticmethod
-    def _stream(sampler: EpochTaggedSampler):
-        while True:
-            yield from sampler  # each pass is the sampler's next epoch
-
-    def __iter__(self):
-        for _ in range(self.steps):
-            yield self.dataset.batch([next(self._keys) for _ in range(self.batch_size)])
-
-
-@dataclass
-class RoundLog:
-    round: int
-    clients: list[int]
-    train_loss: dict[int, float]
-    bytes_up: int
-    bytes_down: int
-    model_seconds: float  # forward + backward + optimizer step, summed over batches
-    total_seconds: float  # the whole round: state swaps, optimizer setup, data loading, aggregation
-    train_flops: int = 0  # executed by the round's training steps (benchmark.flops; 0 when not counted)
-    data_seconds: float = 0.0  # fetching and collating the training batches
-    optimizer_seconds: float = 0.0  # the method's configure_optimizers, once per client-round
-    lr: dict[int, float] = field(default_factory=dict)  # client -> the lr its client-round started at
-
-
-@dataclass
-class ClientRound:
-    """What one client's local training left: its whole state (kept by the client) and the
-    part of it that is uploaded (the method's `upload_keys`)."""
-
-    state: State
-    upload: State
-    loss: float  # mean training loss of the client-round
-    model_seconds: float
-    data_seconds: float
-    optimizer_seconds: float
-    lr: float | None = None  # the lr the client-round started at (None: no optimizer)
-
-
-@dataclass
-class FederationResult:
-    client_states: dict[int, State]  # each client's personalized state for evaluation
-    rounds: list[RoundLog] = field(default_factory=list)
-    final_download_bytes: int = 0
-    rounds_trained: dict[int, int] = field(default_factory=dict)  # client -> rounds it trained in ({}: nothing trains)
-
-    @property
-    def never_trained(self) -> list[int]:
-        """Clients that never trained: evaluated with the final download alone."""
-        return sorted(cid for cid, n in self.rounds_trained.items() if n == 0)
-
-
-@dataclass
-class FederationSnapshot:
-    """Everything the simulator needs to continue after round `next_round` - 1 exactly as if
-    it had never stopped: every client's state, the server's aggregate and bank, the rounds
-    so far and the RNG states. Plain tensors and numbers, so `torch.save` writes it."""
-
-    next_round: int  # 0-based index of the first round still to run
-    states: dict[int, State]
-    aggregate: State
-    bank: dict[int, State]
-    rounds: list[RoundLog]
-    rounds_trained: dict[int, int]
-    rng: dict[str, Any]
-
-
-def rng_states() -> dict[str, Any]:
-    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def restore_rng_states(states: dict[str, Any]) -> None:
-    torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 @dataclass
@@ -359,11 +163,8 @@ class FederatedSimulator:
         schedule: list[list[int]],
         seed: int,
         settings: FederationSettings,
-        on_round_end: Callable[[RoundLog], None] | None = None,
         progress: bool = True,
-        on_snapshot: Callable[[FederationSnapshot], None] | None = None,
-        eval_rounds: frozenset[int] = frozenset(),
-        on_evaluate: Callable[[int, dict[int, State]], None] | None = None,
+        hooks: RoundHooks | None = None,
         server: type[Server] = FedAvgServer,
         epoch_steps: Sequence[int] | None = None,
         view_features: ViewFeatures | None = None,
@@ -379,120 +180,57 @@ class FederatedSimulator:
         self.class_names = list(class_names)
         self.clients = {c.client_id: c for c in clients}
         self.schedule = schedule
-        # Every client-round's seed, drawn up front: numpy's SeedSequence costs ~100 us when
-        # it runs between training steps (their compute evicts its code and data from the
-        # caches), ~7 us in a row.
-        self._seeds = {
-            (round_index, cid): client_seed(seed, round_index, cid)
-            for round_index, sampled in enumerate(schedule)
-            for cid in sampled
-        }
-        # How many rounds each client trained in before each of its rounds: a function of the
-        # fixed schedule, so a Flower node knows it without keeping count.
-        self._participations: dict[tuple[int, int], int] = {}
-        counts: dict[int, int] = {}
-        for round_index, sampled in enumerate(schedule):
-            for cid in sampled:
-                self._participations[round_index, cid] = counts.get(cid, 0)
-                counts[cid] = counts.get(cid, 0) + 1
         self.seed = seed
         self.settings = settings
-        self.on_round_end = on_round_end
         self.progress = progress
-        self.on_snapshot = on_snapshot  # called after every round (the caller decides what to save)
-        # Rounds (1-based) after which every client's model is evaluated; the final round is
-        # the caller's (it evaluates `FederationResult.client_states`).
-        self.eval_rounds = frozenset(r for r in eval_rounds if r < len(schedule))
-        self.on_evaluate = on_evaluate
+        self.hooks = hooks  # what the run is told as the rounds go (the round loop calls them)
+        self._seeds, self._participations = schedule_seeds(schedule, seed), schedule_participations(schedule)
         self.server = self._server()  # a fresh one for every `run`
-        self._loop = ClientLoop(settings.accelerator, settings.precision, settings.optimizer_state == "shared")
-        self._together: BatchedTraining | None = None
+        self.loop: RoundLoop | None = None  # the rounds of the last `run`
+        self._client_loop = ClientLoop(settings.accelerator, settings.precision, settings.optimizer_state == "shared")
         self._stream: ScheduleStream | None = None  # the run's one loader, where it has one
         self._batching = BatchingProbe(method, "train one by one")
-        if settings.batched_training and method.trains and settings.optimizer_state == "shared":
-            # one optimizer stepped client after client has no batched equivalent
-            self._batching.refuse("optimizer_state = shared steps one optimizer client after client")
-        elif settings.batched_training and method.trains:
-            try:
-                self._together = BatchedTraining(method, self._loop)
-            except BatchingRefused as refused:
-                self._batching.refuse(str(refused))
+        self._together = self._batched_training()
 
-    def run(self, resume: FederationSnapshot | None = None) -> FederationResult:
-        """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint)."""
+    def _batched_training(self) -> BatchedTraining | None:
+        """The batched trainer of a round's clients where the run asks for it and the method allows it."""
+        method, settings = self.method, self.settings
+        if not (settings.batched_training and method.trains):
+            return None
+        if settings.optimizer_state == "shared":  # one optimizer stepped client after client has no batched equivalent
+            self._batching.refuse("optimizer_state = shared steps one optimizer client after client")
+            return None
+        try:
+            return BatchedTraining(method, self._client_loop)
+        except BatchingRefused as refused:
+            self._batching.refuse(str(refused))
+            return None
+
+    def run(self, resume: dict | None = None) -> FederationResult:
+        """Run the rounds of the schedule, or those after `resume`'s (a round checkpoint: the
+        round loop's `state_dict()`)."""
         method = self.method
         initial = method.client_state()
         # Every client starts from the same initial state (the method built with the run seed).
         states: dict[int, State] = {cid: {k: v.clone() for k, v in initial.items()} for cid in self.clients}
+        self.server = self._server()
+        name = getattr(method, "name", type(method).__name__)
+        loop = self.loop = RoundLoop(self.schedule, self.server, self, states, self.hooks, self.progress, name)
         if not method.trains:  # nothing changes between rounds: the same state is evaluated
-            for round_number in sorted(self.eval_rounds):
-                if self.on_evaluate:
-                    self.on_evaluate(round_number, states)
+            for round_number in loop.evaluated_rounds:
+                if loop.hooks.on_states:
+                    loop.hooks.on_states(round_number, states)
             return FederationResult(states)
-        server = self.server = self._server()
-        first_round = 0
         if resume is not None:
-            states.update(resume.states)
-            server.restore(resume.aggregate, resume.bank, resume.rounds_trained)
-            first_round = resume.next_round
-            restore_rng_states(resume.rng)
-        result = FederationResult(states, rounds_trained=server.rounds_trained)  # the server keeps the count
-        if resume is not None:
-            result.rounds = list(resume.rounds)
-        name = getattr(self.method, "name", type(self.method).__name__)
-        bar = _progress(len(self.schedule), "rounds", self.progress, first_round, f"training {name}")
-        self._stream = self._schedule_stream(first_round)
+            loop.load_state_dict(resume)
+        self._stream = self._schedule_stream(loop.next_round)
         try:
-            for round_index, sampled in enumerate(self.schedule):
-                if round_index < first_round:
-                    continue
-                t_round = time.perf_counter()
-                log = RoundLog(round_index + 1, sampled, {}, 0, 0, 0.0, 0.0)
-                received = {cid: server.download(cid, round_index) for cid in sampled}
-                log.bytes_down += sum(state_bytes(r) for r in received.values() if r is not None)
-                account = flops.current()
-                before = account.totals.get("train", 0) if account else 0
-                trained_clients = self.train_round(sampled, round_index, states, received)
-                log.train_flops += (account.totals.get("train", 0) - before) if account else 0
-                for cid in sampled:
-                    trained = trained_clients[cid]
-                    states[cid] = trained.state
-                    log.train_loss[cid] = trained.loss
-                    if trained.lr is not None:
-                        log.lr[cid] = trained.lr
-                    log.model_seconds += trained.model_seconds
-                    log.data_seconds += trained.data_seconds
-                    log.optimizer_seconds += trained.optimizer_seconds
-                    log.bytes_up += state_bytes(trained.upload)
-                server.receive(round_index, [(cid, trained_clients[cid].upload) for cid in sampled])
-                log.total_seconds = time.perf_counter() - t_round
-                result.rounds.append(log)
-                if self.on_round_end:
-                    self.on_round_end(log)
-                if self.on_evaluate and log.round in self.eval_rounds:
-                    self.on_evaluate(log.round, self.evaluation_states(states)[0])
-                if self.on_snapshot:
-                    # Shallow copies: the next round replaces entries (never tensors in place), and a
-                    # snapshot may be saved only after a stop in the middle of that round.
-                    self.on_snapshot(
-                        FederationSnapshot(
-                            round_index + 1,
-                            dict(states),
-                            server.aggregate,
-                            dict(server.bank),
-                            list(result.rounds),
-                            dict(result.rounds_trained),
-                            rng_states(),
-                        )
-                    )
-                bar.set_postfix(loss=f"{np.mean(list(log.train_loss.values())):.3f}")
-                bar.update()
+            result = loop.run()
         finally:
-            self._loop.release(method)  # the module leaves the Fabric it trained under
+            self._client_loop.release(method)  # the module leaves the Fabric it trained under
             if self._stream is not None:
                 self._stream.close()  # its workers end with the run
                 self._stream = None
-        bar.close()
         result.client_states, result.final_download_bytes = self.evaluation_states(states)
         return result
 
@@ -514,12 +252,12 @@ class FederatedSimulator:
                 check_finite(method, tuned[cid], f"the state of client {cid} after fine-tuning", round_index, cid)
                 losses[cid] = trained.loss
         finally:
-            self._loop.release(method)
+            self._client_loop.release(method)
         return tuned, losses
 
     def train_round(
         self, sampled: Sequence[int], round_index: int, states: dict[int, State], received: dict[int, State | None]
-    ) -> dict[int, "ClientRound"]:
+    ) -> dict[int, ClientRound]:
         """The local training of round `round_index`'s clients: in one batched pass where the
         run asks for it and the method allows it (`batched_training.py`), else one by one."""
         if self._together is not None and len(sampled) > 1:
@@ -528,7 +266,7 @@ class FederatedSimulator:
                 return together
         return {cid: self.client_round(cid, round_index, states[cid], received[cid]) for cid in sampled}
 
-    def _train_together(self, sampled, round_index, states, received) -> dict[int, "ClientRound"] | None:
+    def _train_together(self, sampled, round_index, states, received) -> dict[int, ClientRound] | None:
         """`train_round` in one pass; None (and client by client from here on, with a warning)
         when the first round's probe or the method's optimizer rules it out."""
         method = self.method
@@ -554,7 +292,7 @@ class FederatedSimulator:
             for (cid, _, _), (state, training) in zip(clients, trained)
         }
 
-    def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> "ClientRound":
+    def client_round(self, cid: int, round_index: int, state: State, received: State | None) -> ClientRound:
         """One client's part of a round, wherever it runs (this simulator, or a Flower
         ClientApp on the client's own node): its `state`, then the server's download
         `received` (None in round 1) loaded into the resident module, local training, and
@@ -564,7 +302,7 @@ class FederatedSimulator:
         training = self._train_client(cid, round_index)
         return self._client_round(cid, round_index, method.client_state(), training)
 
-    def _client_round(self, cid: int, round_index: int, trained: State, training: ClientRoundTraining) -> "ClientRound":
+    def _client_round(self, cid: int, round_index: int, trained: State, training: ClientRoundTraining) -> ClientRound:
         """What client `cid`'s local training left, checked finite, with its upload."""
         check_finite(self.method, trained, f"the state of client {cid} after its local training", round_index, cid)
         return ClientRound(
@@ -599,7 +337,7 @@ class FederatedSimulator:
         self.method.set_client(client)
         epochs = self.settings.local_epochs if epochs is None else epochs
         try:
-            trained = self._loop.fit(self.method, batches, epochs, client.class_names)
+            trained = self._client_loop.fit(self.method, batches, epochs, client.class_names)
         except NonFiniteLoss as bad:
             # Past a non-finite loss every later number of the run is meaningless (NaN losses,
             # metrics at chance) yet would look like a result.
@@ -706,7 +444,3 @@ class FederatedSimulator:
         if (round_index, cid) in self._participations:
             return self._participations[round_index, cid]
         return sum(cid in sampled for sampled in self.schedule[:round_index])
-
-
-def _progress(total: int, unit: str, enabled: bool, initial: int = 0, desc: str = ""):
-    return progress_bar(total=total, desc=desc, unit=unit, enabled=enabled, initial=initial, leave=False)

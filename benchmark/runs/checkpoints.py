@@ -3,8 +3,10 @@ and ends with the same metrics.csv and summary.json as a run never interrupted.
 
 A checkpoint is the hidden file `<out>/.<run name>.checkpoint.pt` beside the run folder
 (the run name carries the config hash, so only the same cell can resume from it): the
-simulator's `FederationSnapshot` (every client's state, aggregate, bank, rounds so far,
-RNG states), the metric rows written so far and the W&B run id, which a small sidecar
+round loop's `state_dict()` (`benchmark.federation.round_loop.RoundLoop`: every client's
+state, aggregate, bank, rounds so far, RNG states; its keys are format 1's "federation",
+the same since before the loop was an object, so older checkpoints still resume), the
+metric rows written so far and the W&B run id, which a small sidecar
 `.<run name>.checkpoint.json` also holds so that tracking can resume the same W&B run
 before the checkpoint is read. Both are replaced atomically (write, then rename) and
 removed once the run folder exists, unless `keep_checkpoints` is set.
@@ -23,7 +25,7 @@ from typing import Callable, Iterator
 import torch
 
 from benchmark.errors import RunInterrupted
-from benchmark.federation.simulator import FederationSnapshot, RoundLog
+from benchmark.federation.round_loop import check_state_dict
 from benchmark.files import atomic_write
 from benchmark.runs.results import MetricRow
 
@@ -108,10 +110,15 @@ def saved_wandb_run_id(run_dir: Path) -> str | None:
 
 @dataclass
 class RunCheckpoint:
-    federation: FederationSnapshot
+    federation: dict  # the round loop's `state_dict()` after its last completed round
     rows: list  # benchmark.runs.results.MetricRow, in the order they were written
     wandb_run_id: str | None
     partition_hash: str
+
+    @property
+    def next_round(self) -> int:
+        """The rounds completed: the run goes on with the next one (0-based index)."""
+        return self.federation["next_round"]
 
 
 class Checkpointer:
@@ -151,22 +158,19 @@ class Checkpointer:
         payload = {
             "format": FORMAT,
             "partition_hash": checkpoint.partition_hash,
-            "federation": {
-                **checkpoint.federation.__dict__,
-                "rounds": [r.__dict__ for r in checkpoint.federation.rounds],
-            },
+            "federation": checkpoint.federation,
             "rows": [row.__dict__ for row in checkpoint.rows],
             "wandb_run_id": checkpoint.wandb_run_id,
         }
         atomic_write(self.path, lambda tmp: torch.save(payload, tmp))
         sidecar = {
-            "round": checkpoint.federation.next_round,
+            "round": checkpoint.next_round,
             "wandb_run_id": checkpoint.wandb_run_id,
             **({"config": self.config} if self.config is not None else {}),
         }
         atomic_write(sidecar_path(self.run_dir), json.dumps(sidecar))
         self.last_save = time.monotonic()
-        self.saved_round = checkpoint.federation.next_round
+        self.saved_round = checkpoint.next_round
 
     def load(self) -> RunCheckpoint | None:
         """The saved checkpoint, or None when there is none or it cannot be used (then the
@@ -180,10 +184,9 @@ class Checkpointer:
                 raise ValueError(f"format {payload.get('format')!r}, expected {FORMAT}")
             if payload["partition_hash"] != self.partition_hash:
                 raise ValueError("it was made on another partition of the data")
-            federation = dict(payload["federation"])
-            federation["rounds"] = [RoundLog(**r) for r in federation["rounds"]]
+            check_state_dict(payload["federation"])
             return RunCheckpoint(
-                FederationSnapshot(**federation),
+                payload["federation"],
                 [MetricRow(**row) for row in payload["rows"]],
                 payload.get("wandb_run_id"),
                 payload["partition_hash"],
@@ -202,7 +205,7 @@ class Checkpointer:
 
 class RoundKeeper:
     """One run's round checkpoints as its rounds go: the checkpoint it resumes from, each
-    round's snapshot saved when due, and the last completed round kept when the run is stopped
+    round's loop state saved when due, and the last completed round kept when the run is stopped
     (preemption, a time limit), so the rerun loses only the round in progress. `rows` is the
     run's list of metric rows (saved with each round); `every` 0: no checkpoints."""
 
@@ -218,18 +221,20 @@ class RoundKeeper:
             self.rows.extend(resume.rows)
             if progress:
                 name = self.checkpointer.run_dir.name
-                print(f"resuming {name} after round {resume.federation.next_round} from its round checkpoint")
+                print(f"resuming {name} after round {resume.next_round} from its round checkpoint")
         return resume
 
-    def on_snapshot(self, snapshot: FederationSnapshot) -> None:
+    def on_checkpoint(self, loop_state: dict) -> None:
+        """A round ended: `loop_state` (the round loop's `state_dict()`) and the rows so far
+        are the run's last completed round, saved when due."""
         wandb_id = getattr(getattr(self.tracker, "run", None), "id", None)
-        self.last_round = RunCheckpoint(snapshot, list(self.rows), wandb_id, self.partition_hash)
-        if self.checkpointer.due(snapshot.next_round):
+        self.last_round = RunCheckpoint(loop_state, list(self.rows), wandb_id, self.partition_hash)
+        if self.checkpointer.due(self.last_round.next_round):
             self.checkpointer.save(self.last_round)
 
     def keep_last_round(self) -> None:
         last, checkpointer = self.last_round, self.checkpointer
-        if last is not None and checkpointer.every != 0 and not checkpointer.saved(last.federation.next_round):
+        if last is not None and checkpointer.every != 0 and not checkpointer.saved(last.next_round):
             checkpointer.save(last)
 
     @contextmanager

@@ -13,33 +13,16 @@ metric rows, the evaluation of the states an engine returns, the summary and the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from benchmark.config import RunConfig
-from benchmark.federation.simulator import FederationResult, FederationSnapshot, RoundLog
-from benchmark.memory import PeakMemory
+from benchmark.federation.round_loop import FederationResult, PerClient, RoundHooks
 from benchmark.method import State
 from benchmark.runs.clients_file import load_clients
 from benchmark.runs.preparation import PreparedRun
-
-PerClient = dict[int, dict[str, float]]  # client id -> metric -> value
-
-
-@dataclass
-class RoundHooks:
-    """What an engine tells the run as the rounds go (the run's rows, evaluation and checkpoints)."""
-
-    on_round_end: Callable[[RoundLog], Any]
-    # An evaluated round (one of `eval_rounds`, the last excepted): its states, per partition
-    # client, to score in this process; or its scores, where the engine's clients scored them.
-    on_states: Callable[[int, dict[int, State]], Any]
-    on_scores: Callable[[int, PerClient], Any]
-    eval_rounds: frozenset[int]
-    memory: PeakMemory
-    progress: bool = False
-    on_snapshot: Callable[[FederationSnapshot], Any] | None = None  # after every round (checkpointing engines)
 
 
 @dataclass
@@ -56,8 +39,9 @@ class Trained:
 
 class Engine(Protocol):
     """Where a run's federation trains: `check` refuses what of a config it cannot run, `train`
-    runs the plan of the run's federation kind (`run.server`), telling `hooks` of every round,
-    and returns what the rounds left (`Trained`)."""
+    runs the plan of the run's federation kind (`run.server`), telling `hooks` of every round
+    (`benchmark.federation.round_loop.RoundHooks`, the round loop's own), and returns what the
+    rounds left (`Trained`)."""
 
     checkpoints: bool  # writes round checkpoints and resumes from them
     trains_here: bool  # trains in this process (the run prepares its training inputs here)
@@ -80,13 +64,11 @@ class SimulatorEngine:
 
     def train(self, run: PreparedRun, hooks: RoundHooks, resume: Any = None) -> Trained:
         clients, server = run.partition.clients, run.server
-        simulator = run.simulator(
-            hooks.progress,
-            on_round_end=hooks.on_round_end,
-            on_snapshot=hooks.on_snapshot,
-            eval_rounds=hooks.eval_rounds,
-            on_evaluate=lambda number, states: hooks.on_states(number, server.scored_states(states, clients)),
+        # The run's hooks, an evaluated round's states as the partition's clients are scored.
+        scored_hooks = dataclasses.replace(
+            hooks, on_states=lambda number, states: hooks.on_states(number, server.scored_states(states, clients))
         )
+        simulator = run.simulator(hooks.progress, hooks=scored_hooks)
         with hooks.memory.phase("training"):
             federation = simulator.run(resume.federation if resume is not None else None)
         federation.rounds_trained = server.rounds_trained_of(federation.rounds_trained, clients)

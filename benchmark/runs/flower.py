@@ -39,11 +39,11 @@ import torch
 from benchmark.config import ConfigError, RunConfig, build_config, load_yaml
 from benchmark.errors import DivergenceError
 from benchmark.evaluation.client_metrics import evaluate_client
-from benchmark.federation.simulator import FederationResult, RoundLog
+from benchmark.federation.round_loop import FederationResult, RoundHooks, RoundLog
 from benchmark.method import State, state_bytes
 from benchmark.progress import progress_bar
 from benchmark.registry import resolve_method_file
-from benchmark.runs.engines import RoundHooks, Trained
+from benchmark.runs.engines import Trained
 from benchmark.runs.numerics import computing_as
 from benchmark.runs.preparation import autocast_context, prepare_run
 from benchmark.runs.reporting import format_summary

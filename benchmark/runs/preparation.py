@@ -15,6 +15,7 @@ from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.federation.features import FeatureCache, ViewFeatures
+from benchmark.federation.round_loop import RoundHooks
 from benchmark.federation.server import FederationPlan, Server
 from benchmark.federation.servers import server_class
 from benchmark.federation.servers.local import LocalServer
@@ -125,8 +126,11 @@ class PreparedRun:
         """What trains in which round under the run's federation kind (or under `server`)."""
         return (server or self.server).plan(self.partition.clients, self.schedule, self.config.batch_size)
 
-    def simulator(self, progress: bool = False, server: type[Server] | None = None, **hooks) -> FederatedSimulator:
-        """The in-process federation of the run's kind (or of `server`), over its plan."""
+    def simulator(
+        self, progress: bool = False, server: type[Server] | None = None, hooks: RoundHooks | None = None
+    ) -> FederatedSimulator:
+        """The in-process federation of the run's kind (or of `server`), over its plan; its
+        rounds tell `hooks` as they go."""
         server = server or self.server
         plan = self.plan(server)
         return FederatedSimulator(
@@ -142,7 +146,7 @@ class PreparedRun:
             server=server,
             epoch_steps=plan.epoch_steps,
             view_features=SHARED_VIEWS,
-            **hooks,
+            hooks=hooks,
         )
 
     def finetuner(self) -> FederatedSimulator:

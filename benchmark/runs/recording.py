@@ -6,10 +6,9 @@ from __future__ import annotations
 from benchmark.evaluation.client_metrics import evaluate_clients
 from benchmark.evaluation.metrics import extra_metrics, protocol_metrics, summarize
 from benchmark.evaluation.round_selection import RoundSelection
-from benchmark.federation.simulator import FederationResult, RoundLog
+from benchmark.federation.round_loop import FederationResult, PerClient, RoundHooks, RoundLog
 from benchmark.memory import PeakMemory
 from benchmark.method import State
-from benchmark.runs.engines import PerClient, RoundHooks
 from benchmark.runs.preparation import PreparedRun, autocast_context
 from benchmark.runs.results import ALL_CLIENTS, MetricRow
 
@@ -25,9 +24,18 @@ class RunRecord:
         self.evaluator = run.evaluator()  # one for every evaluated round: it memoizes by state
         self.selection = RoundSelection(run.config.select_round)
 
-    def hooks(self, eval_rounds: frozenset[int], on_snapshot=None) -> RoundHooks:
+    def hooks(self, eval_rounds: frozenset[int], on_checkpoint=None) -> RoundHooks:
+        """The run's hooks for an engine: its rounds' rows, its evaluated rounds (`eval_rounds`)
+        scored here or by the engine's clients, and `on_checkpoint` (the round loop's state
+        after every round: `checkpoints.RoundKeeper.on_checkpoint`, or None)."""
         return RoundHooks(
-            self.round_end, self.states, self.scores, eval_rounds, self.memory, self.progress, on_snapshot
+            on_round_end=self.round_end,
+            on_states=self.states,
+            on_scores=self.scores,
+            eval_rounds=eval_rounds,
+            memory=self.memory,
+            progress=self.progress,
+            on_checkpoint=on_checkpoint,
         )
 
     def round_end(self, log: RoundLog) -> None:

@@ -16,7 +16,7 @@ from benchmark.config import RunConfig
 from benchmark.errors import RunInterrupted
 from benchmark.evaluation.client_metrics import evaluation_rounds
 from benchmark.evaluation.round_selection import EvaluatedRound, check_round_selection
-from benchmark.federation.simulator import FederationResult
+from benchmark.federation.round_loop import FederationResult
 from benchmark.memory import PeakMemory
 from benchmark.method import state_bytes
 from benchmark.runs.checkpoints import RoundKeeper, resume_note
@@ -89,13 +89,13 @@ def _train_and_evaluate(
     # the authors' best round is chosen among every round: each is evaluated
     eval_rounds = evaluation_rounds(config.rounds, 1 if config.select_round != "final" else config.eval_every)
     with keeper.kept():
-        trained = engine.train(run, record.hooks(eval_rounds, keeper.on_snapshot if write else None), resume)
+        trained = engine.train(run, record.hooks(eval_rounds, keeper.on_checkpoint if write else None), resume)
     chosen = _score_final_round(record, trained, config.rounds)
     record.rounds_trained(config.rounds, trained.federation)
     short = classes_short_of_shots(config.shots, run.dataset.train.labels, run.partition)
     warn_of_setup(run, trained.federation, short)
     summary = run_summary(run, trained.federation, chosen, short)
-    resumed_after = resume.federation.next_round if resume is not None else None
+    resumed_after = resume.next_round if resume is not None else None
     timing = run_timing(started, resumed_after, account, record.memory)
     if write:
         _write_run_folder(run, run_dir, record, summary, timing, chosen, keeper)

@@ -13,7 +13,8 @@ from benchmark.errors import SetupWarning
 from benchmark.evaluation.metrics import extra_metrics, protocol_metrics
 from benchmark.evaluation.round_selection import EvaluatedRound
 from benchmark.evaluation.spread import client_spread, states_differ
-from benchmark.federation.simulator import FederationResult, describe_sampling
+from benchmark.federation.round_loop import FederationResult
+from benchmark.federation.simulator import describe_sampling
 from benchmark.memory import PeakMemory
 from benchmark.runs.identity import cell_hash
 from benchmark.runs.preparation import PreparedRun

@@ -11,10 +11,11 @@ import pytest
 import torch
 from conftest import method_config
 
+from benchmark.federation.client_batches import StreamBatches
 from benchmark.federation.loading import steps_per_epoch
 from benchmark.federation.servers.central import CentralServer, central_schedule, union_client
 from benchmark.federation.servers.fedavg import FedAvgServer
-from benchmark.federation.simulator import FederatedSimulator, StreamBatches
+from benchmark.federation.simulator import FederatedSimulator
 from benchmark.runs.preparation import prepare_run
 from benchmark.runs.runner import run_experiment
 

@@ -577,7 +577,7 @@ def test_augmented_training_gives_the_same_numbers_with_0_and_2_workers(fake_dat
 
 
 def test_augmentation_differs_between_epochs_and_clients_but_not_between_loads(fake_data_root):
-    from benchmark.federation.simulator import ClientTrainSet
+    from benchmark.federation.client_batches import ClientTrainSet
     from data.catalog import load_dataset
     from data.partition import ClientShard
     from data.transforms import clip_transforms
