@@ -146,6 +146,8 @@ def test_a_dataset_can_show_each_colour_in_a_shade_of_its_own():
 
 
 def test_a_dataset_can_draw_each_shape_in_a_proportion_of_its_own():
+    from data.toy.datasets import _shade_key
+
     factors = world.stretch_factors(0.3)
     assert torch.equal(world.stretch_factors(0.0), torch.ones(len(world.SHAPES)))
     assert torch.allclose(factors[0::2] * factors[1::2], torch.ones(len(world.SHAPES) // 2))  # area kept
