@@ -344,7 +344,7 @@ def families_markdown(rows: list[dict], head: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> str:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown report here")
     parser.add_argument("--test", action="store_true", help="the test suite's small toy CLIP")
@@ -374,6 +374,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument(
         "--tune-seeds", nargs="+", type=int, default=[101, 102], help="seeds of the lr choice (default: 101 102)"
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if set(args.tune_seeds) & set(args.seeds or load_preset(PRESET).seeds):
         parser.error("--tune-seeds must differ from --seeds: the lr is chosen on runs the report does not show")

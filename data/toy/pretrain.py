@@ -357,6 +357,28 @@ def train_model(recipe: Recipe, progress: bool = True):
         return _train(recipe, progress)
 
 
+def _optimizer(model, recipe: Recipe) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, norms, embeddings, the scale)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        small = p.ndim < 2 or "embedding" in name or "logit_scale" in name
+        (no_decay if small else decay).append(p)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.lr,
+        betas=(0.9, 0.98),
+        eps=1e-6,
+    )
+
+
+def _lr_at(recipe: Recipe, step: int) -> float:
+    """Linear warm-up, then a cosine down to 0 at the last step."""
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    t = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    return recipe.lr * 0.5 * (1 + math.cos(math.pi * t))
+
+
 def _train(recipe: Recipe, progress: bool):
     import open_clip
     from tqdm.auto import tqdm
@@ -367,23 +389,7 @@ def _train(recipe: Recipe, progress: bool):
     tokenizer = open_clip.get_tokenizer(recipe.model)
     mean = getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
     std = getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        small = p.ndim < 2 or "embedding" in name or "logit_scale" in name
-        (no_decay if small else decay).append(p)
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=recipe.lr,
-        betas=(0.9, 0.98),
-        eps=1e-6,
-    )
-
-    def lr_at(step: int) -> float:
-        if step < recipe.warmup:
-            return recipe.lr * (step + 1) / recipe.warmup
-        t = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
-        return recipe.lr * 0.5 * (1 + math.cos(math.pi * t))
-
+    opt = _optimizer(model, recipe)
     model.train()
     losses = []
     start = time.time()
@@ -405,7 +411,7 @@ def _train(recipe: Recipe, progress: bool):
         texts, mentioned = captions(attrs, g, recipe.mention_rates)
         match = multi_positive_targets(attrs, mentioned)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+            group["lr"] = _lr_at(recipe, step)
         img_f = model.encode_image(normalize_images(images, mean, std))
         txt_f = model.encode_text(tokenizer(texts))
         loss = contrastive_loss(img_f, txt_f, model.logit_scale.exp(), match)
