@@ -16,7 +16,8 @@ import pandas as pd
 from benchmark.files import atomic_figure
 from benchmark.runs.results import is_complete, read_metrics
 from benchmark.sweeps.presets import Cell
-from benchmark.sweeps.tables import AVERAGE, run_dir
+from benchmark.sweeps.table_stats import AVERAGE
+from benchmark.sweeps.tables import run_dir
 
 # Per-round rows of metrics.csv that are bookkeeping, not accuracy.
 NOT_ACCURACY = ("train_loss", "lr", "bytes_up", "bytes_down")

@@ -29,20 +29,10 @@ from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
 from benchmark.sweeps.scope import TableScope, table_scope
-from benchmark.sweeps.tables import (
-    client_spread_table,
-    collect,
-    differences,
-    failed_cells,
-    numerics_note,
-    paper_comparison,
-    rankings,
-    render,
-    render_spread,
-    run_dir,
-    seeds_note,
-    summarize,
-)
+from benchmark.sweeps.table_comparisons import differences, paper_comparison, rankings
+from benchmark.sweeps.table_render import render, render_spread, seeds_note
+from benchmark.sweeps.table_stats import summarize
+from benchmark.sweeps.tables import client_spread_table, collect, failed_cells, numerics_note, run_dir
 from data.base import DatasetError
 from data.catalog import resolve_data_root
 

@@ -394,7 +394,9 @@ def look(cells: list, margin: float):
     each row's finished seeds, and the deterministic rows."""
     from benchmark.protocol_registry import get_protocol
     from benchmark.sweeps import resolve
-    from benchmark.sweeps.tables import AVERAGE, collect, rankings
+    from benchmark.sweeps.table_comparisons import rankings
+    from benchmark.sweeps.table_stats import AVERAGE
+    from benchmark.sweeps.tables import collect
 
     long = collect(cells)
     headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}
