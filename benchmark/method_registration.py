@@ -19,12 +19,13 @@ from lightning import LightningModule
 
 from benchmark.config import ENTRY_POINT_GROUP, RunConfig
 from benchmark.hyperparameters import Hyperparameter, MethodError
-from benchmark.method import CONTRACT, UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method import Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method_contract import CONTRACT, UNCALLED_HOOKS
 from benchmark.plugins import Registry
 from benchmark.protocol_registry import option_owners
 
 # What a method may override and set, read from the contract's one declaration
-# (`benchmark.method.CONTRACT`: core, optional settings, capabilities); `fedbench methods
+# (`benchmark.method_contract.CONTRACT`: core, optional settings, capabilities); `fedbench methods
 # --describe`, `fedbench new-method` and the docs' contract table are built from it.
 HOOKS = tuple(m.name for m in CONTRACT if m.kind == "hook")
 CLASS_ATTRIBUTES = tuple(m.name for m in CONTRACT if m.kind == "attribute")

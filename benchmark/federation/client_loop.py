@@ -30,7 +30,7 @@ every method both ways):
   on_train_end, on_fit_end. A method overriding any other Lightning hook a Trainer's fit
   would call is refused when it is registered (`UNCALLED_HOOKS`), never silently skipped.
 
-All of this is the method contract's Lightning part (`benchmark.method.LIGHTNING`, shown by
+All of this is the method contract's Lightning part (`benchmark.method_contract.LIGHTNING`, shown by
 `fedbench methods --describe`); `tests/core/test_method.py` fails when a loop reads anything
 of a method that the contract does not declare.
 """
