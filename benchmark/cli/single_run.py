@@ -23,7 +23,7 @@ def toy_backbone_on_real_data(config) -> str:
     """A warning when one of the suite's small CLIPs (made for the toy world and the tests)
     runs on a real dataset: the default backbone is the toy CLIP, so forgetting --backbone
     would otherwise give numbers that look like a real run's."""
-    from benchmark.backbone import suite_backbones
+    from benchmark.backbone_weights import suite_backbones
     from data.catalog import dataset_info
 
     if config.backbone not in suite_backbones():
@@ -65,7 +65,7 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`).
     A cell whose finished run folder exists is not run again (as `fedbench reproduce`
     skips it): its table is printed from the folder; `force` runs it again."""
-    from benchmark.backbone import check_weights_reachable
+    from benchmark.backbone_weights import check_weights_reachable
     from benchmark.errors import UserError
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock

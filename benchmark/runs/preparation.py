@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
+from benchmark.backbone import Backbone, load_backbone
+from benchmark.backbone_weights import check_weights_reachable
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.federation.features import FeatureCache, ViewFeatures

@@ -164,7 +164,7 @@ def subset_flags(args, cells: list, every_cell: list | None) -> list[str]:
 def unreachable_weights(cells: list) -> dict[tuple, str]:
     """(backbone, weights) of `cells` whose weights are neither on this machine nor downloadable
     now (HF_HUB_OFFLINE, or the host does not answer: `check_weights_reachable`) -> why."""
-    from benchmark.backbone import BackboneError, check_weights_reachable
+    from benchmark.backbone_weights import BackboneError, check_weights_reachable
 
     unreachable = {}
     for pair in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in cells):
@@ -295,7 +295,7 @@ def dry_run(plan, args) -> int:
 def prepare_cells(plan, selection: Selection, args):
     """Check the cells to run can start, build their weights and data; the plan again when
     something was built (a cell is named by the bytes of its weights and split files)."""
-    from benchmark.backbone import check_weights_reachable
+    from benchmark.backbone_weights import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.identity import prepare_data, prepare_weights
 

@@ -208,7 +208,7 @@ def check_before_tuning(plan) -> None:
     """What `fedbench reproduce` checks before its first cell, for every trial's cells: the
     method, its hyperparameters, the protocol and the backbone (`validate_run`), the data and
     the weights, each a user error (exit 2) naming what is missing and how to get it."""
-    from benchmark.backbone import check_weights_reachable
+    from benchmark.backbone_weights import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.prechecks import validate_run
     from benchmark.sweeps.sweep import missing_datasets
