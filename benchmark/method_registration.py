@@ -19,12 +19,13 @@ from lightning import LightningModule
 
 from benchmark.config import ENTRY_POINT_GROUP, RunConfig
 from benchmark.hyperparameters import Hyperparameter, MethodError
-from benchmark.method import CONTRACT, UNCALLED_HOOKS, Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method import Choice, FederatedMethod, LogUniform, Range, Uniform
+from benchmark.method_contract import CONTRACT, UNCALLED_HOOKS
 from benchmark.plugins import Registry
 from benchmark.protocol_registry import option_owners
 
 # What a method may override and set, read from the contract's one declaration
-# (`benchmark.method.CONTRACT`: core, optional settings, capabilities); `fedbench methods
+# (`benchmark.method_contract.CONTRACT`: core, optional settings, capabilities); `fedbench methods
 # --describe`, `fedbench new-method` and the docs' contract table are built from it.
 HOOKS = tuple(m.name for m in CONTRACT if m.kind == "hook")
 CLASS_ATTRIBUTES = tuple(m.name for m in CONTRACT if m.kind == "attribute")
@@ -137,6 +138,13 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
             f"(--{clashes[0].replace('_', '-')}); rename it, e.g. {clashes[0]!r} -> '{name}_{clashes[0]}'"
         )
     defaults = {h.name: h.default for h in hyperparameters(cls, name)}
+    _check_tunable(cls, name, defaults)
+    _check_ranges(cls, name, defaults)
+
+
+def _check_tunable(cls: type[FederatedMethod], name: str, defaults: dict) -> None:
+    """`tunable`: hyperparameters of the method, each a search space whose range holds its
+    default and lies within its `ranges`."""
     for key, space in dict(cls.tunable).items():
         if key not in defaults:
             raise MethodError(
@@ -159,6 +167,10 @@ def check_method_class(cls: type[FederatedMethod], name: str) -> None:
                 f"method {name!r}: tunable[{key!r}] {space} reaches outside the values {key} may take ({bounds}); "
                 "narrow the search range"
             )
+
+
+def _check_ranges(cls: type[FederatedMethod], name: str, defaults: dict) -> None:
+    """`ranges`: numeric hyperparameters of the method, each a valid `Range` that holds its default."""
     kinds = {h.name: h for h in hyperparameters(cls, name)}
     for key, bounds in dict(cls.ranges).items():
         if key not in kinds:

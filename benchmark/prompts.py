@@ -17,7 +17,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from benchmark.backbone import Backbone, BackboneError, BlockWrapper, BlockWrappers
+from benchmark.backbone import Backbone, BlockWrapper, BlockWrappers
+from benchmark.backbone_weights import BackboneError
 
 
 @dataclass(frozen=True)

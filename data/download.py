@@ -118,6 +118,20 @@ def manual_steps(name: str, root: Path) -> list[str]:
     """The steps a user must do by hand to complete dataset `name` under `root`."""
     info = dataset_info(name)
     folder = info.path(Path(root))
+    steps = [
+        *_archive_steps(name, folder),
+        *_domain_steps(name, root, folder),
+        *_split_file_steps(name, folder),
+        *_fedbn_steps(name, root, folder),
+    ]
+    if not steps and name not in TORCHVISION:  # a dataset the suite knows no steps for (a plugin's): its own word
+        steps.append(f"{info.how_to_get} Expected layout: {info.layout} (under {folder}).")
+    return steps
+
+
+def _archive_steps(name: str, folder: Path) -> list[str]:
+    """Steps of the datasets whose images come as archives to fetch by hand (UCF101's mid-frames,
+    Stanford Cars, ImageNet and its variants)."""
     steps: list[str] = []
     if name == "ucf101":
         steps.append(
@@ -151,6 +165,13 @@ def manual_steps(name: str, root: Path) -> list[str]:
             "Download ImageNet-Sketch.zip (links at https://github.com/HaohanWang/ImageNet-Sketch), extract it into "
             f"{folder}/ and rename its folder 'sketch' to 'images', giving {folder}/images/<wnid>/."
         )
+    return steps
+
+
+def _domain_steps(name: str, root: Path, folder: Path) -> list[str]:
+    """Steps of the multi-domain datasets DomainBed fetches (PACS, Office-Home, VLCS,
+    TerraIncognita, DomainNet), and where their splits come from."""
+    steps: list[str] = []
     if name == "pacs":
         steps.append(
             "Download PACS.zip from https://drive.google.com/uc?id=1JFr8f805nMUelQWWmfnJR3y4_SYoN5Pd (the copy "
@@ -192,6 +213,12 @@ def manual_steps(name: str, root: Path) -> list[str]:
             "makes one on its first load (seeded, 50/20/30 % train/val/test per class) and writes it into "
             f"{folder}/ (the folder must be writable)."
         )
+    return steps
+
+
+def _split_file_steps(name: str, folder: Path) -> list[str]:
+    """Steps for the files beside the images: CoOp's split file (Zhou et al.), Flowers' class names."""
+    steps: list[str] = []
     if name in SPLIT_ZHOU_LINKS:
         from data.loaders.coop import COOP_DATASETS
 
@@ -205,6 +232,12 @@ def manual_steps(name: str, root: Path) -> list[str]:
             f"Optional: download cat_to_name.json from {FLOWERS_CAT_TO_NAME} into {folder}/ "
             "(class names are read from the split file)."
         )
+    return steps
+
+
+def _fedbn_steps(name: str, root: Path, folder: Path) -> list[str]:
+    """Steps of the datasets in FedBN's splits (its DomainNet subset, Office-Caltech-10)."""
+    steps: list[str] = []
     if name == "domainnet":
         steps.append(
             f"Download FedBN's DomainNet split (domainnet_dataset.zip) from {FEDBN_DOMAINNET_SPLIT} into "
@@ -218,8 +251,6 @@ def manual_steps(name: str, root: Path) -> list[str]:
             f"there, giving {folder}/<domain>/<class>/* and {folder}/<domain>_{{train,test}}.pkl "
             "for amazon, caltech, dslr, webcam."
         )
-    if not steps and name not in TORCHVISION:  # a dataset the suite knows no steps for (a plugin's): its own word
-        steps.append(f"{info.how_to_get} Expected layout: {info.layout} (under {folder}).")
     return steps
 
 

@@ -297,8 +297,6 @@ def table1_flops() -> tuple[float | None, dict[str, float]]:
 
 
 def render(report: Report) -> str:
-    from benchmark.sweeps.gpu_rate import rate_comment
-
     lines = [
         "# GPU timings",
         "",
@@ -312,6 +310,19 @@ def render(report: Report) -> str:
         "| framework + configure_optimizers | training TFLOP/s | GPU share |",
         "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
+    lines += _client_round_rows(report)
+    lines += _rate_section(report)
+    lines += _evaluation_section(report)
+    lines += _training_section(report)
+    lines += _compiled_section(report)
+    lines += _projection_section(report)
+    lines += [""] + [f"- {note}" for note in report.notes]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _client_round_rows(report: Report) -> list[str]:
+    """The rows of the client-round table: one per method and shape."""
+    lines = []
     for t in report.timings:
         if not t.trains:
             lines.append(f"| {t.method} | {t.classes} | – | {t.precision} | trains nothing | – | – | – | – | – |")
@@ -322,8 +333,15 @@ def render(report: Report) -> str:
             f"{t.model_ms:.0f} ms | {t.data_ms:.0f} ms | {t.rest_ms:.0f} ms "
             f"({100 * t.rest_ms / t.total_ms:.0f} %) | {t.tflops:.1f} | {share} |"
         )
+    return lines
+
+
+def _rate_section(report: Report) -> list[str]:
+    """The training rate over the timed client-rounds, and Table 1's GPU-hours at it."""
+    from benchmark.sweeps.gpu_rate import rate_comment
+
     rate = report.rate_tflops
-    lines += ["", "## Table 1 on this GPU", ""]
+    lines = ["", "## Table 1 on this GPU", ""]
     if rate is None:
         lines.append("No method trained: no rate measured.")
     else:
@@ -340,83 +358,103 @@ def render(report: Report) -> str:
                 "The dry run's GPU-hour line uses this rate from now on."
             )
         lines += ["", rate_comment(rate, report.device_name, report.date)]
-    if report.evaluation:
-        lines += [
-            "",
-            f"## Evaluation of {report.evaluation[0]['clients']} clients, batched and one by one",
-            "",
-            "| method | test images | batched | one by one | one by one / batched | largest metric difference |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for w in report.evaluation:
-            lines.append(
-                f"| {w['name']} | {w['images']} | {w['batched']:.2f} s | {w['sequential']:.2f} s | "
-                f"{w['sequential'] / w['batched']:.2f}x | {w['apart']:.2f} |"
-            )
-    if report.training:
-        lines += [
-            "",
-            "## Training of a round's clients, 2 rounds, batched and one by one",
-            "",
-            "| method | batched | one by one | one by one / batched | largest metric difference |",
-            "|---|---:|---:|---:|---:|",
-        ]
-        for t in report.training:
-            ratio = f"{t['sequential'] / t['batched']:.2f}x" if t["together"] else f"one by one ({t['reason']})"
-            lines.append(
-                f"| {t['name']} | {t['batched']:.2f} s | {t['sequential']:.2f} s | {ratio} | {t['apart']:.2f} |"
-            )
-    if report.compiled:
-        lines += [
-            "",
-            "## Eager (the default path), compiled blocks (`--compile-blocks true`) and batched clients "
-            "(`--batched-training true`), first shape",
-            "",
-            "| method | eager | compiled blocks | eager / compiled | batched clients | model steps, eager "
-            "| model steps, compiled | data loading, eager |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|",
-        ]
-        for eager, fused, together in report.compiled:
-            batched = f"{together.total_ms:.0f} ms" if together is not None else "– (no batched training)"
-            lines.append(
-                f"| {eager.method} | {eager.total_ms:.0f} ms | {fused.total_ms:.0f} ms | "
-                f"{eager.total_ms / fused.total_ms:.2f}x | {batched} | {eager.model_ms:.0f} ms | "
-                f"{fused.model_ms:.0f} ms | {eager.data_ms:.0f} ms ({100 * eager.data_ms / eager.total_ms:.0f} %) |"
-            )
-    if report.method_flops:
-        lines += [
-            "",
-            "## Table 1 per method, projected from this GPU's rate at the first shape",
-            "",
-            "GPU-hours on this GPU (H200-hours where it is an H200): the method's share of the dry run's "
-            "estimate over its rate (training FLOPs / time of its timed client-rounds) on the default path, "
-            "the fastest path timed above, and the precision it ran in.",
-            "",
-            "| method | precision | Table 1 FLOPs | rate, eager | GPU-hours, eager | GPU-hours, fastest path |",
-            "|---|---|---:|---:|---:|---:|",
-        ]
-        first = report.timings[0].classes if report.timings else None
-        faster = {
-            e.method: min((t for t in (e, f, b) if t is not None), key=lambda t: t.total_ms)
-            for e, f, b in report.compiled
-        }
-        total = {"eager": 0.0, "fastest": 0.0}
-        for t in report.timings:
-            if t.classes != first or not t.trains or t.method not in report.method_flops:
-                continue
-            flops = report.method_flops[t.method]
-            best = faster.get(t.method, t)
-            eager_hours = flops / (t.train_flops / t.seconds) / 3600 if t.train_flops else float("nan")
-            best_hours = eager_hours * best.total_ms / t.total_ms
-            total["eager"] += eager_hours
-            total["fastest"] += best_hours
-            lines.append(
-                f"| {t.method} | {t.precision} | {flops / 1e15:,.0f} PFLOP | {t.tflops:.1f} TFLOP/s | "
-                f"{eager_hours:.2f} | {best_hours:.2f} |"
-            )
-        lines.append(f"| all | | | | **{total['eager']:.2f}** | **{total['fastest']:.2f}** |")
-    lines += [""] + [f"- {note}" for note in report.notes]
-    return "\n".join(lines).rstrip() + "\n"
+    return lines
+
+
+def _evaluation_section(report: Report) -> list[str]:
+    """Batched evaluation against one client at a time."""
+    if not report.evaluation:
+        return []
+    lines = [
+        "",
+        f"## Evaluation of {report.evaluation[0]['clients']} clients, batched and one by one",
+        "",
+        "| method | test images | batched | one by one | one by one / batched | largest metric difference |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for w in report.evaluation:
+        lines.append(
+            f"| {w['name']} | {w['images']} | {w['batched']:.2f} s | {w['sequential']:.2f} s | "
+            f"{w['sequential'] / w['batched']:.2f}x | {w['apart']:.2f} |"
+        )
+    return lines
+
+
+def _training_section(report: Report) -> list[str]:
+    """Batched training against one client at a time."""
+    if not report.training:
+        return []
+    lines = [
+        "",
+        "## Training of a round's clients, 2 rounds, batched and one by one",
+        "",
+        "| method | batched | one by one | one by one / batched | largest metric difference |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for t in report.training:
+        ratio = f"{t['sequential'] / t['batched']:.2f}x" if t["together"] else f"one by one ({t['reason']})"
+        lines.append(f"| {t['name']} | {t['batched']:.2f} s | {t['sequential']:.2f} s | {ratio} | {t['apart']:.2f} |")
+    return lines
+
+
+def _compiled_section(report: Report) -> list[str]:
+    """Eager, compiled blocks and batched clients at the first shape."""
+    if not report.compiled:
+        return []
+    lines = [
+        "",
+        "## Eager (the default path), compiled blocks (`--compile-blocks true`) and batched clients "
+        "(`--batched-training true`), first shape",
+        "",
+        "| method | eager | compiled blocks | eager / compiled | batched clients | model steps, eager "
+        "| model steps, compiled | data loading, eager |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for eager, fused, together in report.compiled:
+        batched = f"{together.total_ms:.0f} ms" if together is not None else "– (no batched training)"
+        lines.append(
+            f"| {eager.method} | {eager.total_ms:.0f} ms | {fused.total_ms:.0f} ms | "
+            f"{eager.total_ms / fused.total_ms:.2f}x | {batched} | {eager.model_ms:.0f} ms | "
+            f"{fused.model_ms:.0f} ms | {eager.data_ms:.0f} ms ({100 * eager.data_ms / eager.total_ms:.0f} %) |"
+        )
+    return lines
+
+
+def _projection_section(report: Report) -> list[str]:
+    """Table 1's GPU-hours per method, projected from the rate at the first shape."""
+    if not report.method_flops:
+        return []
+    lines = [
+        "",
+        "## Table 1 per method, projected from this GPU's rate at the first shape",
+        "",
+        "GPU-hours on this GPU (H200-hours where it is an H200): the method's share of the dry run's "
+        "estimate over its rate (training FLOPs / time of its timed client-rounds) on the default path, "
+        "the fastest path timed above, and the precision it ran in.",
+        "",
+        "| method | precision | Table 1 FLOPs | rate, eager | GPU-hours, eager | GPU-hours, fastest path |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    first = report.timings[0].classes if report.timings else None
+    faster = {
+        e.method: min((t for t in (e, f, b) if t is not None), key=lambda t: t.total_ms) for e, f, b in report.compiled
+    }
+    total = {"eager": 0.0, "fastest": 0.0}
+    for t in report.timings:
+        if t.classes != first or not t.trains or t.method not in report.method_flops:
+            continue
+        flops = report.method_flops[t.method]
+        best = faster.get(t.method, t)
+        eager_hours = flops / (t.train_flops / t.seconds) / 3600 if t.train_flops else float("nan")
+        best_hours = eager_hours * best.total_ms / t.total_ms
+        total["eager"] += eager_hours
+        total["fastest"] += best_hours
+        lines.append(
+            f"| {t.method} | {t.precision} | {flops / 1e15:,.0f} PFLOP | {t.tflops:.1f} TFLOP/s | "
+            f"{eager_hours:.2f} | {best_hours:.2f} |"
+        )
+    lines.append(f"| all | | | | **{total['eager']:.2f}** | **{total['fastest']:.2f}** |")
+    return lines
 
 
 def _timers(report: Report) -> str:
@@ -439,27 +477,7 @@ def environment(device: str) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "results" / "gpu.md", help="the report (default results/gpu.md)"
-    )
-    parser.add_argument("--device", default="cuda", help="cuda (default) | cpu (a check of this script only)")
-    parser.add_argument("--backbone", default="ViT-B-16", help="open_clip model (default ViT-B-16, random weights)")
-    parser.add_argument(
-        "--shapes",
-        default=",".join(map(str, DEFAULT_SHAPES)),
-        help=f"classes of each generated dataset (default DTD's {DEFAULT_SHAPES[0]}; Table 1's range: 47,100,397)",
-    )
-    parser.add_argument("--image-side", type=int, default=IMAGE_SIDE, help="side of the generated images in px")
-    parser.add_argument("--methods", default="", help="comma-separated methods (default: every Table 1 method)")
-    parser.add_argument("--clients", type=int, default=TABLE1_CLIENTS)
-    parser.add_argument("--no-batched", action="store_true", help="skip the batched evaluation and training sections")
-    parser.add_argument(
-        "--no-compiled",
-        action="store_true",
-        help="skip the methods with compiled blocks (--compile-blocks) and with batched clients (--batched-training)",
-    )
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
 
     import torch
 
@@ -492,34 +510,9 @@ def main(argv: list[str] | None = None) -> int:
             report.timings.append(timing)
             print(f"  {name} at {classes} classes: {timing.total_ms:.0f} ms per client-round ({timing.precision})")
     if not args.no_batched:
-        from benchmark.sweeps.timings import time_batched_evaluation, time_batched_training
-
-        root = scratch / f"c{SHAPES[0]}"
-        if not root.exists():
-            describable_textures(root, classes=SHAPES[0], train=16, test=4, side=args.image_side)
-        base = run_base(root, args.device, args.backbone, args.clients)  # Table 1's clients, augmentation on
-        for key in ("rounds", "local_epochs", "num_workers", "checkpoint_every", "wandb", "batch_size", "eval_every"):
-            base.pop(key)
-        runs = [(m, m, {}) for m in ("pfedmma", "promptfl", "lora") if m in names]
-        report.evaluation = time_batched_evaluation(base, runs)
-        report.training = time_batched_training({**base, "rounds": 2, "batch_size": 32}, runs, repeats=1)
+        _time_batched(args, report, scratch, names)
     if not args.no_compiled:
-        from benchmark.registry import get_method
-
-        # round 1 compiles every block at its shapes; round 2, the one timed, runs them
-        base = run_base(scratch / f"c{shapes[0]}", args.device, args.backbone, args.clients)
-        for eager in [t for t in report.timings if t.classes == shapes[0] and t.trains]:
-            name = eager.method
-            fused = time_method(name, shapes[0], {**base, "compile_blocks": True})
-            together = None
-            if get_method(name).batched_training:  # the probe may still refuse: the run then warns why
-                together = time_method(name, shapes[0], {**base, "batched_training": True})
-            report.compiled.append((eager, fused, together))
-            print(
-                f"  {name}: eager {eager.total_ms:.0f} ms, compiled blocks {fused.total_ms:.0f} ms"
-                + (f", batched clients {together.total_ms:.0f} ms" if together else "")
-                + " per client-round"
-            )
+        _time_compiled(args, report, scratch, shapes)
     report.table1_flops, report.method_flops = table1_flops()
     report.notes.append(
         "Model steps include the first step of each kind, which is FLOP-counted and slower; a GPU runs steps "
@@ -529,6 +522,65 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(render(report))
     print(f"gpu_check: wrote {args.out}")
     return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "results" / "gpu.md", help="the report (default results/gpu.md)"
+    )
+    parser.add_argument("--device", default="cuda", help="cuda (default) | cpu (a check of this script only)")
+    parser.add_argument("--backbone", default="ViT-B-16", help="open_clip model (default ViT-B-16, random weights)")
+    parser.add_argument(
+        "--shapes",
+        default=",".join(map(str, DEFAULT_SHAPES)),
+        help=f"classes of each generated dataset (default DTD's {DEFAULT_SHAPES[0]}; Table 1's range: 47,100,397)",
+    )
+    parser.add_argument("--image-side", type=int, default=IMAGE_SIDE, help="side of the generated images in px")
+    parser.add_argument("--methods", default="", help="comma-separated methods (default: every Table 1 method)")
+    parser.add_argument("--clients", type=int, default=TABLE1_CLIENTS)
+    parser.add_argument("--no-batched", action="store_true", help="skip the batched evaluation and training sections")
+    parser.add_argument(
+        "--no-compiled",
+        action="store_true",
+        help="skip the methods with compiled blocks (--compile-blocks) and with batched clients (--batched-training)",
+    )
+    return parser
+
+
+def _time_batched(args, report: Report, scratch: Path, names: list[str]) -> None:
+    """Batched evaluation and training against one client at a time, at Table 1's first shape."""
+    from benchmark.sweeps.timings import describable_textures, time_batched_evaluation, time_batched_training
+
+    root = scratch / f"c{SHAPES[0]}"
+    if not root.exists():
+        describable_textures(root, classes=SHAPES[0], train=16, test=4, side=args.image_side)
+    base = run_base(root, args.device, args.backbone, args.clients)  # Table 1's clients, augmentation on
+    for key in ("rounds", "local_epochs", "num_workers", "checkpoint_every", "wandb", "batch_size", "eval_every"):
+        base.pop(key)
+    runs = [(m, m, {}) for m in ("pfedmma", "promptfl", "lora") if m in names]
+    report.evaluation = time_batched_evaluation(base, runs)
+    report.training = time_batched_training({**base, "rounds": 2, "batch_size": 32}, runs, repeats=1)
+
+
+def _time_compiled(args, report: Report, scratch: Path, shapes: list[int]) -> None:
+    """Every method that trains, at the first shape, with compiled blocks and with batched clients."""
+    from benchmark.registry import get_method
+
+    # round 1 compiles every block at its shapes; round 2, the one timed, runs them
+    base = run_base(scratch / f"c{shapes[0]}", args.device, args.backbone, args.clients)
+    for eager in [t for t in report.timings if t.classes == shapes[0] and t.trains]:
+        name = eager.method
+        fused = time_method(name, shapes[0], {**base, "compile_blocks": True})
+        together = None
+        if get_method(name).batched_training:  # the probe may still refuse: the run then warns why
+            together = time_method(name, shapes[0], {**base, "batched_training": True})
+        report.compiled.append((eager, fused, together))
+        print(
+            f"  {name}: eager {eager.total_ms:.0f} ms, compiled blocks {fused.total_ms:.0f} ms"
+            + (f", batched clients {together.total_ms:.0f} ms" if together else "")
+            + " per client-round"
+        )
 
 
 if __name__ == "__main__":

@@ -206,7 +206,7 @@ def main() -> None:
     parser.add_argument("--no-vit-b16", action="store_true", help="skip part 3")
     args = parser.parse_args()
     import data.toy  # noqa: F401  (registers the toy CLIP's weights)
-    from benchmark.backbone import PRETRAINED_CACHED
+    from benchmark.backbone_weights import PRETRAINED_CACHED
 
     preset = load_preset("toy")
     variants = {v.method: dict(v.method_args) for v in preset.methods}

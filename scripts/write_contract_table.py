@@ -1,6 +1,6 @@
 """Write the method contract's table into docs/writing-a-method.md (between its
 `<!-- BEGIN contract table -->` and `<!-- END contract table -->` lines) from the one
-declaration of the contract, `benchmark.method.CORE` / `OPTIONAL` / `CAPABILITIES`. Run it
+declaration of the contract, `benchmark.method_contract.CORE` / `OPTIONAL` / `CAPABILITIES`. Run it
 after changing that declaration; `tests/core/test_method.py` fails until you do.
 Usage: python scripts/write_contract_table.py"""
 

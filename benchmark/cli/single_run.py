@@ -23,7 +23,7 @@ def toy_backbone_on_real_data(config) -> str:
     """A warning when one of the suite's small CLIPs (made for the toy world and the tests)
     runs on a real dataset: the default backbone is the toy CLIP, so forgetting --backbone
     would otherwise give numbers that look like a real run's."""
-    from benchmark.backbone import suite_backbones
+    from benchmark.backbone_weights import suite_backbones
     from data.catalog import dataset_info
 
     if config.backbone not in suite_backbones():
@@ -65,36 +65,15 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     `engine`: None for the in-process simulator, or another one (`benchmark.runs.flower`).
     A cell whose finished run folder exists is not run again (as `fedbench reproduce`
     skips it): its table is printed from the folder; `force` runs it again."""
-    from benchmark.backbone import check_weights_reachable
     from benchmark.errors import UserError
     from benchmark.runs.identity import prepare_data, prepare_weights, run_name
     from benchmark.runs.locks import cell_lock
-    from benchmark.runs.prechecks import check_device, validate_run
-    from benchmark.runs.readiness import fit_shots_to_data
     from benchmark.runs.reporting import config_label, format_summary
-    from benchmark.runs.results import (
-        check_output_location,
-        is_complete,
-        read_summary,
-        read_timing,
-        record_failure,
-    )
+    from benchmark.runs.results import is_complete, read_summary, read_timing, record_failure
     from benchmark.runs.runner import run_experiment
     from benchmark.runs.tracking import Tracker
 
-    notes = validate_run(config)  # before W&B starts or a backbone is built
-    check_device(config.device)  # this machine runs it
-    check_weights_reachable(config.backbone, config.pretrained)  # offline: say how to pass a file, now
-    check_output_location(Path(config.out))
-    # Named by the shots its data give, not those asked for (a load writes DomainBed's splits,
-    # as prepare_data would: after the output check, so a refused run writes nothing).
-    config, data_notes = fit_shots_to_data(config)
-    print(run_header(config, tags[0]))
-    warning = toy_backbone_on_real_data(config)
-    for line in ([warning] if warning else []) + data_notes:
-        print(f"fedbench: warning: {line}", file=sys.stderr)
-    for note in notes:
-        print(f"note: {note}")
+    config = _checked_and_announced(config, tags[0])
     prepare_weights(config.pretrained)  # the run's name (lock, W&B) hashes the weights it loads
     prepare_data(config)  # and the split files it reads
     run_dir = Path(config.out) / run_name(config)
@@ -121,3 +100,27 @@ def run_config(config, tags: tuple[str, ...], engine=None, force: bool = False) 
     print(format_summary(result.summary, result.timing, config_label(config)))
     print(f"run folder: {result.run_dir}")
     return 0
+
+
+def _checked_and_announced(config, tag: str):
+    """`config` checked on this machine before W&B starts or a backbone is built, with the
+    shots its data give; its header, warnings and notes printed."""
+    from benchmark.backbone_weights import check_weights_reachable
+    from benchmark.runs.prechecks import check_device, validate_run
+    from benchmark.runs.readiness import fit_shots_to_data
+    from benchmark.runs.results import check_output_location
+
+    notes = validate_run(config)  # before W&B starts or a backbone is built
+    check_device(config.device)  # this machine runs it
+    check_weights_reachable(config.backbone, config.pretrained)  # offline: say how to pass a file, now
+    check_output_location(Path(config.out))
+    # Named by the shots its data give, not those asked for (a load writes DomainBed's splits,
+    # as prepare_data would: after the output check, so a refused run writes nothing).
+    config, data_notes = fit_shots_to_data(config)
+    print(run_header(config, tag))
+    warning = toy_backbone_on_real_data(config)
+    for line in ([warning] if warning else []) + data_notes:
+        print(f"fedbench: warning: {line}", file=sys.stderr)
+    for note in notes:
+        print(f"note: {note}")
+    return config

@@ -30,7 +30,7 @@ every method both ways):
   on_train_end, on_fit_end. A method overriding any other Lightning hook a Trainer's fit
   would call is refused when it is registered (`UNCALLED_HOOKS`), never silently skipped.
 
-All of this is the method contract's Lightning part (`benchmark.method.LIGHTNING`, shown by
+All of this is the method contract's Lightning part (`benchmark.method_contract.LIGHTNING`, shown by
 `fedbench methods --describe`); `tests/core/test_method.py` fails when a loop reads anything
 of a method that the contract does not declare.
 """
@@ -201,62 +201,76 @@ class ClientLoop:
                 f"{type(module).__name__}.configure_optimizers returned {len(optimizers)} optimizers; automatic "
                 "optimization takes one (set automatic_optimization = False to step several yourself)"
             )
-        num_batches = fabric.num_training_batches
         seconds = data_seconds = 0.0
         module.on_fit_start()
         module.on_train_start()
         for epoch in range(epochs):
-            fabric.current_epoch = epoch
-            sampler = getattr(batches, "sampler", None)
-            if hasattr(sampler, "set_epoch"):
-                sampler.set_epoch(epoch)
-            fabric._sums = {}
-            losses: list[tuple[torch.Tensor, int, float | None]] = []
-            module.on_train_epoch_start()
-            try:
-                batch_iterator, batch_idx = iter(batches), -1
-                while True:
-                    start = time.perf_counter()
-                    batch = next(batch_iterator, None)
-                    data_seconds += time.perf_counter() - start
-                    if batch is None:
-                        break
-                    batch_idx += 1
-                    batch = to_device(batch, fabric.device)
-                    fabric.batch_images = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
-                    # Lightning: -1 skips this batch and the rest of the epoch, whose schedulers
-                    # still step as after the epoch's last batch.
-                    skip = module.on_train_batch_start(batch, batch_idx) == -1
-                    if not skip:
-                        if optimizers:
-                            step_lrs.append(float(optimizers[0].param_groups[0]["lr"]))
-                        start = time.perf_counter()
-                        with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
-                            if automatic:
-                                output = self._step(module, optimizers[0], batch, batch_idx)
-                            else:
-                                output = _manual_output(module, self._training_step(module, batch, batch_idx))
-                        seconds += time.perf_counter() - start
-                    step_schedulers(module, schedulers, "step", batch_idx)
-                    if skip or batch_idx == num_batches - 1:
-                        step_schedulers(module, schedulers, "epoch", epoch)
-                    if skip:
-                        break
-                    loss = output.get("loss")
-                    if isinstance(loss, torch.Tensor):  # checked once per epoch: no device sync per step
-                        lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
-                        losses.append((loss, fabric.global_step, lr))
-                    module.on_train_batch_end(output, batch, batch_idx)
-            except Exception as failure:
-                self.check_losses(losses, failure)
-                raise
-            self.check_losses(losses)
-            module.on_train_epoch_end()
+            step_seconds, wait_seconds = self._epoch(
+                module, batches, epoch, optimizers, schedulers, automatic, counter, step_lrs
+            )
+            seconds, data_seconds = seconds + step_seconds, data_seconds + wait_seconds
         module.on_train_end()
         module.on_fit_end()
         return ClientRoundTraining(
             fabric.epoch_mean("train_loss"), seconds, data_seconds, optimizer_seconds, round_lr(step_lrs)
         )
+
+    def _epoch(
+        self, module, batches, epoch, optimizers, schedulers, automatic, counter, step_lrs
+    ) -> tuple[float, float]:
+        """One local epoch of a client-round: its steps, the Lightning hooks around them and its
+        losses checked finite once at its end. Appends each step's lr to `step_lrs`; returns the
+        seconds spent in the steps and waiting for batches."""
+        fabric = self.fabric
+        num_batches = fabric.num_training_batches
+        seconds = data_seconds = 0.0
+        fabric.current_epoch = epoch
+        sampler = getattr(batches, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        fabric._sums = {}
+        losses: list[tuple[torch.Tensor, int, float | None]] = []
+        module.on_train_epoch_start()
+        try:
+            batch_iterator, batch_idx = iter(batches), -1
+            while True:
+                start = time.perf_counter()
+                batch = next(batch_iterator, None)
+                data_seconds += time.perf_counter() - start
+                if batch is None:
+                    break
+                batch_idx += 1
+                batch = to_device(batch, fabric.device)
+                fabric.batch_images = len(batch[-1]) if isinstance(batch, (tuple, list)) else len(batch)
+                # Lightning: -1 skips this batch and the rest of the epoch, whose schedulers
+                # still step as after the epoch's last batch.
+                skip = module.on_train_batch_start(batch, batch_idx) == -1
+                if not skip:
+                    if optimizers:
+                        step_lrs.append(float(optimizers[0].param_groups[0]["lr"]))
+                    start = time.perf_counter()
+                    with counter.step(module, batch, first=epoch == 0 and batch_idx == 0):
+                        if automatic:
+                            output = self._step(module, optimizers[0], batch, batch_idx)
+                        else:
+                            output = _manual_output(module, self._training_step(module, batch, batch_idx))
+                    seconds += time.perf_counter() - start
+                step_schedulers(module, schedulers, "step", batch_idx)
+                if skip or batch_idx == num_batches - 1:
+                    step_schedulers(module, schedulers, "epoch", epoch)
+                if skip:
+                    break
+                loss = output.get("loss")
+                if isinstance(loss, torch.Tensor):  # checked once per epoch: no device sync per step
+                    lr = optimizers[0].param_groups[0]["lr"] if optimizers else None
+                    losses.append((loss, fabric.global_step, lr))
+                module.on_train_batch_end(output, batch, batch_idx)
+        except Exception as failure:
+            self.check_losses(losses, failure)
+            raise
+        self.check_losses(losses)
+        module.on_train_epoch_end()
+        return seconds, data_seconds
 
     @staticmethod
     def check_losses(losses, failure: Exception | None = None) -> None:

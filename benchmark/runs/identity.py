@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
-from benchmark.backbone import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
+from benchmark.backbone_weights import CONFIG_DIR, PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS
 from benchmark.config import IDENTITY_KEY, RunConfig
 from benchmark.federation.servers import federation_label
 from benchmark.files import atomic_write, cache_root

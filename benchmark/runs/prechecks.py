@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import data.toy  # noqa: F401  (registers the toy CLIP's weights and their identity)
-from benchmark.backbone import check_backbone
+from benchmark.backbone_weights import check_backbone
 from benchmark.config import ConfigError
 from benchmark.protocol_registry import get_protocol
 from benchmark.registry import check_method_args, fit_method_args_to

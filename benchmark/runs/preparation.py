@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from benchmark.backbone import Backbone, check_weights_reachable, load_backbone
+from benchmark.backbone import Backbone, load_backbone
+from benchmark.backbone_weights import check_weights_reachable
 from benchmark.config import ConfigError, RunConfig
 from benchmark.evaluation.accuracy import Evaluator
 from benchmark.federation.features import FeatureCache, ViewFeatures
@@ -172,24 +173,10 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     as the caller runs everything); `train_features` False skips caching the training
     images' frozen features (a Flower server trains nothing)."""
     SHARED_FEATURES.progress = progress
-    validate_run(config)  # before any backbone is built or pretrained
-    protocol = get_protocol(config.protocol)
-    protocol.check(config)
-    check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
-    check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
-    device, precision = resolve_device(config)
-    check_numerics(config)
-    apply_tf32(device, config.tf32)  # off unless asked: PyTorch's default allows it in convolutions
+    protocol, device, precision = _checked_setup(config)
     backbone = load_backbone(config.backbone, config.pretrained, device)
     method = build_seeded_method(config, backbone)  # validates --method before data loads
-    if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
-        # One attribute file (and one set of sentence frames) per run: a federation over
-        # several datasets would need one of each per dataset, which the hook does not take yet.
-        raise ConfigError(
-            f"{config.method} reads one dataset's class attribute file; it cannot run over several datasets "
-            f"yet (dataset = {config.dataset!r}, test datasets = {'+'.join(config.test_datasets)!r}). "
-            "Run it on one dataset."
-        )
+    _check_one_attribute_file(config, method)
     dataset = load_run_dataset(config, backbone)
     validation = None
     if config.eval_split == "val":  # tuning: `test` becomes the validation split, the test split is dropped
@@ -202,34 +189,8 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
     server = server_class(config.federation)
     scale_learning_rate(method, server.lr_factor(partition.clients, schedule, config.batch_size))
     method.to(device)
-
-    # Without augmentation the training inputs are deterministic, so frozen-feature
-    # methods train on cached features: exact, and the image tower runs once per image.
-    cache_train = method.frozen_image_features and not config.augment
-    train_inputs = dataset.train
-    if cache_train and train_features:
-        needed = sorted({i for c in partition.clients for i in c.train_indices})
-        with autocast_context(device, precision):
-            train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
-
-    augment_backend = resolved_augment_backend(config, device)
-    if augment_backend == "device" and train_features and not cache_train:
-        # decoded once (cached on disk) and kept on the device; augmented there a batch at a time
-        needed = sorted({i for c in partition.clients for i in c.train_indices})
-        train_inputs = DeviceImages(
-            dataset.train, needed, device, backbone.image_size, backbone.image_mean, backbone.image_std
-        )
-
-    accelerator = "gpu" if device.startswith("cuda") else "cpu"
-    settings = FederationSettings(
-        accelerator,
-        precision,
-        config.num_workers,
-        config.batch_size,
-        config.local_epochs,
-        config.aggregation,
-        config.batched_training,
-        config.optimizer_state,
+    train_inputs, cache_train, augment_backend = _train_inputs(
+        config, method, backbone, dataset, partition, device, precision, train_features
     )
     attributes = None
     if method.uses_class_attributes:
@@ -249,8 +210,78 @@ def prepare_run(config: RunConfig, progress: bool = True, train_features: bool =
         schedule,
         train_inputs,
         cache_train,
-        settings,
+        _federation_settings(config, device, precision),
         attributes,
         server,
         augment_backend,
+    )
+
+
+def _checked_setup(config: RunConfig) -> tuple[Any, str, str]:
+    """What must hold before a backbone is built, checked in the order a user fixes it: the
+    run's settings, its protocol's options, the device, the weights' reachability, the
+    numerics; then the device and precision it resolves to, with TF32 applied."""
+    validate_run(config)  # before any backbone is built or pretrained
+    protocol = get_protocol(config.protocol)
+    protocol.check(config)
+    check_device(config.device)  # on the machine that runs it: a sweep's planner may have no GPU
+    check_weights_reachable(config.backbone, config.pretrained)  # offline: fail now, not after minutes of retries
+    device, precision = resolve_device(config)
+    check_numerics(config)
+    apply_tf32(device, config.tf32)  # off unless asked: PyTorch's default allows it in convolutions
+    return protocol, device, precision
+
+
+def _check_one_attribute_file(config: RunConfig, method: FederatedMethod) -> None:
+    if method.uses_class_attributes and (len(config.datasets) > 1 or config.test_datasets):
+        # One attribute file (and one set of sentence frames) per run: a federation over
+        # several datasets would need one of each per dataset, which the hook does not take yet.
+        raise ConfigError(
+            f"{config.method} reads one dataset's class attribute file; it cannot run over several datasets "
+            f"yet (dataset = {config.dataset!r}, test datasets = {'+'.join(config.test_datasets)!r}). "
+            "Run it on one dataset."
+        )
+
+
+def _train_inputs(
+    config: RunConfig,
+    method: FederatedMethod,
+    backbone: Backbone,
+    dataset: DatasetSplits,
+    partition: Partition,
+    device: str,
+    precision: str,
+    train_features: bool,
+) -> tuple[Any, bool, str]:
+    """(the training inputs, whether they are cached frozen features, the augmentation backend)."""
+    # Without augmentation the training inputs are deterministic, so frozen-feature
+    # methods train on cached features: exact, and the image tower runs once per image.
+    cache_train = method.frozen_image_features and not config.augment
+    train_inputs = dataset.train
+    if cache_train and train_features:
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        with autocast_context(device, precision):
+            train_inputs = SHARED_FEATURES.features(method, dataset.train, needed)
+
+    augment_backend = resolved_augment_backend(config, device)
+    if augment_backend == "device" and train_features and not cache_train:
+        # decoded once (cached on disk) and kept on the device; augmented there a batch at a time
+        needed = sorted({i for c in partition.clients for i in c.train_indices})
+        train_inputs = DeviceImages(
+            dataset.train, needed, device, backbone.image_size, backbone.image_mean, backbone.image_std
+        )
+    return train_inputs, cache_train, augment_backend
+
+
+def _federation_settings(config: RunConfig, device: str, precision: str) -> FederationSettings:
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    return FederationSettings(
+        accelerator,
+        precision,
+        config.num_workers,
+        config.batch_size,
+        config.local_epochs,
+        config.aggregation,
+        config.batched_training,
+        config.optimizer_state,
     )

@@ -267,7 +267,7 @@ def read_timing(run_dir: Path) -> dict[str, Any] | None:
 # -- training health ---------------------------------------------------------------------------
 # A run "unstable" by its own numbers: its mean training loss ended above where it started. The
 # other criterion (an accuracy below half of zero-shot's) needs the zero-shot run of the same
-# dataset and seed, so the table checks it (benchmark.sweeps.tables), not the run.
+# dataset and seed, so the table checks it (benchmark.sweeps.table_stats), not the run.
 
 
 def round_mean_losses(train_loss_by_round: Mapping[int, Mapping[int, float]]) -> dict[int, float]:

@@ -92,7 +92,7 @@ def run_summary(
         # `--tf32` said with the precision: a table's numerics note keeps TF32 cells apart
         "precision": f"{run.precision} (tf32)" if config.tf32 and run.device.startswith("cuda") else run.precision,
         **({"augment_backend": run.augment_backend} if config.augment else {}),
-        # the loss half of the unstable flag (the zero-shot half is the table's: benchmark.sweeps.tables)
+        # the loss half of the unstable flag (the zero-shot half is the table's: benchmark.sweeps.table_stats)
         "health": training_health(round_mean_losses({r.round: r.train_loss for r in rounds})),
     }
 

@@ -29,7 +29,7 @@ from benchmark.sweeps import statements
 from benchmark.sweeps.plots import round_curves
 from benchmark.sweeps.presets import Cell
 from benchmark.sweeps.sweep import HEADLINE_METHOD, render_cells
-from benchmark.sweeps.tables import markdown_table
+from benchmark.sweeps.table_render import markdown_table
 
 FAILED_SUFFIX = ".failed.json"
 CHECKPOINT_SUFFIX = ".checkpoint.pt"

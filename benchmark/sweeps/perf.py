@@ -197,52 +197,10 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
     images = torch.rand(2, 3, size, size, generator=generator).to(device)
     counter = iter(range(10**6))
     trains = method.trains
-    steady: dict[tuple[int, int], float] = {}
-    round_extra, run_extra = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # self.log outside a Trainer
-        for classes in (1, 2):
-            if not trains:
-                break
-            names = tuple(_names(classes))
-            method.train()
-            method.set_client(ClientContext(0, 2, names, 16 * classes, 50))
-            labels = torch.arange(2, device=device) % classes
-
-            def step(b: int) -> float:
-                method.zero_grad(set_to_none=True)
-                _, counted = flops.count_flops(lambda: method.training_step((images[:b], labels[:b]), 0).backward())
-                return counted
-
-            # Cold steps on one image (what they add does not depend on the batch).
-            _fresh_download(method, clients, next(counter))
-            cold_all = step(1)
-            steady[(1, classes)] = step(1)
-            steady[(2, classes)] = step(2)
-            _fresh_download(method, clients, next(counter))
-            cold_round = step(1)
-            round_extra.append(cold_round - steady[(1, classes)])
-            run_extra.append(cold_all - cold_round)
-            method.set_client(None)
-            method.zero_grad(set_to_none=True)
-
-        method.eval()
-        text_cold, text_warm, scoring = [], [], {}
-        with torch.no_grad():
-            names = _names(2)
-            for classes in (1, 2):
-                text_cold.append(flops.count_flops(method.encode_classes, names[:classes])[1])
-                text_warm.append(flops.count_flops(method.encode_classes, names[:classes])[1])
-            # Images 0 and 1 are of class 0; scored over class 0 alone (C = 1) or both (C = 2).
-            split = _SyntheticImages(f"perf-{next(counter)}", names, 2, size)
-            # Batches of one: a FLOP count per image (a run's cache pads its batches to 64 rows).
-            cache = FeatureCache(batch_size=1, progress=False)
-            cold = flops.count_flops(accuracy, method, split, [0, 1], [0], cache)[1]  # fills the cache
-            for classes in (1, 2):
-                for b in (1, 2):
-                    warm = flops.count_flops(accuracy, method, split, list(range(b)), list(range(classes)), cache)[1]
-                    scoring[(b, classes)] = warm - text_warm[classes - 1]
-            shared = (cold - scoring[(2, 1)] - text_warm[0]) / 2
+        steady, round_extra, run_extra = _training_costs(method, images, clients, counter) if trains else ({}, [], [])
+        text_cold, text_warm, scoring, shared = _evaluation_costs(method, size, counter)
     a, x, y, z = _bilinear(scoring[(1, 1)], scoring[(2, 1)], scoring[(1, 2)], scoring[(2, 2)])
     shared_state = FedAvgServer.scores_one_state(method)
     return UnitCosts(
@@ -256,6 +214,60 @@ def measure(method: FederatedMethod, clients: int = 10) -> UnitCosts:
         trains=trains,
         shared_state=shared_state,
     )
+
+
+def _training_costs(method: FederatedMethod, images, clients: int, counter) -> tuple[dict, list, list]:
+    """FLOPs of training steps: steady steps per (batch, classes), and what the first step of a
+    client-round and of a run add (cold caches) for 1 and 2 classes."""
+    device = method.device
+    steady: dict[tuple[int, int], float] = {}
+    round_extra, run_extra = [], []
+    for classes in (1, 2):
+        names = tuple(_names(classes))
+        method.train()
+        method.set_client(ClientContext(0, 2, names, 16 * classes, 50))
+        labels = torch.arange(2, device=device) % classes
+
+        def step(b: int) -> float:
+            method.zero_grad(set_to_none=True)
+            _, counted = flops.count_flops(lambda: method.training_step((images[:b], labels[:b]), 0).backward())
+            return counted
+
+        # Cold steps on one image (what they add does not depend on the batch).
+        _fresh_download(method, clients, next(counter))
+        cold_all = step(1)
+        steady[(1, classes)] = step(1)
+        steady[(2, classes)] = step(2)
+        _fresh_download(method, clients, next(counter))
+        cold_round = step(1)
+        round_extra.append(cold_round - steady[(1, classes)])
+        run_extra.append(cold_all - cold_round)
+        method.set_client(None)
+        method.zero_grad(set_to_none=True)
+    return steady, round_extra, run_extra
+
+
+def _evaluation_costs(method: FederatedMethod, size: int, counter) -> tuple[list, list, dict, float]:
+    """FLOPs of evaluation: the class features cold and warm for 1 and 2 classes, the scoring
+    per (batch, classes) with the text side taken out, and the shared work per image."""
+    method.eval()
+    text_cold, text_warm, scoring = [], [], {}
+    with torch.no_grad():
+        names = _names(2)
+        for classes in (1, 2):
+            text_cold.append(flops.count_flops(method.encode_classes, names[:classes])[1])
+            text_warm.append(flops.count_flops(method.encode_classes, names[:classes])[1])
+        # Images 0 and 1 are of class 0; scored over class 0 alone (C = 1) or both (C = 2).
+        split = _SyntheticImages(f"perf-{next(counter)}", names, 2, size)
+        # Batches of one: a FLOP count per image (a run's cache pads its batches to 64 rows).
+        cache = FeatureCache(batch_size=1, progress=False)
+        cold = flops.count_flops(accuracy, method, split, [0, 1], [0], cache)[1]  # fills the cache
+        for classes in (1, 2):
+            for b in (1, 2):
+                warm = flops.count_flops(accuracy, method, split, list(range(b)), list(range(classes)), cache)[1]
+                scoring[(b, classes)] = warm - text_warm[classes - 1]
+        shared = (cold - scoring[(2, 1)] - text_warm[0]) / 2
+    return text_cold, text_warm, scoring, shared
 
 
 @dataclass

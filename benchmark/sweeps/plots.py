@@ -16,7 +16,8 @@ import pandas as pd
 from benchmark.files import atomic_figure
 from benchmark.runs.results import is_complete, read_metrics
 from benchmark.sweeps.presets import Cell
-from benchmark.sweeps.tables import AVERAGE, run_dir
+from benchmark.sweeps.table_stats import AVERAGE
+from benchmark.sweeps.tables import run_dir
 
 # Per-round rows of metrics.csv that are bookkeeping, not accuracy.
 NOT_ACCURACY = ("train_loss", "lr", "bytes_up", "bytes_down")
@@ -145,15 +146,7 @@ def radar_figure(stats: pd.DataFrame, colours: dict[str, str] | None = None, met
             )
             ax.fill(angles + angles[:1], radius + radius[:1], alpha=0.03, color=colours.get(label))
             handles.setdefault(name, line)
-        ax.set_xticks(angles)
-        ax.set_xticklabels(metrics, fontsize=11)
-        ax.tick_params(axis="x", pad=10)
-        ax.set_ylim(low, high)
-        step = next(d for d in (2, 5, 10, 20, 25) if (high - low) / d <= 5)  # at most 5 rings, round numbers
-        rings = [r for r in np.arange(np.ceil(low / step) * step, high + 1e-9, step) if r > low]
-        ax.set_yticks(rings)
-        ax.set_yticklabels([f"{r:g}" for r in rings], fontsize=8, color="0.35")
-        ax.set_rlabel_position(180 / len(metrics))  # between the first two axes, on no polygon's vertex
+        _radar_axes(ax, angles, metrics, low, high)
         ax.set_title(
             f"{dataset}{f' ({grid})' if grid else ''}: accuracy (%), {low:g} at the centre", fontsize=10, pad=28
         )
@@ -169,6 +162,20 @@ def radar_figure(stats: pd.DataFrame, colours: dict[str, str] | None = None, met
     )
     fig.suptitle(f"{' / '.join(metrics)} by method (mean over seeds)", y=1.06)
     return fig
+
+
+def _radar_axes(ax, angles: list[float], metrics: Sequence[str], low: float, high: float) -> None:
+    """A radar panel's axes: one spoke per metric, [low, high] from the centre out, at most 5
+    rings at round numbers, their labels between the first two spokes."""
+    ax.set_xticks(angles)
+    ax.set_xticklabels(metrics, fontsize=11)
+    ax.tick_params(axis="x", pad=10)
+    ax.set_ylim(low, high)
+    step = next(d for d in (2, 5, 10, 20, 25) if (high - low) / d <= 5)  # at most 5 rings, round numbers
+    rings = [r for r in np.arange(np.ceil(low / step) * step, high + 1e-9, step) if r > low]
+    ax.set_yticks(rings)
+    ax.set_yticklabels([f"{r:g}" for r in rings], fontsize=8, color="0.35")
+    ax.set_rlabel_position(180 / len(metrics))  # between the first two axes, on no polygon's vertex
 
 
 LEGEND_CHARS = 40  # a legend entry wider than this wraps: a long label must not widen the figure
@@ -269,28 +276,15 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
     round, mean over seeds and datasets, one line per method label (and grid value). The
     title says what it is (a single run: its method, dataset and seed); each panel's y-axis
     spans at least MIN_SPAN points."""
-    frames, finished = [], []
-    for cell in cells:
-        folder = run_dir(cell)
-        if not is_complete(folder):
-            continue
-        m = read_metrics(folder)
-        m = m[(m["client"] < 0) & ~m["metric"].isin(NOT_ACCURACY)]
-        if not m.empty:
-            m = m.assign(label=cell.label, grid=cell.grid_text)
-            frames.append(m)
-            finished.append(cell)
-    if not frames:
+    data, finished = round_values(cells)
+    if not finished:
         return None
-    data = pd.concat(frames).groupby(["label", "grid", "metric", "round"], as_index=False, sort=False)["value"].mean()
     where = _line_datasets(finished)
     metrics = list(dict.fromkeys(data["metric"]))
     colours = colours or method_colours(data["label"])
     styles = {grid: style for grid, style in zip(dict.fromkeys(data["grid"]), ["-", "--", ":", "-."] * 10)}
     looks = curve_looks(list(dict.fromkeys(data["label"])))
     plt = _pyplot()
-    from matplotlib.ticker import MaxNLocator
-
     # At most CURVE_COLUMNS panels a row: nine metrics in one row made a figure 4,869 px wide.
     columns = min(CURVE_COLUMNS, len(metrics))
     rows_of_panels = -(-len(metrics) // columns)
@@ -313,13 +307,7 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
         ax.set_xlabel("round")
         ax.set_ylabel("accuracy (%)")
         ax.set_ylim(*y_range(part["value"].to_numpy(dtype=float)))
-        rounds = sorted(set(part["round"]))
-        if len(rounds) <= 12:  # the evaluated rounds themselves: no 0.5 ticks around a single round
-            ax.set_xticks(rounds)
-            if len(rounds) == 1:
-                ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
-        else:
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _round_ticks(ax, sorted(set(part["round"])))
     for ax in list(axes.flat)[len(metrics) :]:
         ax.set_visible(False)
     fig.suptitle(what_is_averaged(finished))
@@ -337,3 +325,34 @@ def round_curves(cells: Sequence[Cell], path: Path, colours: dict[str, str] | No
     atomic_figure(fig, path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def round_values(cells: Sequence[Cell]) -> tuple[pd.DataFrame, list[Cell]]:
+    """The over-clients accuracy of every evaluated round of the finished `cells`, mean over
+    seeds and datasets per (label, grid, metric, round), and the cells it comes from."""
+    frames, finished = [], []
+    for cell in cells:
+        folder = run_dir(cell)
+        if not is_complete(folder):
+            continue
+        m = read_metrics(folder)
+        m = m[(m["client"] < 0) & ~m["metric"].isin(NOT_ACCURACY)]
+        if not m.empty:
+            m = m.assign(label=cell.label, grid=cell.grid_text)
+            frames.append(m)
+            finished.append(cell)
+    if not frames:
+        return pd.DataFrame(), []
+    data = pd.concat(frames).groupby(["label", "grid", "metric", "round"], as_index=False, sort=False)["value"].mean()
+    return data, finished
+
+
+def _round_ticks(ax, rounds: list[int]) -> None:
+    if len(rounds) <= 12:  # the evaluated rounds themselves: no 0.5 ticks around a single round
+        ax.set_xticks(rounds)
+        if len(rounds) == 1:
+            ax.set_xlim(rounds[0] - 1, rounds[0] + 1)
+    else:
+        from matplotlib.ticker import MaxNLocator  # lazy: matplotlib loads only when a figure is drawn
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))

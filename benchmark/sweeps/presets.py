@@ -275,6 +275,47 @@ def load_preset(name_or_path: str) -> Preset:
             "or pass the path of your own preset YAML."
         )
     data = parse_yaml(path.read_text(), f"preset {path}") or {}
+    _check_preset_keys(data, path)
+    cell_seconds = data.get("cell_seconds")
+    datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
+    methods = [
+        MethodVariant(m, m)
+        if isinstance(m, str)
+        else MethodVariant(
+            m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})), dict(m.get("run", {}))
+        )
+        for m in data["methods"]
+    ]
+    labels = [m.label for m in methods]
+    if len(set(labels)) != len(labels):
+        raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
+    tuned = data.get("tuned") or {}
+    if tuned and not isinstance(tuned.get("values"), dict):
+        raise ConfigError(
+            f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'"
+        )
+    preset = Preset(
+        name=path.stem,
+        title=data.get("title", path.stem),
+        run=dict(data["run"]),
+        datasets=datasets,
+        methods=methods,
+        seeds=[int(s) for s in data["seeds"]],
+        grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
+        paper_table=data.get("paper_table"),
+        targets=data.get("targets"),
+        cell_seconds=None if cell_seconds is None else float(cell_seconds),
+    )
+    if not tuned:
+        return preset
+    return preset.with_tuned(
+        tuned.get("values", {}), str(tuned.get("command", "")), tuned.get("flags") or {}, str(tuned.get("budget", ""))
+    )
+
+
+def _check_preset_keys(data, path: Path) -> None:
+    """A preset file's keys and the kinds of their values, each error naming the file and
+    what it must hold."""
     if not isinstance(data, dict):
         raise ConfigError(f"preset {path} must hold a mapping (title, run, datasets, methods, seeds)")
     unknown = [k for k in data if k not in PRESET_KEYS]
@@ -313,40 +354,6 @@ def load_preset(name_or_path: str) -> Preset:
         raise ConfigError(
             f"preset {path}: each method is a name or {{label, method, method_args}}, got {data['methods']!r}"
         )
-    datasets = [d if isinstance(d, dict) else {"name": d} for d in data["datasets"]]
-    methods = [
-        MethodVariant(m, m)
-        if isinstance(m, str)
-        else MethodVariant(
-            m.get("label", m["method"]), m["method"], dict(m.get("method_args", {})), dict(m.get("run", {}))
-        )
-        for m in data["methods"]
-    ]
-    labels = [m.label for m in methods]
-    if len(set(labels)) != len(labels):
-        raise ConfigError(f"preset {path}: method labels must be unique, got {labels}")
-    tuned = data.get("tuned") or {}
-    if tuned and not isinstance(tuned.get("values"), dict):
-        raise ConfigError(
-            f"preset {path}: tuned must hold 'values: {{label: {{hyperparameter: value}}}}' and 'command'"
-        )
-    preset = Preset(
-        name=path.stem,
-        title=data.get("title", path.stem),
-        run=dict(data["run"]),
-        datasets=datasets,
-        methods=methods,
-        seeds=[int(s) for s in data["seeds"]],
-        grid={k: list(v) for k, v in (data.get("grid") or {}).items()},
-        paper_table=data.get("paper_table"),
-        targets=data.get("targets"),
-        cell_seconds=None if cell_seconds is None else float(cell_seconds),
-    )
-    if not tuned:
-        return preset
-    return preset.with_tuned(
-        tuned.get("values", {}), str(tuned.get("command", "")), tuned.get("flags") or {}, str(tuned.get("budget", ""))
-    )
 
 
 def _check_filter(kind: str, wanted: list[str] | None, known: list[str], preset: str) -> None:

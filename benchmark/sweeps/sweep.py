@@ -29,20 +29,10 @@ from benchmark.sweeps.paper import reference_numbers
 from benchmark.sweeps.plots import method_colours, radar, round_curves
 from benchmark.sweeps.presets import Cell, Preset
 from benchmark.sweeps.scope import TableScope, table_scope
-from benchmark.sweeps.tables import (
-    client_spread_table,
-    collect,
-    differences,
-    failed_cells,
-    numerics_note,
-    paper_comparison,
-    rankings,
-    render,
-    render_spread,
-    run_dir,
-    seeds_note,
-    summarize,
-)
+from benchmark.sweeps.table_comparisons import differences, paper_comparison, rankings
+from benchmark.sweeps.table_render import render, render_spread, seeds_note
+from benchmark.sweeps.table_stats import summarize
+from benchmark.sweeps.tables import client_spread_table, collect, failed_cells, numerics_note, run_dir
 from data.base import DatasetError
 from data.catalog import resolve_data_root
 
@@ -93,32 +83,9 @@ class SweepPlan:
             counts[1] += cell in self.done
         for name, (total, done) in by_dataset.items():
             lines.append(f"  {name:<18} {done:>4}/{total:<4} done   data {self.data_status(name)}")
-        # The cells that cannot start, grouped by what they need ("21 cells need sun397"); one line
-        # per cell (168 for Table 1, before any summary) only when asked (`--cells`).
-        need: dict[str, int] = {}
-        blocked = 0
-        for cell in self.todo:
-            lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
-            for d in lacking:
-                need[d] = need.get(d, 0) + 1
-            blocked += not lacking and needs_key(cell) in self.blocked
-        waiting = self.cannot_start()
-        if waiting:
-            lines.append(f"{waiting} of the {len(self.todo)} cells to run cannot start:")
-            lines.extend(f"  {n} cells need {d}" for d, n in need.items())
-            if blocked:
-                lines.append(f"  {blocked} cells lack another input (cells that cannot start, below)")
+        lines += self._waiting_lines()
         if every_cell:
-            lines.append("cells (label | dataset | grid | target | seed | status):")
-            for cell in self.cells:
-                lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
-                status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
-                if status == "to run" and needs_key(cell) in self.blocked:
-                    status = "cannot start: " + self.blocked[needs_key(cell)].split(":")[0]
-                grid = cell.grid_text or "-"
-                lines.append(
-                    f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
-                )
+            lines += self._cell_lines()
         for name, how in self.missing_datasets.items():
             lines.append(f"{'dataset not ready' if name in self.not_ready else 'missing dataset'} {name}: {how}")
         for name, what in self.partial.items():
@@ -133,6 +100,39 @@ class SweepPlan:
         for label, why in self.invalid.items():
             lines.append(f"cannot run {label}: {why}")
         return "\n".join(lines)
+
+    def _waiting_lines(self) -> list[str]:
+        """The cells that cannot start, grouped by what they need ("21 cells need sun397"); one
+        line per cell (168 for Table 1, before any summary) only when asked (`--cells`: `_cell_lines`)."""
+        need: dict[str, int] = {}
+        blocked = 0
+        for cell in self.todo:
+            lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
+            for d in lacking:
+                need[d] = need.get(d, 0) + 1
+            blocked += not lacking and needs_key(cell) in self.blocked
+        waiting = self.cannot_start()
+        lines: list[str] = []
+        if waiting:
+            lines.append(f"{waiting} of the {len(self.todo)} cells to run cannot start:")
+            lines.extend(f"  {n} cells need {d}" for d, n in need.items())
+            if blocked:
+                lines.append(f"  {blocked} cells lack another input (cells that cannot start, below)")
+        return lines
+
+    def _cell_lines(self) -> list[str]:
+        """One line per cell and its status (`--cells`)."""
+        lines = ["cells (label | dataset | grid | target | seed | status):"]
+        for cell in self.cells:
+            lacking = [d for d in needed_datasets([cell.dataset], [cell]) if d in self.missing_datasets]
+            status = "done" if cell in self.done else (f"needs {'+'.join(lacking)}" if lacking else "to run")
+            if status == "to run" and needs_key(cell) in self.blocked:
+                status = "cannot start: " + self.blocked[needs_key(cell)].split(":")[0]
+            grid = cell.grid_text or "-"
+            lines.append(
+                f"  {cell.label} | {cell.dataset} | {grid} | {cell.part or '-'} | seed {cell.config.seed} | {status}"
+            )
+        return lines
 
     def cost_lines(self) -> list[str]:
         """The preset's estimated FLOPs and GPU-hours (`benchmark/sweeps/cost.py`), and of what is left."""

@@ -60,64 +60,75 @@ def report_markdown(plan: TuningPlan, searches: dict[str, MethodSearch]) -> str:
         f"| method | chosen | validation {metric} | best point | paper default | noise (SE) | trials | flag |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    lines += [_summary_row(label, found) for label, found in searches.items()]
     for label, found in searches.items():
-        chosen = found.chosen
-        if chosen is None:
-            lines.append(f"| {label} | – | – | – | – | – | {len(found.trials)}/{found.budget} | no trial finished |")
-            continue
-        values = [t.value for t in found.points if t.per_seed is not None]
-        paper = found.points[0].value if found.points and found.points[0].per_seed is not None else None
-        se = found.selection.noise
-        lines.append(
-            f"| {label} | {', '.join(f'{k}={search.format_value(v)}' for k, v in sorted(chosen.params.items()))} "
-            f"| {chosen.value:.2f} | {max(values):.2f} | {'failed' if paper is None else f'{paper:.2f}'} "
-            f"| {'–' if not math.isfinite(se) else f'{se:.2f}'} | {len(found.trials)}/{found.budget}"
-            f"{'' if found.done else ' (running)'} | {'¶ ' + '; '.join(found.selection.flags) if found.selection.flags else ''} |"
-        )
-    for label, found in searches.items():
-        lines += ["", f"## {label}", ""]
-        if found.selection is None:
-            lines.append("No trial finished.")
-            continue
-        se = found.selection.noise
-        if math.isfinite(se):
-            lines.append(
-                f"Noise: one point's {metric} has a standard error of {se:.2f} (median std over "
-                f"{len(plan.seeds)} seeds / sqrt({len(plan.seeds)})); a gap above {search.jump_limit(se):.2f} is "
-                "beyond it."
-            )
-        else:
-            lines.append("Noise: not measurable (fewer than two seeds).")
-        lines += ["", f"| trial | phase | hyperparameters | {metric} | std over seeds | per seed | smoothed | |"]
-        lines.append("|---|---|---|---|---|---|---|---|")
-        order = sorted(
-            range(len(found.trials)),
-            key=lambda i: (
-                [str(v) for _, v in sorted(found.trials[i].params.items())]
-                if not _axis_name(plan, label)
-                else found.trials[i].params[_axis_name(plan, label)]
-            ),
-        )
-        for i in order:
-            t, point = found.trials[i], found.points[i]
-            shown = ", ".join(f"{k}={search.format_value(v)}" for k, v in sorted(t.params.items()))
-            if point.per_seed is None:
-                cells = ["failed", "", "", ""]
-            else:
-                spread = _spread(point)
-                cells = [
-                    f"{point.value:.2f}",
-                    "–" if not math.isfinite(spread) else f"{spread:.2f}",
-                    " / ".join(f"{v:.2f}" for v in point.per_seed),
-                    f"{found.selection.smoothed[i]:.2f}",
-                ]
-            mark = "**chosen**" if i == found.selection.index else ""
-            lines.append(
-                f"| {t.number} | {t.user_attrs.get('phase', '')} | {shown} | " + " | ".join(cells) + f" | {mark} |"
-            )
-        if found.selection.flags:
-            lines += ["", *(f"¶ {flag}." for flag in found.selection.flags)]
+        lines += _method_section(plan, label, found)
     return "\n".join(lines) + "\n"
+
+
+def _summary_row(label: str, found: MethodSearch) -> str:
+    """A method's row of the summary table: its choice, the scores around it, the noise, the budget spent."""
+    chosen = found.chosen
+    if chosen is None:
+        return f"| {label} | – | – | – | – | – | {len(found.trials)}/{found.budget} | no trial finished |"
+    values = [t.value for t in found.points if t.per_seed is not None]
+    paper = found.points[0].value if found.points and found.points[0].per_seed is not None else None
+    se = found.selection.noise
+    return (
+        f"| {label} | {', '.join(f'{k}={search.format_value(v)}' for k, v in sorted(chosen.params.items()))} "
+        f"| {chosen.value:.2f} | {max(values):.2f} | {'failed' if paper is None else f'{paper:.2f}'} "
+        f"| {'–' if not math.isfinite(se) else f'{se:.2f}'} | {len(found.trials)}/{found.budget}"
+        f"{'' if found.done else ' (running)'} | {'¶ ' + '; '.join(found.selection.flags) if found.selection.flags else ''} |"
+    )
+
+
+def _method_section(plan: TuningPlan, label: str, found: MethodSearch) -> list[str]:
+    """A method's section: the noise its points are read against, and every trial with its
+    per-seed values and smoothed score, the choice marked."""
+    metric = plan.headline
+    lines = ["", f"## {label}", ""]
+    if found.selection is None:
+        lines.append("No trial finished.")
+        return lines
+    se = found.selection.noise
+    if math.isfinite(se):
+        lines.append(
+            f"Noise: one point's {metric} has a standard error of {se:.2f} (median std over "
+            f"{len(plan.seeds)} seeds / sqrt({len(plan.seeds)})); a gap above {search.jump_limit(se):.2f} is "
+            "beyond it."
+        )
+    else:
+        lines.append("Noise: not measurable (fewer than two seeds).")
+    lines += ["", f"| trial | phase | hyperparameters | {metric} | std over seeds | per seed | smoothed | |"]
+    lines.append("|---|---|---|---|---|---|---|---|")
+    order = sorted(
+        range(len(found.trials)),
+        key=lambda i: (
+            [str(v) for _, v in sorted(found.trials[i].params.items())]
+            if not _axis_name(plan, label)
+            else found.trials[i].params[_axis_name(plan, label)]
+        ),
+    )
+    for i in order:
+        t, point = found.trials[i], found.points[i]
+        shown = ", ".join(f"{k}={search.format_value(v)}" for k, v in sorted(t.params.items()))
+        if point.per_seed is None:
+            cells = ["failed", "", "", ""]
+        else:
+            spread = _spread(point)
+            cells = [
+                f"{point.value:.2f}",
+                "–" if not math.isfinite(spread) else f"{spread:.2f}",
+                " / ".join(f"{v:.2f}" for v in point.per_seed),
+                f"{found.selection.smoothed[i]:.2f}",
+            ]
+        mark = "**chosen**" if i == found.selection.index else ""
+        lines.append(
+            f"| {t.number} | {t.user_attrs.get('phase', '')} | {shown} | " + " | ".join(cells) + f" | {mark} |"
+        )
+    if found.selection.flags:
+        lines += ["", *(f"¶ {flag}." for flag in found.selection.flags)]
+    return lines
 
 
 def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path) -> None:
@@ -133,52 +144,7 @@ def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path)
     rows = math.ceil(len(labels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
     for ax, label in zip(axes.flat, labels):
-        found = searches[label]
-        name = _axis_name(plan, label)
-        ax.set_title(label, fontsize=10)
-        if found.selection is None:
-            ax.text(0.5, 0.5, "no trial finished", ha="center", va="center", transform=ax.transAxes)
-            continue
-        xs = [t.params[name] if name else t.number for t in found.trials]
-        for phase, marker in (("grid", "o"), ("refinement", "s"), ("extension", "^")):
-            index = [
-                i
-                for i, t in enumerate(found.trials)
-                if t.user_attrs.get("phase", "grid") == phase and found.points[i].per_seed is not None
-            ]
-            if index:
-                ax.errorbar(
-                    [xs[i] for i in index],
-                    [found.points[i].value for i in index],
-                    yerr=[0 if not math.isfinite(s := _spread(found.points[i])) else s for i in index],
-                    fmt=marker,
-                    ms=4,
-                    capsize=2,
-                    label=phase,
-                )
-        failed = [i for i, p in enumerate(found.points) if p.per_seed is None]
-        if failed:
-            ax.plot([xs[i] for i in failed], [0.0] * len(failed), "x", color="red", label="failed")
-        order = sorted(range(len(xs)), key=lambda i: xs[i])
-        ax.plot(
-            [xs[i] for i in order],
-            [found.selection.smoothed[i] for i in order],
-            "-",
-            color="grey",
-            lw=1,
-            label="smoothed",
-        )
-        best = found.selection.index
-        ax.plot([xs[best]], [found.points[best].value], "*", color="black", ms=12, label="chosen")
-        if name:
-            ax.set_xscale("log" if _is_log(plan, label, name) else "linear")
-            ax.set_xlabel(name, fontsize=9)
-        else:
-            ax.set_xlabel("trial", fontsize=9)
-        ax.set_ylabel(f"validation {plan.headline}", fontsize=9)
-        if found.selection.flags:
-            ax.set_title(f"{label} ¶", fontsize=10, color="darkred")
-        ax.tick_params(labelsize=8)
+        _curve_panel(ax, plan, label, searches[label])
     for ax in list(axes.flat)[len(labels) :]:
         ax.axis("off")
     handles = {}
@@ -196,6 +162,55 @@ def plot_curves(plan: TuningPlan, searches: dict[str, MethodSearch], path: Path)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_figure(fig, path, dpi=110, metadata={"Software": None})
     plt.close(fig)
+
+
+def _curve_panel(ax, plan: TuningPlan, label: str, found: MethodSearch) -> None:
+    """A method's panel of `plot_curves`."""
+    name = _axis_name(plan, label)
+    ax.set_title(label, fontsize=10)
+    if found.selection is None:
+        ax.text(0.5, 0.5, "no trial finished", ha="center", va="center", transform=ax.transAxes)
+        return
+    xs = [t.params[name] if name else t.number for t in found.trials]
+    for phase, marker in (("grid", "o"), ("refinement", "s"), ("extension", "^")):
+        index = [
+            i
+            for i, t in enumerate(found.trials)
+            if t.user_attrs.get("phase", "grid") == phase and found.points[i].per_seed is not None
+        ]
+        if index:
+            ax.errorbar(
+                [xs[i] for i in index],
+                [found.points[i].value for i in index],
+                yerr=[0 if not math.isfinite(s := _spread(found.points[i])) else s for i in index],
+                fmt=marker,
+                ms=4,
+                capsize=2,
+                label=phase,
+            )
+    failed = [i for i, p in enumerate(found.points) if p.per_seed is None]
+    if failed:
+        ax.plot([xs[i] for i in failed], [0.0] * len(failed), "x", color="red", label="failed")
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ax.plot(
+        [xs[i] for i in order],
+        [found.selection.smoothed[i] for i in order],
+        "-",
+        color="grey",
+        lw=1,
+        label="smoothed",
+    )
+    best = found.selection.index
+    ax.plot([xs[best]], [found.points[best].value], "*", color="black", ms=12, label="chosen")
+    if name:
+        ax.set_xscale("log" if _is_log(plan, label, name) else "linear")
+        ax.set_xlabel(name, fontsize=9)
+    else:
+        ax.set_xlabel("trial", fontsize=9)
+    ax.set_ylabel(f"validation {plan.headline}", fontsize=9)
+    if found.selection.flags:
+        ax.set_title(f"{label} ¶", fontsize=10, color="darkred")
+    ax.tick_params(labelsize=8)
 
 
 def _is_log(plan: TuningPlan, label: str, name: str) -> bool:

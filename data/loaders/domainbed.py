@@ -441,24 +441,7 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
                     continue
                 rows[part].append((path, label, domain.name))
     class_names = [c.replace("_", " ") for c in classes]
-    splits = {}
-    for part, part_rows in rows.items():
-        missing = next((p for p, _, _ in part_rows if not p.is_file()), None)
-        if missing is not None:
-            raise DatasetError(
-                f"{spec.name}: the {part} split lists {missing}, which does not exist (checked {len(part_rows)} "
-                f"images). Expected layout: {spec.layout}. Re-extract the images, or delete the split files to "
-                "make new ones from the images present."
-            )
-        splits[part] = FileImages(
-            f"{spec.name}/{part}",
-            [p for p, _, _ in part_rows],
-            [y for _, y, _ in part_rows],
-            class_names,
-            transforms.train if part == "train" else transforms.test,
-            domains=[d for _, _, d in part_rows],
-            cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
-        )
+    splits = _file_images(spec, root, transforms, rows, class_names)
     said = [f"split made by the suite (seed {SPLIT_SEED}) for {', '.join(notes)}"] if notes else []
     if in_memory:  # `fedbench datasets`: counted from the split a run would make, nothing written
         said = [f"no split yet (a run writes split_{spec.tag}_<domain>.json)"] + [
@@ -477,6 +460,35 @@ def load_domainbed(spec: DomainBedSpec, root: Path, transforms: ImageTransforms)
         extra=extra,
         val=splits.get("val") if len(splits.get("val", ())) else None,  # tuning selects on it
     )
+
+
+def _file_images(
+    spec: DomainBedSpec,
+    root: Path,
+    transforms: ImageTransforms,
+    rows: dict[str, list[tuple[Path, int, str]]],
+    class_names: list[str],
+) -> dict[str, FileImages]:
+    """Each split's images (path, label, domain rows), every listed file checked to exist."""
+    splits = {}
+    for part, part_rows in rows.items():
+        missing = next((p for p, _, _ in part_rows if not p.is_file()), None)
+        if missing is not None:
+            raise DatasetError(
+                f"{spec.name}: the {part} split lists {missing}, which does not exist (checked {len(part_rows)} "
+                f"images). Expected layout: {spec.layout}. Re-extract the images, or delete the split files to "
+                "make new ones from the images present."
+            )
+        splits[part] = FileImages(
+            f"{spec.name}/{part}",
+            [p for p, _, _ in part_rows],
+            [y for _, y, _ in part_rows],
+            class_names,
+            transforms.train if part == "train" else transforms.test,
+            domains=[d for _, _, d in part_rows],
+            cache_key=f"{spec.name}/{part}/{root.resolve()}/{transforms.key}",
+        )
+    return splits
 
 
 _HOW = {

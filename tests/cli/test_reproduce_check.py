@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark import backbone
+from benchmark import backbone_weights
 
 
 @pytest.fixture
 def offline_without_weights(monkeypatch):
     # Whatever this machine has cached: the preset's weights are not here, and the hub is off.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(backbone, "_hub_cached", lambda name, tag: False)
-    monkeypatch.setattr(backbone, "_checkpoint_file", lambda name, tag: None)
+    monkeypatch.setattr(backbone_weights, "_hub_cached", lambda name, tag: False)
+    monkeypatch.setattr(backbone_weights, "_checkpoint_file", lambda name, tag: None)
 
 
 def test_check_exits_3_when_the_weights_cannot_be_had(fedbench, fake_data_root, tmp_path, offline_without_weights):

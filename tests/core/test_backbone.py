@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_config
 
-from benchmark.backbone import BackboneError, load_backbone
+from benchmark.backbone import load_backbone
+from benchmark.backbone_weights import BackboneError
 from benchmark.config import ConfigError, build_config
 from benchmark.runs.runner import run_experiment
 from methods.pfedmma import PFedMMA

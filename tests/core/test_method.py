@@ -1,4 +1,4 @@
-"""The method contract is declared once (`benchmark.method.CORE`, `OPTIONAL`, `CAPABILITIES`,
+"""The method contract is declared once (`benchmark.method_contract.CORE`, `OPTIONAL`, `CAPABILITIES`,
 and `LIGHTNING`: what of a LightningModule local training reads and offers) and everything
 that lists it is read from that declaration: the registry's HOOKS and CLASS_ATTRIBUTES,
 `fedbench methods --describe`, `fedbench new-method`'s skeleton and the contract table of
@@ -20,17 +20,8 @@ from benchmark import registry
 from benchmark.cli.commands.methods import contract_lines, contract_table
 from benchmark.cli.commands.new_method import render
 from benchmark.hyperparameters import MethodError
-from benchmark.method import (
-    CAPABILITIES,
-    CONTRACT,
-    CORE,
-    HELPERS,
-    LIGHTNING,
-    OPTIONAL,
-    UNCALLED_HOOKS,
-    Capabilities,
-    FederatedMethod,
-)
+from benchmark.method import Capabilities, FederatedMethod
+from benchmark.method_contract import CAPABILITIES, CONTRACT, CORE, HELPERS, LIGHTNING, OPTIONAL, UNCALLED_HOOKS
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "writing-a-method.md"
@@ -61,7 +52,7 @@ def test_the_declaration_names_every_public_hook_and_attribute_of_the_base_class
     facts = {n for n, kind in found.items() if kind == "fact"}  # backbone, trains, current_client, images_domain
     expected = {n: kind for n, kind in found.items() if n not in facts and n not in HELPERS and n != "name"}
     assert declared == expected, (
-        "benchmark/method.py's CORE / OPTIONAL / CAPABILITIES must name every public hook and attribute of "
+        "benchmark/method_contract.py's CORE / OPTIONAL / CAPABILITIES must name every public hook and attribute of "
         "FederatedMethod and Capabilities (helpers that are called, not overridden, go in HELPERS)"
     )
     assert set(HELPERS) <= {n for n, kind in found.items() if kind == "hook"}
@@ -183,7 +174,7 @@ def test_every_name_a_loop_reads_of_a_method_is_declared():
             if name not in declared:
                 undeclared.append(f"{loop}:{line} reads `{name}`")
     assert not undeclared, (
-        "declare what local training reads of a method in benchmark/method.py (LIGHTNING for Lightning's "
+        "declare what local training reads of a method in benchmark/method_contract.py (LIGHTNING for Lightning's "
         "surface, CONTRACT for fedbench's), or stop reading it:\n" + "\n".join(undeclared)
     )
     assert "on_train_start" in names_read_of_a_method(ROOT / "benchmark" / "federation" / "client_loop.py")

@@ -21,7 +21,8 @@ from conftest import TINY, assert_guide_shows_example, tiny_config
 from torch import nn
 
 from benchmark import plugins, registry
-from benchmark.method import CORE, FederatedMethod
+from benchmark.method import FederatedMethod
+from benchmark.method_contract import CORE
 from benchmark.optim import sgd_with_cosine
 from benchmark.runs.runner import run_experiment
 

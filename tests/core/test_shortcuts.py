@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from conftest import tiny_config
 
 from benchmark import shortcuts
-from benchmark.backbone import BackboneError, ImagePrefix
+from benchmark.backbone import ImagePrefix
+from benchmark.backbone_weights import BackboneError
 from benchmark.registry import build_method
 from benchmark.runs.identity import cell_hash
 

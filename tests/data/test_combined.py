@@ -301,7 +301,8 @@ def _toy_lodo_preset(tmp_path):
 
 
 def test_lodo_table_keeps_each_target_and_averages_them_unweighted(tmp_path):
-    from benchmark.sweeps.tables import collect, summarize
+    from benchmark.sweeps.table_stats import summarize
+    from benchmark.sweeps.tables import collect
 
     cells = _toy_lodo_preset(tmp_path).cells()
     assert len(cells) == 2 * 4

@@ -154,7 +154,12 @@ def test_weights_and_data_are_part_of_the_identity(tmp_path, fake_data_root):
 def test_suite_weights_are_named_by_their_bytes_once_built(tmp_path, fake_data_root):
     """The toy CLIP's float rounding depends on the machine that pretrained it: two builds
     of one recipe are different weights, so they must be different cells."""
-    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_IDENTITIES, PRETRAINED_PROVIDERS, register_pretrained
+    from benchmark.backbone_weights import (
+        PRETRAINED_CACHED,
+        PRETRAINED_IDENTITIES,
+        PRETRAINED_PROVIDERS,
+        register_pretrained,
+    )
     from benchmark.runs.identity import prepare_weights
 
     checkpoint = tmp_path / "suite-weights.pt"

@@ -11,7 +11,9 @@ from test_tables import long_rows
 from benchmark.cli import build_parser
 from benchmark.cli.args import DEFAULT_MARGIN
 from benchmark.sweeps import statements
-from benchmark.sweeps.tables import AVERAGE, differences, rankings, render, summarize
+from benchmark.sweeps.table_comparisons import differences, rankings
+from benchmark.sweeps.table_render import render
+from benchmark.sweeps.table_stats import AVERAGE, summarize
 
 
 def two_rows_two_points_apart() -> pd.DataFrame:

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchmark.sweeps.tables import latex_table, paper_comparison
+from benchmark.sweeps.table_comparisons import paper_comparison
+from benchmark.sweeps.table_render import latex_table
 
 
 def stats_rows(label, grid, values, n=2, hyperparameters="paper", failed=0):

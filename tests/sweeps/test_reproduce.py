@@ -91,7 +91,7 @@ def test_paper_numbers_sit_in_the_right_cells(reproduced):
     # The fake cells are not the paper's (the rendered table compares nothing, tests/sweeps/test_scope.py):
     # the comparison's mechanics, on the table's numbers.
     from benchmark.sweeps.paper import reference_numbers
-    from benchmark.sweeps.tables import paper_comparison
+    from benchmark.sweeps.table_comparisons import paper_comparison
 
     stats = pd.read_csv(tmp / "results" / "table.csv", keep_default_na=False)
     comparison = paper_comparison(stats, reference_numbers("base2novel"), ["zeroshot", "promptfl"])

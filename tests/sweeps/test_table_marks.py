@@ -12,19 +12,9 @@ from conftest import tiny_config
 from test_tables import long_rows
 
 from benchmark.runs.results import round_mean_losses, run_health, training_health
-from benchmark.sweeps.tables import (
-    AVERAGE,
-    SPREAD_LIMIT,
-    assess,
-    block_notes,
-    differences,
-    latex_table,
-    rankings,
-    render,
-    summarize,
-    unstable_runs,
-    wide,
-)
+from benchmark.sweeps.table_comparisons import differences, rankings
+from benchmark.sweeps.table_render import block_notes, latex_table, render, wide
+from benchmark.sweeps.table_stats import AVERAGE, SPREAD_LIMIT, assess, summarize, unstable_runs
 
 DATASETS = ("dtd", "pets")
 # best minus close, per (dataset, seed): small, of both signs, mean > 0 (so best stays best)

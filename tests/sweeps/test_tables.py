@@ -8,7 +8,9 @@ import pandas as pd
 import pytest
 
 from benchmark.sweeps.plots import radar, radar_values
-from benchmark.sweeps.tables import AVERAGE, differences, summarize, wide
+from benchmark.sweeps.table_comparisons import differences
+from benchmark.sweeps.table_render import wide
+from benchmark.sweeps.table_stats import AVERAGE, summarize
 
 
 def long_rows(values: dict[tuple[str, str, int], dict[str, float]], tuned=("promptfl",)) -> pd.DataFrame:
@@ -154,7 +156,8 @@ def test_the_spread_file_shows_the_clients_behind_each_mean(tmp_path):
 
     from benchmark.config import RunConfig
     from benchmark.sweeps.presets import Cell
-    from benchmark.sweeps.tables import client_spread_table, render_spread
+    from benchmark.sweeps.table_render import render_spread
+    from benchmark.sweeps.tables import client_spread_table
 
     spreads = {
         1: {"Local": {"std": 2.0, "worst_client": 3, "worst": 61.0}},
@@ -191,7 +194,7 @@ def test_a_table_whose_write_fails_midway_keeps_the_last_whole_table(tmp_path, m
     whole, and no hidden file is left beside it."""
     from pathlib import Path
 
-    from benchmark.sweeps.tables import render_spread
+    from benchmark.sweeps.table_render import render_spread
 
     spread = pd.DataFrame(
         [{"label": "promptfl", "hyperparameters": "paper", "grid": "", "dataset": "toy", "metric": "Local", "n": 1}]

@@ -207,14 +207,14 @@ def test_method_help_and_describe_show_docs_types_and_choices(fedbench, tmp_path
 
 
 def test_openai_weights_without_quickgelu_are_warned_once(monkeypatch, recwarn):
-    import benchmark.backbone as backbone
+    import benchmark.backbone_weights as weights
     from benchmark.errors import SetupWarning
 
-    monkeypatch.setattr(backbone, "_WARNED", set())
-    backbone.check_backbone("ViT-B-16", "openai")
-    backbone.check_backbone("ViT-B-16", "openai")  # validate_run runs more than once per command
-    backbone.check_backbone("ViT-B-16-quickgelu", "openai")  # the weights as trained: nothing to say
-    backbone.check_backbone("ViT-B-16", "laion2b_s34b_b88k")  # trained with GELU, as ViT-B-16 runs
+    monkeypatch.setattr(weights, "_WARNED", set())
+    weights.check_backbone("ViT-B-16", "openai")
+    weights.check_backbone("ViT-B-16", "openai")  # validate_run runs more than once per command
+    weights.check_backbone("ViT-B-16-quickgelu", "openai")  # the weights as trained: nothing to say
+    weights.check_backbone("ViT-B-16", "laion2b_s34b_b88k")  # trained with GELU, as ViT-B-16 runs
     warned = [w for w in recwarn if issubclass(w.category, SetupWarning)]
     assert len(warned) == 1
     text = str(warned[0].message)
@@ -225,9 +225,9 @@ def test_openai_weights_without_quickgelu_are_warned_once(monkeypatch, recwarn):
 def test_openai_weights_offline_fail_at_once_saying_how_to_pass_a_file(fedbench, empty_cache, tmp_path, monkeypatch):
     import huggingface_hub.constants as constants
 
-    import benchmark.backbone as backbone
+    import benchmark.backbone_weights as weights
 
-    monkeypatch.setattr(backbone, "_WARNED", set())
+    monkeypatch.setattr(weights, "_WARNED", set())
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.cache/clip
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf"))  # an empty Hugging Face cache
@@ -235,7 +235,7 @@ def test_openai_weights_offline_fail_at_once_saying_how_to_pass_a_file(fedbench,
     def never(*args, **kwargs):
         raise AssertionError("the weights were loaded although they cannot be downloaded")
 
-    monkeypatch.setattr(backbone.open_clip, "create_model", never)
+    monkeypatch.setattr(weights.open_clip, "create_model", never)
     out = tmp_path / "runs"
     done = fedbench(
         "run", "--method", "zeroshot", "--dataset", "toy", "--backbone", "ViT-B-16", "--pretrained", "openai",
@@ -253,25 +253,25 @@ def test_an_unreachable_download_host_is_named_within_the_probe_time(monkeypatch
     import socket
     import time
 
-    import benchmark.backbone as backbone
+    import benchmark.backbone_weights as weights
 
     def refused(address, timeout=None):
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(socket, "create_connection", refused)
-    backbone._unreachable.cache_clear()
-    assert backbone._unreachable("hub.example") == "hub.example cannot be reached: Connection refused"
+    weights._unreachable.cache_clear()
+    assert weights._unreachable("hub.example") == "hub.example cannot be reached: Connection refused"
 
     def hangs(address, timeout=None):  # a name lookup without network can take minutes
         time.sleep(30)
 
     monkeypatch.setattr(socket, "create_connection", hangs)
-    monkeypatch.setattr(backbone, "PROBE_SECONDS", 0.2)
-    backbone._unreachable.cache_clear()
+    monkeypatch.setattr(weights, "PROBE_SECONDS", 0.2)
+    weights._unreachable.cache_clear()
     started = time.monotonic()
-    assert backbone._unreachable("slow.example") == "slow.example did not answer within 0.2 s"
+    assert weights._unreachable("slow.example") == "slow.example did not answer within 0.2 s"
     assert time.monotonic() - started < 5
-    backbone._unreachable.cache_clear()
+    weights._unreachable.cache_clear()
 
 
 def test_the_documented_local_checkpoint_recipes_make_a_file_the_suite_loads(tmp_path):

@@ -121,7 +121,7 @@ def schedule_line(cls) -> str:
 def contract_parts() -> tuple[tuple[str, tuple], ...]:
     """(title, members) of the three parts FederatedMethod declares (`benchmark.method`):
     what `fedbench new-method`'s skeleton writes."""
-    from benchmark.method import CAPABILITIES, CORE, OPTIONAL
+    from benchmark.method_contract import CAPABILITIES, CORE, OPTIONAL
 
     return (
         ("core", CORE),
@@ -132,8 +132,8 @@ def contract_parts() -> tuple[tuple[str, tuple], ...]:
 
 def described_parts() -> tuple[tuple[str, tuple], ...]:
     """The whole contract: the three parts and the Lightning surface local training reads
-    and offers (`benchmark.method.LIGHTNING`), as --describe and the guide's table show it."""
-    from benchmark.method import LIGHTNING
+    and offers (`benchmark.method_contract.LIGHTNING`), as --describe and the guide's table show it."""
+    from benchmark.method_contract import LIGHTNING
 
     return (*contract_parts(), ("lightning (what local training reads and offers)", LIGHTNING))
 

@@ -152,7 +152,7 @@ SKELETON_BODIES = {
 
 
 def render(name: str) -> str:
-    """The skeleton: every attribute and hook of the contract (`benchmark.method.CONTRACT`),
+    """The skeleton: every attribute and hook of the contract (`benchmark.method_contract.CONTRACT`),
     part by part. The core hooks are defined, each with FederatedMethod's own docstring; the
     optional ones are written commented out (signature and when they run), so that
     `--describe` lists as overridden only what the skeleton really defines, and a reader sees

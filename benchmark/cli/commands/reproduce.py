@@ -47,6 +47,15 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--cells", action="store_true", help="with --dry-run / --check: one line per cell and its status")
     p.add_argument("--force", action="store_true", help="rerun the selected cells even when their results exist")
+    _add_until_resolved_arguments(p)
+    add_margin_argument(p)
+    _add_output_arguments(p)
+    _add_scale_arguments(p)
+    add_quiet_argument(p)
+    p.set_defaults(func=run)
+
+
+def _add_until_resolved_arguments(p) -> None:
     resolved = p.add_argument_group(
         "seeds where they decide (--until-resolved)",
         "Look 1 runs the preset's seeds; each open gap of the ranking (the Average block, headline metric) then "
@@ -66,7 +75,10 @@ def add_parser(subparsers) -> None:
     resolved.add_argument(
         "--max-seeds", type=positive_int, default=30, metavar="N", help="most seeds a row may run (default: 30)"
     )
-    add_margin_argument(p)
+
+
+def _add_output_arguments(p) -> None:
+    """Where the runs and the table go, the data and device they use, W&B, and the run options changed."""
     p.add_argument("--out", help="folder of the run folders (default: runs/TABLE)")
     p.add_argument(
         "--results",
@@ -90,6 +102,9 @@ def add_parser(subparsers) -> None:
         help="with --tuned: apply values chosen under other run options than this table's (a --set of the tune "
         "that this call does not repeat, or the reverse), with a warning; without it that is an error",
     )
+
+
+def _add_scale_arguments(p) -> None:
     scale = p.add_argument_group(
         "where the cells run",
         "Each missing cell runs into its run folder under its lock, whichever executor runs it, and its numbers "
@@ -106,8 +121,6 @@ def add_parser(subparsers) -> None:
         "Ray reserves 1 CPU beside a cell's GPU unless this is given)",
     )
     add_executor_arguments(scale)  # each executor's own flags (benchmark/sweeps/executors/)
-    add_quiet_argument(p)
-    p.set_defaults(func=run)
 
 
 # Where a subset's table goes by default: beside its run folders, never over results/TABLE,
@@ -164,7 +177,7 @@ def subset_flags(args, cells: list, every_cell: list | None) -> list[str]:
 def unreachable_weights(cells: list) -> dict[tuple, str]:
     """(backbone, weights) of `cells` whose weights are neither on this machine nor downloadable
     now (HF_HUB_OFFLINE, or the host does not answer: `check_weights_reachable`) -> why."""
-    from benchmark.backbone import BackboneError, check_weights_reachable
+    from benchmark.backbone_weights import BackboneError, check_weights_reachable
 
     unreachable = {}
     for pair in dict.fromkeys((c.config.backbone, c.config.pretrained) for c in cells):
@@ -295,7 +308,7 @@ def dry_run(plan, args) -> int:
 def prepare_cells(plan, selection: Selection, args):
     """Check the cells to run can start, build their weights and data; the plan again when
     something was built (a cell is named by the bytes of its weights and split files)."""
-    from benchmark.backbone import check_weights_reachable
+    from benchmark.backbone_weights import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.identity import prepare_data, prepare_weights
 
@@ -394,7 +407,9 @@ def look(cells: list, margin: float):
     each row's finished seeds, and the deterministic rows."""
     from benchmark.protocol_registry import get_protocol
     from benchmark.sweeps import resolve
-    from benchmark.sweeps.tables import AVERAGE, collect, rankings
+    from benchmark.sweeps.table_comparisons import rankings
+    from benchmark.sweeps.table_stats import AVERAGE
+    from benchmark.sweeps.tables import collect
 
     long = collect(cells)
     headlines = {c.dataset: get_protocol(c.config.protocol).headline for c in cells}

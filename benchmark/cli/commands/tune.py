@@ -37,6 +37,30 @@ def add_parser(subparsers) -> None:
         "RESULTS/tuned.yaml (the chosen values and flags), which `fedbench reproduce TABLE --tuned` applies.",
     )
     p.add_argument("table", help="preset name or path to a preset YAML")
+    _add_search_arguments(p)
+    p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
+    p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
+    p.add_argument(
+        "--set",
+        nargs="+",
+        metavar="OPTION=VALUE",
+        default=[],
+        help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)",
+    )
+    p.add_argument("--out", help="folder of the trial run folders (default: runs/TABLE/tuning)")
+    p.add_argument(
+        "--results",
+        help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE; for a part of the table -- "
+        f"--methods, --datasets or --set -- OUT/{SUBSET_TUNING}, so that it never writes over the table's record)",
+    )
+    p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
+    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
+    add_quiet_argument(p)
+    p.set_defaults(func=run)
+
+
+def _add_search_arguments(p) -> None:
+    """The search's budget (the same for every method) and the seeds each trial runs at."""
     p.add_argument(
         "--points-per-decade",
         type=int,
@@ -64,25 +88,6 @@ def add_parser(subparsers) -> None:
         "over them and their spread is the measured noise (default: the first four from 101 on that the table "
         "does not list)",
     )
-    p.add_argument("--methods", nargs="+", help="only these methods (labels or method names)")
-    p.add_argument("--datasets", nargs="+", help="only these datasets (the selection averages over the rest)")
-    p.add_argument(
-        "--set",
-        nargs="+",
-        metavar="OPTION=VALUE",
-        default=[],
-        help="run options for every trial of every method, e.g. rounds=5 (recorded in tuned.yaml)",
-    )
-    p.add_argument("--out", help="folder of the trial run folders (default: runs/TABLE/tuning)")
-    p.add_argument(
-        "--results",
-        help="folder of tuning.db, tuning.csv, tuned.yaml (default: results/TABLE; for a part of the table -- "
-        f"--methods, --datasets or --set -- OUT/{SUBSET_TUNING}, so that it never writes over the table's record)",
-    )
-    p.add_argument("--data-root", help="dataset root (default: $FEDBENCH_DATA or ~/.cache/fedbench/data)")
-    p.add_argument("--device", help="auto | cpu | cuda | cuda:N")
-    add_quiet_argument(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:
@@ -101,19 +106,7 @@ def run(args) -> int:
             overrides[key] = getattr(args, key)
     schedule = parse_set(args.set)
     overrides.update(schedule)
-    command = " ".join(
-        [
-            "fedbench tune",
-            args.table,
-            f"--points-per-decade {args.points_per_decade}",
-            f"--refinements {args.refinements}",
-            f"--extensions {args.extensions}",
-            f"--seeds {' '.join(map(str, seeds))}",
-        ]
-        + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
-        + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
-        + ([f"--set {' '.join(args.set)}"] if args.set else [])
-    )
+    command = _command_line(args, seeds)
     full_record = Path("results") / preset.name
     subset = subset_flags(args, preset)
     results = (
@@ -151,6 +144,28 @@ def run(args) -> int:
     started = time.monotonic()
     tuned = run_tuning(plan)
     seconds = round(time.monotonic() - started)
+    return _report(plan, tuned, results, seconds)
+
+
+def _command_line(args, seeds: list[int]) -> str:
+    """The `fedbench tune` call written into the record: every setting of the search spelled out."""
+    return " ".join(
+        [
+            "fedbench tune",
+            args.table,
+            f"--points-per-decade {args.points_per_decade}",
+            f"--refinements {args.refinements}",
+            f"--extensions {args.extensions}",
+            f"--seeds {' '.join(map(str, seeds))}",
+        ]
+        + ([f"--methods {' '.join(args.methods)}"] if args.methods else [])
+        + ([f"--datasets {' '.join(args.datasets)}"] if args.datasets else [])
+        + ([f"--set {' '.join(args.set)}"] if args.set else [])
+    )
+
+
+def _report(plan, tuned: dict, results: Path, seconds: int) -> int:
+    """Print each method's choice and the files written; 1 when a method had no trial that finished."""
     for label, values in tuned["values"].items():
         scores = tuned["validation"][label]
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in values.items())
@@ -208,7 +223,7 @@ def check_before_tuning(plan) -> None:
     """What `fedbench reproduce` checks before its first cell, for every trial's cells: the
     method, its hyperparameters, the protocol and the backbone (`validate_run`), the data and
     the weights, each a user error (exit 2) naming what is missing and how to get it."""
-    from benchmark.backbone import check_weights_reachable
+    from benchmark.backbone_weights import check_weights_reachable
     from benchmark.config import ConfigError
     from benchmark.runs.prechecks import validate_run
     from benchmark.sweeps.sweep import missing_datasets
