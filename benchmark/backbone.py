@@ -48,18 +48,8 @@ from torch import Tensor, nn
 from benchmark import compiled, shortcuts
 from benchmark import tf32 as tf32_switch
 
-# Where weights come from is `benchmark.backbone_weights`. Besides what this module uses
-# (BackboneError, build_clip), the names the suite's own weights are registered and read with
-# stay importable from here for data/toy/, its tests and benchmark/sweeps/toy_calibration.py.
-from benchmark.backbone_weights import (  # noqa: F401  (re-exported: see above)
-    CONFIG_DIR,
-    PRETRAINED_CACHED,
-    PRETRAINED_PROVIDERS,
-    BackboneError,
-    build_clip,
-    check_backbone,
-    register_pretrained,
-)
+# Where weights come from (the registries, the checks before loading): `benchmark.backbone_weights`.
+from benchmark.backbone_weights import BackboneError, build_clip
 from benchmark.host_values import HostMemo
 
 # A block wrapper computes a block's output from (block, block input, attention mask).

@@ -44,7 +44,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
+from benchmark.backbone import load_backbone
+from benchmark.backbone_weights import PRETRAINED_PROVIDERS
 from benchmark.files import emit_report
 from benchmark.runs.runner import run_experiment
 from benchmark.sweeps.presets import load_preset

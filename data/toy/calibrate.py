@@ -373,7 +373,8 @@ def main(argv: list[str] | None = None) -> str:
         help="render each base2novel dataset once per turn of its colours' shades (0: pretraining's)",
     )
     args = parser.parse_args(argv)
-    from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
+    from benchmark.backbone import load_backbone
+    from benchmark.backbone_weights import PRETRAINED_PROVIDERS
 
     version, pretrained = world.measured_world("calibrate", args.datasets, args.test)
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()

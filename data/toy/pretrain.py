@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from benchmark.backbone import CONFIG_DIR, register_pretrained
+from benchmark.backbone_weights import CONFIG_DIR, register_pretrained
 from benchmark.files import atomic_write, file_lock
 from data.toy import world
 

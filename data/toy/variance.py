@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> str:
         raise SystemExit(f"variance: --datasets mixes world versions {sorted(versions)}; measure one at a time")
     if args.seeds < 2:
         raise SystemExit(f"variance: --seeds {args.seeds}: a std needs at least 2 seeds")
-    from benchmark.backbone import PRETRAINED_PROVIDERS, load_backbone
+    from benchmark.backbone import load_backbone
+    from benchmark.backbone_weights import PRETRAINED_PROVIDERS
 
     pretrained = world.WORLD_PRETRAINED[versions.pop()]
     checkpoint = PRETRAINED_PROVIDERS[pretrained]()

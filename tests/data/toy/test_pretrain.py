@@ -40,7 +40,7 @@ def test_manifest_names_both_recipes_and_its_sha256s_match_the_files():
 
 
 def test_providers_return_the_shipped_files_with_an_empty_cache_and_never_pretrain(tmp_path, monkeypatch):
-    from benchmark.backbone import PRETRAINED_CACHED, PRETRAINED_PROVIDERS, check_backbone
+    from benchmark.backbone_weights import PRETRAINED_CACHED, PRETRAINED_PROVIDERS, check_backbone
 
     monkeypatch.setenv("FEDBENCH_CACHE", str(tmp_path))
 
