@@ -14,8 +14,8 @@ adaptation result is read.
 
 A candidate is style:size[:hue[:stretch]]: size 0 (small), 1 (large) or - (both); stretch, each
 shape's proportion (`world.stretch_factors`, as `ToySpec.shape_stretch`); hue, degrees every colour's
-shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0). With a turn, only
-the splits whose colour halves each hold two values turned each way are kept: a half turned one
+shade is turned (`world.shaded_colours`, as `ToySpec.hue_shift`; default 0). With a turn (hue, or stretch),
+only the splits whose colour (shape) halves each hold two values turned each way are kept: a half turned one
 way alone would share one correction, the label-free headroom version 7 removed.
 """
 
@@ -89,13 +89,13 @@ def main() -> None:
             for candidate in args.candidates:
                 domain, size_text, hue_text, stretch_text = (candidate.split(":") + ["", "", ""])[:4]
                 size = None if size_text in ("", "-") else int(size_text)
-                stretch = float(stretch_text or 0)
-                rows = family_scores(backbone, first, second, domain, size, float(hue_text or 0), stretch)
+                hue, stretch = float(hue_text or 0), float(stretch_text or 0)
+                rows = family_scores(backbone, first, second, domain, size, hue, stretch)
                 mean = sum((b + n) / 2 for *_, b, n in rows) / len(rows)
-                if float(hue_text or 0) and first == "colour":  # each half holds both turns (module doc)
-                    rows = [r for r in rows if sum(k % 2 for k in r[0][0]) == 2]
-                if stretch:  # the same for the shapes' proportions: shape is always the second
-                    rows = [r for r in rows if sum(k % 2 for k in r[1][0]) == 2]
+                turned = {"colour": hue, "shape": stretch}  # each half holds both turns (module doc)
+                for i, attribute in enumerate((first, second)):
+                    if turned.get(attribute):
+                        rows = [r for r in rows if sum(k % 2 for k in r[i][0]) == 2]
                 fits = [r for r in rows if 60 <= (r[2] + r[3]) / 2 <= 75] or rows
                 best = min(fits, key=lambda r: abs(r[2] - r[3]))
                 print(

@@ -14,15 +14,15 @@ pretraining never saw:
 World version 7 (CLIP `fedbench-toy7`, opt-in by name), every style one its CLIP's
 pretraining covers at a low rate, the gap coming from the classes (`world.V7_DATASETS`):
 
-| name          | classes                          | protocol   | style                                      |
-|---------------|----------------------------------|------------|--------------------------------------------|
-| toy7          | colour x pattern, 32 (16 / 16)   | base2novel | cluttered, large, its own shades (hue ±24) |
-| toy7_shapes   | colour x shape, 32 (16 / 16)     | base2novel | crowded, both sizes                        |
-| toy7_patterns | pattern x shape, 32 (16 / 16)    | base2novel | cluttered, large objects                   |
+| name          | classes                          | protocol   | style                                       |
+|---------------|----------------------------------|------------|---------------------------------------------|
+| toy7          | colour x pattern, 32 (16 / 16)   | base2novel | cluttered, large, its own shades (hue ±24)  |
+| toy7_shapes   | colour x shape, 32 (16 / 16)     | base2novel | cluttered, large, its own shades (hue ±15)  |
+| toy7_patterns | pattern x shape, 32 (16 / 16)    | base2novel | cluttered, large, its own proportions (0.3) |
 
 A dataset runs on its own version's CLIP only (`world.pretrained_mismatch`, checked before a
 run starts). Base classes are named with one half of each vocabulary, novel classes with
-the other half (`world.HALVES`, `world.HALVES_V7`: no word names both a base and a novel
+the other half (`world.HALVES`, `world.V7_DATASET_HALVES`: no word names both a base and a novel
 class), and pretraining saw every combination: as with real CLIP, the model knows novel
 classes as well as base ones and a prompt learned on base names has no shared word to carry
 over. How close each dataset comes to real CLIP's base-to-novel regime, per method family,

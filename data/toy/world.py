@@ -23,9 +23,10 @@ measured on that version's CLIP (`WORLD_PRETRAINED`, `pretrained_mismatch`):
   classes undoes it for novel classes too (results/toy/calibration.md, per family).
 - **Version 7** (`toy7_specs()`: toy7, toy7_shapes, toy7_patterns; CLIP `fedbench-toy7`;
   opt-in by name). Its CLIP also sees the downstream styles (`V7_RARE_DOMAINS`, one
-  pretraining image in ten), so the zero-shot gap must come from the classes: colours in
-  confusable pairs (`HALVES_V7`), shapes and patterns told apart by fine detail, distractors,
-  and in `toy7` each colour shown in a shade of its own (`V7_HUE_SHIFT`, `shaded_colours`).
+  pretraining image in ten), so the zero-shot gap must come from the classes: large objects in
+  clutter, each colour shown in a shade of its own in `toy7` and `toy7_shapes` (`V7_HUE_SHIFT`,
+  `shaded_colours`), each shape in a proportion of its own in `toy7_patterns`
+  (`V7_SHAPE_STRETCH`, `stretch_factors`), halves chosen per dataset (`V7_DATASET_HALVES`).
   A run's seed draws its held-out images (data/toy/datasets.py).
   docs/toy-world.md, World version 7, has its design and measurements.
 
@@ -625,17 +626,10 @@ def sample_class_attrs(spec: ToySpec, labels: torch.Tensor, g: torch.Generator) 
 # Version 6's zero-shot gap came from one unseen style shared by every class, which any
 # method that adapts the image tower on base classes undid for novel classes too. Version 7's
 # CLIP sees every downstream style (`V7_RARE_DOMAINS`, one image in ten), and its datasets'
-# gap comes from the classes: distractors, colours in confusable pairs, shapes and patterns
-# told apart by fine detail, a dataset's own shades of its colours. Its halves put confusable values in the same
-# half (red/orange/pink/purple against green/blue/yellow/cyan) and are chosen by zero-shot
-# balance on the version 7 CLIP.
-HALVES_V7: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "colour": ((0, 5, 6, 4), (1, 2, 3, 7)),  # red orange pink purple | green blue yellow cyan
-    "pattern": ((0, 2, 4, 6), (1, 3, 5, 7)),  # plain dotted diagonal wavy | striped checkered gridded concentric
-    "shape": ((0, 1, 2, 3), (4, 5, 6, 7)),  # circle square triangle diamond | cross star ring heart
-}
-# (first attribute, second attribute, style, object size or None) of each version 7 dataset;
-# its halves: `HALVES_V7` unless `V7_DATASET_HALVES` names its own (chosen by zero-shot balance)
+# gap comes from the classes: large objects in clutter, each dataset showing its classes its
+# own way (its own shades of its colours, its own proportions of its shapes), with halves
+# chosen by zero-shot balance on the version 7 CLIP (`V7_DATASET_HALVES`).
+# (first attribute, second attribute, style, object size or None) of each version 7 dataset
 V7_DATASETS: dict[str, tuple[str, str, str, int | None]] = {
     # large objects the pixels show clearly; its gap comes from its own shades (`V7_HUE_SHIFT`)
     "toy7": ("colour", "pattern", "cluttered", 1),
@@ -671,7 +665,7 @@ def toy7_specs() -> dict[str, ToySpec]:
     """The base-to-novel datasets of world version 7, by name (base classes then novel)."""
     out = {}
     for name, (first, second, domain, size) in V7_DATASETS.items():
-        base, novel = split_classes(first, second, {**HALVES_V7, **V7_DATASET_HALVES.get(name, {})})
+        base, novel = split_classes(first, second, V7_DATASET_HALVES[name])
         what = f"{first} x {second} ({len(base)} base + {len(novel)} novel classes, named with disjoint words)"
         size_text = "" if size is None else f", {SIZES[size]} objects"
         if V7_HUE_SHIFT.get(name):
